@@ -1,0 +1,36 @@
+//! Command-line flags (each also an environment variable).
+
+use holdfast_core::mode::Mode;
+use std::{net::SocketAddr, path::PathBuf};
+
+#[derive(clap::Parser, Debug, Clone)]
+#[command(name = "holdfast-controller", version, about = "holdfast's snapshot reconciler, hold executor and hold API")]
+pub struct Args {
+    /// plain: holds are spec.suspend on the TrainJob; kueue: holds deactivate the Kueue Workload.
+    #[arg(long, env = "HOLDFAST_MODE", default_value = "plain")]
+    pub mode: Mode,
+    /// Path to a kubeconfig; in-cluster configuration when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of the hold API (HTTPS).
+    #[arg(long, env = "HOLDFAST_API_ADDR", default_value = "0.0.0.0:8443")]
+    pub api_addr: SocketAddr,
+    /// Address of the admin endpoints: /livez, /readyz, /metrics (plain HTTP).
+    #[arg(long, env = "HOLDFAST_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    pub admin_addr: SocketAddr,
+    /// TLS certificate (PEM chain) of the hold API; re-read when it changes.
+    #[arg(long, env = "HOLDFAST_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of the hold API.
+    #[arg(long, env = "HOLDFAST_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// The apiserver's --request-timeout, in seconds; CallBound is this plus a margin.
+    #[arg(long, env = "HOLDFAST_APISERVER_REQUEST_TIMEOUT", default_value_t = 60)]
+    pub apiserver_request_timeout_secs: u64,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "HOLDFAST_LEASE_NAMESPACE", default_value = "holdfast-system")]
+    pub lease_namespace: String,
+    /// Identity of this replica in the Lease (defaults to the hostname).
+    #[arg(long, env = "HOLDFAST_IDENTITY")]
+    pub identity: Option<String>,
+}

@@ -1,0 +1,6 @@
+//! holdfast-core: the names other programs depend on and every decision holdfast makes,
+//! as pure functions of what was read. Nothing here performs I/O.
+#![forbid(unsafe_code)]
+
+pub mod mode;
+pub mod names;

@@ -1,0 +1,84 @@
+//! The names of SPEC.md: labels, annotations and object names other programs depend on.
+
+/// Prefix of every label and annotation of ours.
+pub const PREFIX: &str = "holdfast.dev/";
+
+/// Suffix of a TrainJob's runtime snapshot ConfigMap (KEP-2599).
+pub const SNAPSHOT_SUFFIX: &str = "-runtime-snapshot";
+/// The ConfigMap data key holding the runtime YAML.
+pub const SNAPSHOT_DATA_KEY: &str = "runtime";
+/// Label marking a snapshot ConfigMap.
+pub const LABEL_RUNTIME_SNAPSHOT: &str = "holdfast.dev/runtime-snapshot";
+
+/// Provenance of what was copied into a snapshot.
+pub const ANN_RUNTIME_UID: &str = "holdfast.dev/runtime-uid";
+pub const ANN_RUNTIME_RESOURCE_VERSION: &str = "holdfast.dev/runtime-resource-version";
+pub const ANN_RUNTIME_GENERATION: &str = "holdfast.dev/runtime-generation";
+pub const ANN_RUNTIME_SHA256: &str = "holdfast.dev/runtime-sha256";
+
+/// The hold's instance number (decimal u64); its presence is the hold.
+pub const ANN_HOLD_INSTANCE: &str = "holdfast.dev/hold-instance";
+pub const ANN_HOLD_REASON: &str = "holdfast.dev/hold-reason";
+pub const ANN_HOLD_PLACED_AT: &str = "holdfast.dev/hold-placed-at";
+/// Prefix shared by every hold annotation.
+pub const HOLD_ANNOTATION_PREFIX: &str = "holdfast.dev/hold-";
+/// The start gate was opened.
+pub const ANN_OPENED: &str = "holdfast.dev/opened";
+/// A: the execution counter.
+pub const ANN_ATTEMPT: &str = "holdfast.dev/attempt";
+/// The runtime's resourceVersion when the TrainJob was admitted.
+pub const ANN_ADMITTED_RUNTIME_RESOURCE_VERSION: &str =
+    "holdfast.dev/admitted-runtime-resource-version";
+/// Label: the TrainJob is under dispatch's control.
+pub const LABEL_MANAGED: &str = "holdfast.dev/managed";
+
+/// The Kueue AdmissionCheck controller name of the readmission gate.
+pub const READMISSION_CONTROLLER: &str = "holdfast.dev/readmission";
+
+/// Kubeflow Trainer's API group and version.
+pub const TRAINER_GROUP: &str = "trainer.kubeflow.org";
+pub const TRAINER_VERSION: &str = "v1alpha1";
+pub const TRAINJOB_KIND: &str = "TrainJob";
+pub const CLUSTER_TRAINING_RUNTIME_KIND: &str = "ClusterTrainingRuntime";
+pub const TRAINING_RUNTIME_KIND: &str = "TrainingRuntime";
+
+/// Kueue's API group.
+pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+
+/// The name of a TrainJob's snapshot ConfigMap.
+pub fn snapshot_name(trainjob: &str) -> String {
+    format!("{trainjob}{SNAPSHOT_SUFFIX}")
+}
+
+/// Whether an annotation key is one only the controller may write on a held object or TrainJob.
+pub fn is_controller_annotation(key: &str) -> bool {
+    key.starts_with(HOLD_ANNOTATION_PREFIX)
+        || key == ANN_OPENED
+        || key == ANN_ATTEMPT
+        || key == ANN_ADMITTED_RUNTIME_RESOURCE_VERSION
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_name_is_the_kep_name() {
+        assert_eq!(snapshot_name("mnist"), "mnist-runtime-snapshot");
+    }
+
+    #[test]
+    fn controller_annotations_are_recognised() {
+        for k in [
+            ANN_HOLD_INSTANCE,
+            ANN_HOLD_REASON,
+            ANN_HOLD_PLACED_AT,
+            ANN_OPENED,
+            ANN_ATTEMPT,
+        ] {
+            assert!(is_controller_annotation(k), "{k}");
+        }
+        assert!(!is_controller_annotation("holdfast.dev/managed"));
+        assert!(!is_controller_annotation("example.com/hold-instance"));
+    }
+}

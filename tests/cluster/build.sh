@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the local control plane once and caches it outside the tree, keyed by version:
+# etcd, kube-apiserver and kube-controller-manager from their Go modules (the go command
+# builds them; no code of theirs is in this tree), plus the Trainer, JobSet and Kueue CRDs
+# as shipped in those projects' modules. Prints the cache directory on stdout.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/versions.env"
+cache=${HOLDFAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/holdfast}
+sum=$(cat "$here/go.mod" "$here/go.sum" "$here/versions.env" "$here/build.sh" | sha256sum | cut -c1-12)
+dir="$cache/cluster/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-${sum}"
+if [ -f "$dir/.complete" ]; then echo "$dir"; exit 0; fi
+mkdir -p "$cache/cluster"
+exec 9>"$cache/cluster/.lock"
+flock 9
+if [ -f "$dir/.complete" ]; then echo "$dir"; exit 0; fi
+tmp=$(mktemp -d "$cache/cluster/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+echo "building the control plane (${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}) into $dir; the first build takes minutes" >&2
+mkdir -p "$tmp/bin"
+minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+v=k8s.io/component-base/version
+ldflags="-X $v.gitVersion=${KUBERNETES_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=${minor} -X $v.gitTreeState=clean"
+(cd "$here" && go build -ldflags "$ldflags" -o "$tmp/bin/" \
+  k8s.io/kubernetes/cmd/kube-apiserver \
+  k8s.io/kubernetes/cmd/kube-controller-manager)
+(cd "$here" && go build -o "$tmp/bin/etcd" go.etcd.io/etcd/server/v3)
+moddir() { (cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p'); }
+mkdir -p "$tmp/crds/trainer" "$tmp/crds/jobset" "$tmp/crds/kueue"
+cp "$(moddir "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}")"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$tmp/crds/trainer/"
+cp "$(moddir "sigs.k8s.io/jobset@${JOBSET_VERSION}")"/config/components/crd/bases/jobset.x-k8s.io_*.yaml "$tmp/crds/jobset/"
+cp "$(moddir "sigs.k8s.io/kueue@${KUEUE_VERSION}")"/config/components/crd/bases/kueue.x-k8s.io_*.yaml "$tmp/crds/kueue/"
+chmod -R u+w "$tmp"
+touch "$tmp/.complete"
+rm -rf "$dir"
+mv "$tmp" "$dir"
+trap - EXIT
+echo "$dir"

@@ -1,0 +1,457 @@
+//! Start, reach and stop the local control plane.
+
+use crate::binaries::{self, Binaries};
+use crate::identity::Identity;
+use crate::process::{Reaper, Supervised};
+use anyhow::bail;
+use holdfast_certs::{CertificateAuthority, IssuedCertificate};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The apiserver's `--request-timeout`: the bound a request on the wire may still commit in.
+pub const APISERVER_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// ClusterRole given to [`Identity::User`] in each test namespace.
+pub const TEST_USER_ROLE: &str = "holdfast-test-user";
+
+/// A running etcd + kube-apiserver + kube-controller-manager on loopback.
+pub struct ControlPlane {
+    dir: PathBuf,
+    /// `https://127.0.0.1:PORT`.
+    pub server: String,
+    ca: CertificateAuthority,
+    tokens: BTreeMap<Identity, String>,
+    procs: Mutex<Processes>,
+    reaper: Mutex<Reaper>,
+    binaries: Binaries,
+}
+
+struct Processes {
+    etcd: Supervised,
+    apiserver: Supervised,
+    controller_manager: Supervised,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn random_token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+}
+
+impl ControlPlane {
+    /// The control plane shared by every test of this test binary (started on first use).
+    pub fn shared() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            // Started on a thread of its own: callers are usually inside a tokio runtime.
+            match std::thread::spawn(ControlPlane::start).join() {
+                Ok(Ok(cp)) => cp,
+                Ok(Err(e)) => panic!("the local control plane did not start: {e:#}"),
+                Err(_) => panic!("the local control plane panicked while starting"),
+            }
+        })
+    }
+
+    /// Build or find the binaries, start everything, install the CRDs and test RBAC.
+    pub fn start() -> anyhow::Result<ControlPlane> {
+        let binaries = binaries::ensure()?;
+        let dir = tempfile::Builder::new()
+            .prefix("holdfast-cp-")
+            .tempdir()?
+            .keep();
+        let reaper = Reaper::start(&dir)?;
+        let group = reaper.group();
+
+        let ca = CertificateAuthority::generate("holdfast-test-ca", Duration::from_secs(7 * 24 * 3600))?;
+        std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
+        let serving = ca.issue_serving(
+            &["127.0.0.1".into(), "localhost".into(), "kubernetes.default.svc".into()],
+            Duration::from_secs(7 * 24 * 3600),
+        )?;
+        std::fs::write(dir.join("apiserver.crt"), &serving.cert_pem)?;
+        std::fs::write(dir.join("apiserver.key"), &serving.key_pem)?;
+        let sa_key = rcgen::KeyPair::generate()?;
+        std::fs::write(dir.join("sa.key"), sa_key.serialize_pem())?;
+        std::fs::write(dir.join("sa.pub"), sa_key.public_key_pem())?;
+
+        let mut tokens = BTreeMap::new();
+        let mut csv = String::new();
+        for id in Identity::ALL {
+            let t = random_token();
+            csv.push_str(&format!(
+                "{t},{},{},\"{}\"\n",
+                id.username(),
+                id.slug(),
+                id.groups().join(",")
+            ));
+            tokens.insert(id, t);
+        }
+        std::fs::write(dir.join("tokens.csv"), csv)?;
+
+        let etcd_port = free_port()?;
+        let peer_port = free_port()?;
+        let api_port = free_port()?;
+        let server = format!("https://127.0.0.1:{api_port}");
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+
+        let etcd = Supervised::start(
+            "etcd",
+            &binaries.bin("etcd"),
+            vec![
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+            &dir,
+            group,
+        )?;
+        wait_etcd(etcd_port, &etcd)?;
+
+        let d = |f: &str| dir.join(f).display().to_string();
+        let apiserver = Supervised::start(
+            "kube-apiserver",
+            &binaries.bin("kube-apiserver"),
+            vec![
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--tls-cert-file={}", d("apiserver.crt")),
+                format!("--tls-private-key-file={}", d("apiserver.key")),
+                format!("--client-ca-file={}", d("ca.crt")),
+                format!("--token-auth-file={}", d("tokens.csv")),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                "--api-audiences=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", d("sa.pub")),
+                format!("--service-account-signing-key-file={}", d("sa.key")),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--enable-priority-and-fairness=false".into(),
+                format!("--request-timeout={}s", APISERVER_REQUEST_TIMEOUT.as_secs()),
+                "--v=1".into(),
+            ],
+            &dir,
+            group,
+        )?;
+
+        let cp = ControlPlane {
+            dir: dir.clone(),
+            server: server.clone(),
+            ca,
+            tokens,
+            procs: Mutex::new(Processes {
+                etcd,
+                apiserver,
+                // Started once the CRDs exist, so the garbage collector knows them at once.
+                controller_manager: placeholder(&dir, group)?,
+            }),
+            reaper: Mutex::new(reaper),
+            binaries,
+        };
+        for id in Identity::ALL {
+            cp.write_kubeconfig(id)?;
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(cp.bootstrap())?;
+
+        let kcm = Supervised::start(
+            "kube-controller-manager",
+            &cp.binaries.bin("kube-controller-manager"),
+            vec![
+                format!("--kubeconfig={}", cp.kubeconfig(Identity::ControllerManager).display()),
+                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller".into(),
+                "--use-service-account-credentials=true".into(),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                format!("--root-ca-file={}", d("ca.crt")),
+                "--v=1".into(),
+            ],
+            &dir,
+            group,
+        )?;
+        lock(&cp.procs).controller_manager = kcm;
+        rt.block_on(cp.wait_controller_manager())?;
+        Ok(cp)
+    }
+
+    /// The temporary directory holding logs, certificates and kubeconfigs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The CA that signed the apiserver's certificate; it also signs test webhooks' certificates.
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// A serving certificate from the control plane's CA (for webhooks registered by URL).
+    pub fn issue_serving_cert(&self, names: &[&str], valid_for: Duration) -> anyhow::Result<IssuedCertificate> {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        Ok(self.ca.issue_serving(&names, valid_for)?)
+    }
+
+    /// The bearer token of an identity.
+    pub fn token(&self, id: Identity) -> &str {
+        self.tokens.get(&id).map(String::as_str).unwrap_or_default()
+    }
+
+    /// Path of a kubeconfig that acts as `id`.
+    pub fn kubeconfig(&self, id: Identity) -> PathBuf {
+        self.dir.join(format!("kubeconfig-{}.yaml", id.slug()))
+    }
+
+    fn write_kubeconfig(&self, id: Identity) -> anyhow::Result<()> {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: holdfast-local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {slug}\n  user:\n    token: {token}\ncontexts:\n- name: {slug}\n  context:\n    cluster: holdfast-local\n    user: {slug}\n    namespace: default\ncurrent-context: {slug}\n",
+            server = self.server,
+            ca = self.dir.join("ca.crt").display(),
+            slug = id.slug(),
+            token = self.token(id),
+        );
+        std::fs::write(self.kubeconfig(id), text)?;
+        Ok(())
+    }
+
+    /// A client acting as `id`, bound to the calling tokio runtime.
+    pub async fn client(&self, id: Identity) -> anyhow::Result<kube::Client> {
+        let kc = Kubeconfig::read_from(self.kubeconfig(id))?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// A fresh namespace `{prefix}-{random}` in which [`Identity::User`] may edit ConfigMaps,
+    /// TrainJobs and Pods.
+    pub async fn namespace(&self, prefix: &str) -> anyhow::Result<String> {
+        let client = self.client(Identity::Admin).await?;
+        let name = format!("{prefix}-{}", &random_token()[..8]);
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        let rb = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some("test-user".into()),
+                namespace: Some(name.clone()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "ClusterRole".into(),
+                name: TEST_USER_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "User".into(),
+                name: Identity::User.username().into(),
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                ..Default::default()
+            }]),
+        };
+        Api::<RoleBinding>::namespaced(client, &name)
+            .create(&PostParams::default(), &rb)
+            .await?;
+        Ok(name)
+    }
+
+    /// Install more CRDs (e.g. a test-only runtime kind) and wait until they are served.
+    pub async fn install_crds(&self, yaml: &str) -> anyhow::Result<()> {
+        let client = self.client(Identity::Admin).await?;
+        crate::crds::install(&client, crate::crds::parse(yaml)?).await
+    }
+
+    /// Kill the apiserver (SIGKILL) — for fault tests.
+    pub fn stop_apiserver(&self) {
+        lock(&self.procs).apiserver.kill();
+    }
+
+    /// Start the apiserver again with the same flags and wait until it is ready.
+    pub async fn restart_apiserver(&self) -> anyhow::Result<()> {
+        lock(&self.procs).apiserver.restart()?;
+        self.wait_ready().await
+    }
+
+    /// The last lines of a component's log (`etcd`, `kube-apiserver`, `kube-controller-manager`).
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        let p = lock(&self.procs);
+        match component {
+            "etcd" => p.etcd.log_tail(lines),
+            "kube-apiserver" => p.apiserver.log_tail(lines),
+            _ => p.controller_manager.log_tail(lines),
+        }
+    }
+
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < Duration::from_secs(120) {
+            if !lock(&self.procs).apiserver.running() {
+                bail!("kube-apiserver exited:\n{}", self.log_tail("kube-apiserver", 30));
+            }
+            if let Ok(client) = self.client(Identity::Admin).await {
+                let req = http::Request::get("/readyz").body(Vec::new())?;
+                match client.request_text(req).await {
+                    Ok(t) if t.trim() == "ok" => return Ok(()),
+                    Ok(t) => last = t,
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!(
+            "kube-apiserver not ready after 120s ({last}):\n{}",
+            self.log_tail("kube-apiserver", 30)
+        )
+    }
+
+    async fn bootstrap(&self) -> anyhow::Result<()> {
+        self.wait_ready().await?;
+        let client = self.client(Identity::Admin).await?;
+        for group in ["trainer", "jobset", "kueue"] {
+            let crds = crate::crds::read_dir(&self.binaries.crd_dir().join(group))?;
+            crate::crds::install(&client, crds).await?;
+        }
+        // Until the chart's least-privilege roles are bound (the chart's tests), the system
+        // identities act as cluster-admin here; the plain user gets a namespaced role only.
+        let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+        for id in [Identity::Controller, Identity::Webhook, Identity::Kueue, Identity::Trainer] {
+            let crb = ClusterRoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(format!("holdfast-test-{}", id.slug())),
+                    ..Default::default()
+                },
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: "cluster-admin".into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "User".into(),
+                    name: id.username().into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    ..Default::default()
+                }]),
+            };
+            crbs.create(&PostParams::default(), &crb).await?;
+        }
+        let rule = |groups: &[&str], resources: &[&str]| PolicyRule {
+            api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+            resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+            verbs: ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ..Default::default()
+        };
+        let role = ClusterRole {
+            metadata: ObjectMeta {
+                name: Some(TEST_USER_ROLE.into()),
+                ..Default::default()
+            },
+            rules: Some(vec![
+                rule(&[""], &["configmaps", "pods"]),
+                rule(&["trainer.kubeflow.org"], &["trainjobs", "trainingruntimes"]),
+                rule(&["kueue.x-k8s.io"], &["workloads"]),
+            ]),
+            ..Default::default()
+        };
+        Api::<ClusterRole>::all(client)
+            .create(&PostParams::default(), &role)
+            .await?;
+        Ok(())
+    }
+
+    async fn wait_controller_manager(&self) -> anyhow::Result<()> {
+        // The service-account controller creates `default` in kube-system once it runs.
+        let client = self.client(Identity::Admin).await?;
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client, "kube-system");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(120) {
+            if !lock(&self.procs).controller_manager.running() {
+                bail!(
+                    "kube-controller-manager exited:\n{}",
+                    self.log_tail("kube-controller-manager", 30)
+                );
+            }
+            if sas.get_opt("default").await?.is_some() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!(
+            "kube-controller-manager not working after 120s:\n{}",
+            self.log_tail("kube-controller-manager", 30)
+        )
+    }
+
+    /// Stop every process and remove the directory.
+    pub fn stop(&self) {
+        {
+            let mut p = lock(&self.procs);
+            p.controller_manager.kill();
+            p.apiserver.kill();
+            p.etcd.kill();
+        }
+        lock(&self.reaper).finish(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A stand-in process slot until kube-controller-manager starts (`true` exits at once).
+fn placeholder(dir: &Path, group: i32) -> anyhow::Result<Supervised> {
+    Supervised::start("placeholder", Path::new("/bin/true"), vec![], dir, group)
+}
+
+fn wait_etcd(port: u16, etcd: &Supervised) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+            let mut buf = String::new();
+            let _ = s.read_to_string(&mut buf);
+            if buf.contains("\"health\":\"true\"") {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("etcd not healthy after 60s:\n{}", etcd.log_tail(30))
+}

@@ -1,0 +1,17 @@
+//! The local Kubernetes control plane that holdfast's tests, demo and benchmarks run against:
+//! etcd, kube-apiserver (RBAC, admission webhooks) and kube-controller-manager (garbage
+//! collector, namespace and service-account controllers), built from Kubernetes' own Go
+//! modules by `tests/cluster/build.sh`, with the Trainer, JobSet and Kueue CRDs installed.
+//!
+//! Every process runs on loopback in a temporary directory. A reaper process removes them all
+//! when the process that started them ends, so a panicking test leaves nothing behind.
+#![forbid(unsafe_code)]
+
+pub mod binaries;
+pub mod control_plane;
+pub mod crds;
+pub mod identity;
+pub mod process;
+
+pub use control_plane::ControlPlane;
+pub use identity::Identity;
