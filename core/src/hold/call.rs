@@ -1,0 +1,407 @@
+//! The calls, as they arrive (`CallRequest`), once checked (`CallMeta`), and as the state
+//! machine sees them (`Call`).
+
+use std::{fmt, time::Duration};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::HoldError;
+use crate::mode::Mode;
+
+/// The longest `reason` a Hold may carry, in bytes. It is stored in an annotation, and
+/// annotations share a 256 KiB budget with everyone else's.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// Which of the hold-family calls this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallKind {
+    Hold,
+    Release,
+    Open,
+}
+
+impl CallKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Hold => "hold",
+            CallKind::Release => "release",
+            CallKind::Open => "open",
+        }
+    }
+
+    /// The object a call of this kind reads and writes. Hold and Release act on the held
+    /// object (the Workload in Kueue mode); Open always acts on the TrainJob, because the
+    /// opened mark and A live there.
+    pub fn target(self, mode: Mode) -> HeldObject {
+        match (self, mode) {
+            (CallKind::Open, _) | (_, Mode::Plain) => HeldObject::TrainJob,
+            (CallKind::Hold | CallKind::Release, Mode::Kueue) => HeldObject::Workload,
+        }
+    }
+}
+
+impl fmt::Display for CallKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The object a call reads and writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HeldObject {
+    /// The TrainJob: the held object in plain mode, and Open's target in both modes.
+    TrainJob,
+    /// The TrainJob's Kueue Workload: the held object in Kueue mode.
+    Workload,
+}
+
+/// A hold-family call's body as it arrives over the API, before any check.
+///
+/// `{"instance":3,"deadline":"2026-11-29T12:00:00Z","reason":"node lost"}`. Unknown fields
+/// are refused, so that a misspelt `deadline` is reported as such.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallRequest {
+    #[serde(default)]
+    pub instance: Option<u64>,
+    /// RFC 3339.
+    #[serde(default)]
+    pub deadline: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl CallRequest {
+    /// Parses an API body; any failure is `Invalid`, naming what was wrong.
+    pub fn from_json(body: &[u8]) -> Result<Self, HoldError> {
+        serde_json::from_slice(body).map_err(|e| HoldError::invalid(format!("request body: {e}")))
+    }
+}
+
+/// A checked call: dispatch's `CallMeta`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallMeta {
+    /// The hold instance; `None` for Open, which has none.
+    pub instance: Option<u64>,
+    /// Checked before every request to the apiserver, and the request's own deadline.
+    pub deadline: DateTime<Utc>,
+    pub reason: Option<String>,
+}
+
+impl CallMeta {
+    /// Checks a request for a call of `kind` at time `now`.
+    ///
+    /// - no deadline, an unparsable one, no instance for Hold or Release, or a reason longer
+    ///   than [`MAX_REASON_BYTES`]: `Invalid`;
+    /// - a deadline at or before `now`: `Rejected { cause: DeadlinePassed }`.
+    ///
+    /// Open takes no instance: one sent anyway is ignored (a client may send its zero value).
+    /// An empty reason is no reason.
+    pub fn validate(
+        kind: CallKind,
+        req: CallRequest,
+        now: DateTime<Utc>,
+    ) -> Result<CallMeta, HoldError> {
+        let raw = req
+            .deadline
+            .ok_or_else(|| HoldError::invalid(format!("{kind}: deadline is required")))?;
+        let deadline = DateTime::parse_from_rfc3339(&raw)
+            .map_err(|e| {
+                HoldError::invalid(format!("{kind}: deadline {raw:?} is not RFC 3339: {e}"))
+            })?
+            .with_timezone(&Utc);
+        let instance = match kind {
+            CallKind::Open => None,
+            CallKind::Hold | CallKind::Release => Some(
+                req.instance
+                    .ok_or_else(|| HoldError::invalid(format!("{kind}: instance is required")))?,
+            ),
+        };
+        let reason = req.reason.filter(|r| !r.is_empty());
+        if let Some(r) = &reason
+            && r.len() > MAX_REASON_BYTES
+        {
+            return Err(HoldError::invalid(format!(
+                "{kind}: reason is {} bytes, more than {MAX_REASON_BYTES}",
+                r.len()
+            )));
+        }
+        let meta = CallMeta {
+            instance,
+            deadline,
+            reason,
+        };
+        meta.check_deadline(now)?;
+        Ok(meta)
+    }
+
+    /// `Rejected { cause: DeadlinePassed }` once `now` has reached the deadline. The executor
+    /// calls this immediately before it sends each request.
+    pub fn check_deadline(&self, now: DateTime<Utc>) -> Result<(), HoldError> {
+        self.time_left(now).map(|_| ())
+    }
+
+    /// The time left before the deadline, to be used as the next request's timeout, or
+    /// `Rejected { cause: DeadlinePassed }` if there is none.
+    pub fn time_left(&self, now: DateTime<Utc>) -> Result<Duration, HoldError> {
+        (self.deadline - now)
+            .to_std()
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                HoldError::deadline_passed(format!(
+                    "the call's deadline {} has passed (now {})",
+                    self.deadline.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+                    now.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+                ))
+            })
+    }
+}
+
+/// A call as the state machine sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// Place hold `instance`.
+    Hold {
+        instance: u64,
+        reason: Option<String>,
+        /// Written as `holdfast.dev/hold-placed-at`: when the call was accepted.
+        placed_at: DateTime<Utc>,
+    },
+    /// Lift hold `instance`, if it is the one in force.
+    Release { instance: u64 },
+    /// Open the start gate.
+    Open,
+}
+
+impl Call {
+    /// The call `meta` describes. `now` becomes a Hold's `placed_at`.
+    pub fn new(kind: CallKind, meta: &CallMeta, now: DateTime<Utc>) -> Result<Call, HoldError> {
+        let instance = || {
+            meta.instance
+                .ok_or_else(|| HoldError::invalid(format!("{kind}: instance is required")))
+        };
+        Ok(match kind {
+            CallKind::Hold => Call::Hold {
+                instance: instance()?,
+                reason: meta.reason.clone(),
+                placed_at: now,
+            },
+            CallKind::Release => Call::Release {
+                instance: instance()?,
+            },
+            CallKind::Open => Call::Open,
+        })
+    }
+
+    pub fn kind(&self) -> CallKind {
+        match self {
+            Call::Hold { .. } => CallKind::Hold,
+            Call::Release { .. } => CallKind::Release,
+            Call::Open => CallKind::Open,
+        }
+    }
+
+    /// The object this call reads and writes in `mode`: see [`CallKind::target`].
+    pub fn target(&self, mode: Mode) -> HeldObject {
+        self.kind().target(mode)
+    }
+}
+
+/// Parses and checks an API body for a call of `kind` at `now`: the whole front half of a
+/// hold-family request.
+pub fn parse_call(
+    kind: CallKind,
+    body: &[u8],
+    now: DateTime<Utc>,
+) -> Result<(Call, CallMeta), HoldError> {
+    let meta = CallMeta::validate(kind, CallRequest::from_json(body)?, now)?;
+    let call = Call::new(kind, &meta, now)?;
+    Ok((call, meta))
+}
+
+/// The smallest margin [`call_bound`] adds.
+pub const CALL_BOUND_MIN_MARGIN: Duration = Duration::from_secs(5);
+
+/// The `CallBound` declared to dispatch: how long after a call's deadline a request already
+/// on the wire may still commit. That is the apiserver's request timeout, plus a margin for
+/// clock skew and the last hop: the larger of 5 s and a tenth of the timeout.
+///
+/// `apiserver_request_timeout` must be at least the apiserver's `--request-timeout`; if it is
+/// lower, the bound is too small.
+pub fn call_bound(apiserver_request_timeout: Duration) -> Duration {
+    let margin = (apiserver_request_timeout / 10).max(CALL_BOUND_MIN_MARGIN);
+    apiserver_request_timeout.saturating_add(margin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hold::RejectCause;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .expect("test time")
+            .with_timezone(&Utc)
+    }
+
+    const NOW: &str = "2026-11-29T11:00:00Z";
+
+    fn req(instance: Option<u64>, deadline: Option<&str>) -> CallRequest {
+        CallRequest {
+            instance,
+            deadline: deadline.map(str::to_owned),
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn call_without_deadline_is_invalid() {
+        for kind in [CallKind::Hold, CallKind::Release, CallKind::Open] {
+            let err = CallMeta::validate(kind, req(Some(1), None), t(NOW)).expect_err("invalid");
+            assert!(
+                matches!(&err, HoldError::Invalid { message } if message.contains("deadline")),
+                "{kind}: {err:?}"
+            );
+        }
+        let err = parse_call(CallKind::Hold, br#"{"instance":3}"#, t(NOW)).expect_err("invalid");
+        assert_eq!(err.kind(), "Invalid");
+    }
+
+    #[test]
+    fn call_past_deadline_is_rejected() {
+        for deadline in ["2026-11-29T10:59:59Z", NOW] {
+            let err = CallMeta::validate(CallKind::Hold, req(Some(1), Some(deadline)), t(NOW))
+                .expect_err("rejected");
+            assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{deadline}");
+        }
+    }
+
+    #[test]
+    fn deadline_is_checked_before_each_request() {
+        let meta = CallMeta::validate(
+            CallKind::Release,
+            req(Some(2), Some("2026-11-29T11:00:10Z")),
+            t(NOW),
+        )
+        .expect("valid");
+        assert_eq!(
+            meta.time_left(t("2026-11-29T11:00:04Z"))
+                .expect("time left"),
+            Duration::from_secs(6)
+        );
+        assert!(meta.check_deadline(t("2026-11-29T11:00:09.999Z")).is_ok());
+        for late in ["2026-11-29T11:00:10Z", "2026-11-29T11:05:00Z"] {
+            let err = meta.check_deadline(t(late)).expect_err("late");
+            assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{late}");
+        }
+    }
+
+    #[test]
+    fn hold_and_release_without_instance_are_invalid() {
+        for kind in [CallKind::Hold, CallKind::Release] {
+            let err = CallMeta::validate(kind, req(None, Some("2026-11-29T12:00:00Z")), t(NOW))
+                .expect_err("invalid");
+            assert!(
+                matches!(&err, HoldError::Invalid { message } if message.contains("instance")),
+                "{kind}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn open_takes_no_instance() {
+        let (call, meta) = parse_call(
+            CallKind::Open,
+            br#"{"instance":0,"deadline":"2026-11-29T13:00:00+01:00"}"#,
+            t(NOW),
+        )
+        .expect("valid");
+        assert_eq!(call, Call::Open);
+        assert_eq!(meta.instance, None);
+        assert_eq!(meta.deadline, t("2026-11-29T12:00:00Z"));
+    }
+
+    #[test]
+    fn malformed_requests_are_invalid() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"not json", "request body"),
+            (
+                br#"{"instance":1,"dedline":"2026-11-29T12:00:00Z"}"#,
+                "dedline",
+            ),
+            (
+                br#"{"instance":-1,"deadline":"2026-11-29T12:00:00Z"}"#,
+                "request body",
+            ),
+            (br#"{"instance":1,"deadline":"tomorrow"}"#, "RFC 3339"),
+            (
+                br#"{"instance":1,"deadline":"2026-11-29 12:00"}"#,
+                "RFC 3339",
+            ),
+        ];
+        for (body, needle) in cases {
+            let err = parse_call(CallKind::Hold, body, t(NOW)).expect_err("invalid");
+            assert!(
+                matches!(&err, HoldError::Invalid { message } if message.contains(needle)),
+                "{}: {err:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let long = "x".repeat(MAX_REASON_BYTES + 1);
+        let body =
+            serde_json::json!({"instance":1,"deadline":"2026-11-29T12:00:00Z","reason":long});
+        let err =
+            parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW)).expect_err("long");
+        assert_eq!(err.kind(), "Invalid");
+    }
+
+    #[test]
+    fn hold_call_carries_instance_reason_and_placement_time() {
+        let (call, meta) = parse_call(
+            CallKind::Hold,
+            br#"{"instance":3,"deadline":"2026-11-29T12:00:00Z","reason":"node lost"}"#,
+            t(NOW),
+        )
+        .expect("valid");
+        assert_eq!(
+            call,
+            Call::Hold {
+                instance: 3,
+                reason: Some("node lost".into()),
+                placed_at: t(NOW)
+            }
+        );
+        assert_eq!(meta.instance, Some(3));
+        let (call, _) = parse_call(
+            CallKind::Hold,
+            br#"{"instance":3,"deadline":"2026-11-29T12:00:00Z","reason":""}"#,
+            t(NOW),
+        )
+        .expect("valid");
+        assert!(matches!(call, Call::Hold { reason: None, .. }), "{call:?}");
+    }
+
+    #[test]
+    fn open_targets_the_trainjob_and_holds_target_the_workload_in_kueue_mode() {
+        assert_eq!(CallKind::Hold.target(Mode::Kueue), HeldObject::Workload);
+        assert_eq!(CallKind::Release.target(Mode::Kueue), HeldObject::Workload);
+        assert_eq!(CallKind::Open.target(Mode::Kueue), HeldObject::TrainJob);
+        for kind in [CallKind::Hold, CallKind::Release, CallKind::Open] {
+            assert_eq!(kind.target(Mode::Plain), HeldObject::TrainJob);
+        }
+    }
+
+    #[test]
+    fn call_bound_is_a_little_longer_than_the_apiserver_timeout() {
+        assert_eq!(call_bound(Duration::from_secs(60)), Duration::from_secs(66));
+        assert_eq!(call_bound(Duration::from_secs(30)), Duration::from_secs(35));
+        assert_eq!(call_bound(Duration::from_secs(0)), Duration::from_secs(5));
+        for secs in [1, 10, 34, 60, 120, 3600] {
+            let timeout = Duration::from_secs(secs);
+            assert!(call_bound(timeout) > timeout);
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The hold state machine: `(call, read) → write | done | error`, and the retry budget.
+
+use chrono::SecondsFormat;
+use serde::{Deserialize, Serialize};
+
+use super::{Call, CallKind, HeldView, HoldError, Seen, Write};
+use crate::{
+    mode::Mode,
+    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED},
+};
+
+/// How many writes a call makes at most: after the eighth 409 it fails with
+/// [`HoldError::Conflict`].
+pub const MAX_TRIES: u32 = 8;
+
+/// What a successful call did, as reported in `{"result":"Ok","outcome":...}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome")]
+pub enum Outcome {
+    /// Hold: the hold was written (with the stop, in one update).
+    Held,
+    /// Hold: this instance was already in force (an earlier try landed); nothing written.
+    AlreadyInForce,
+    /// Release: the hold was lifted. `resumed`: plain mode, the TrainJob was unsuspended and
+    /// A raised; Kueue mode, the Workload was re-activated (its next execution still waits
+    /// for Kueue admission and the readmission gate). `false`: only the annotations were
+    /// removed (never opened, or ended).
+    Released { resumed: bool },
+    /// Open: the opened mark was written. `started`: plain mode, the TrainJob was also
+    /// unsuspended and A raised in the same update. `false`: a hold is in force, the job
+    /// has ended, or Kueue mode (Kueue admission and the readmission gate start it).
+    Opened { started: bool },
+    /// Open: the gate was already open; nothing written.
+    AlreadyOpen,
+}
+
+impl Outcome {
+    /// The success body: `{"result":"Ok","outcome":"Released","resumed":true}`.
+    pub fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({"result": "Ok"});
+        if let (Some(b), Ok(serde_json::Value::Object(o))) =
+            (body.as_object_mut(), serde_json::to_value(self))
+        {
+            b.extend(o);
+        }
+        body
+    }
+}
+
+/// What to do after one read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Make this update, preconditioned on the read's resourceVersion. On success the call
+    /// returns `write.outcome`; on a 409 it records the conflict and reads again.
+    Write(Write),
+    /// Nothing to write: the call has succeeded.
+    Done(Outcome),
+    /// Nothing to write: the call has failed.
+    Fail(HoldError),
+}
+
+/// Decides `call` on `read`.
+///
+/// `after_conflict` is `Some(what the previous read saw)` when this read follows a 409 on
+/// this call's own write, and `None` on the first read. Only Hold looks at it.
+///
+/// The rules are the seed's (holds-are-workload-deactivation):
+///
+/// - **Hold(m)**: `m` in force → done (an earlier try landed). A newer instance in force →
+///   `StaleHold`. After a conflict, an instance in force other than the one the previous
+///   read saw → `StaleHold`. Otherwise (none in force, an older one, or an unreadable one)
+///   → one update: stop, and set `hold-instance`, `hold-placed-at` and `hold-reason` (or
+///   remove a leftover reason). Never touches `opened` or A.
+/// - **Release(m)**: `m` not in force (another instance, none, or an unreadable one) →
+///   `StaleHold`. Plain mode: remove the hold annotations; if the TrainJob was opened and has
+///   not ended, also unsuspend it and raise A in the same update, but only if no pod of it
+///   remains, else `PodsRemain` and nothing written. Kueue mode: remove the annotations and
+///   set `active: true` in one update; the readmission gate checks pods and raises A.
+/// - **Open**: already opened → done. Otherwise write the opened mark on the TrainJob; in
+///   plain mode, if no hold is in force and the job has not ended, unsuspend it and raise A
+///   in the same update. A hold in force is never lifted by Open.
+///
+/// Choices where the seed is silent:
+/// - Hold(m) with `m` in force on an object that is not stopped and has not ended (someone
+///   lifted the stop behind the webhook's back) writes the stop again rather than report a
+///   hold that is not holding.
+/// - An opened TrainJob with no hold that is suspended (someone else suspended it) is not
+///   restarted by a second Open: the gate is already open, and that suspend is not ours.
+pub fn decide(call: &Call, read: &HeldView, after_conflict: Option<Seen>) -> Decision {
+    match call {
+        Call::Hold {
+            instance,
+            reason,
+            placed_at,
+        } => decide_hold(
+            *instance,
+            reason.as_deref(),
+            &placed_at.to_rfc3339_opts(SecondsFormat::Secs, true),
+            read,
+            after_conflict,
+        ),
+        Call::Release { instance } => decide_release(*instance, read),
+        Call::Open => decide_open(read),
+    }
+}
+
+fn decide_hold(
+    m: u64,
+    reason: Option<&str>,
+    placed_at: &str,
+    read: &HeldView,
+    after_conflict: Option<Seen>,
+) -> Decision {
+    let target = CallKind::Hold.target(read.mode);
+    let seen = read.seen();
+    match seen {
+        Seen::Instance(k) if k == m => {
+            if read.stopped || read.ended {
+                return Decision::Done(Outcome::AlreadyInForce);
+            }
+            let mut w = Write::new(target, &read.resource_version, Outcome::AlreadyInForce);
+            w.stop = Some(true);
+            return Decision::Write(w);
+        }
+        Seen::Instance(k) if k > m => {
+            return Decision::Fail(HoldError::stale(format!(
+                "hold {k} is in force, newer than hold {m}"
+            )));
+        }
+        _ => {}
+    }
+    if let Some(prev) = after_conflict
+        && prev != seen
+    {
+        return Decision::Fail(HoldError::stale(format!(
+            "hold {m} lost a write race: the hold in force changed from {} to {}",
+            describe(prev),
+            describe(seen)
+        )));
+    }
+    let mut w = Write::new(target, &read.resource_version, Outcome::Held);
+    w.stop = Some(true);
+    w.set(ANN_HOLD_INSTANCE, m.to_string());
+    w.set(ANN_HOLD_PLACED_AT, placed_at);
+    match reason {
+        Some(r) => w.set(ANN_HOLD_REASON, r),
+        None => w.remove(ANN_HOLD_REASON),
+    }
+    Decision::Write(w)
+}
+
+fn decide_release(m: u64, read: &HeldView) -> Decision {
+    match read.seen() {
+        Seen::Instance(k) if k == m => {}
+        other => {
+            return Decision::Fail(HoldError::stale(format!(
+                "release of hold {m} refused: {} is in force",
+                describe(other)
+            )));
+        }
+    }
+    let target = CallKind::Release.target(read.mode);
+    let mut w = Write::new(
+        target,
+        &read.resource_version,
+        Outcome::Released { resumed: false },
+    );
+    for key in [ANN_HOLD_INSTANCE, ANN_HOLD_REASON, ANN_HOLD_PLACED_AT] {
+        w.remove(key);
+    }
+    match read.mode {
+        Mode::Plain => {
+            if read.opened && !read.ended {
+                if read.pods_remain {
+                    return Decision::Fail(HoldError::PodsRemain);
+                }
+                w.stop = Some(false);
+                w.set(ANN_ATTEMPT, read.attempt.saturating_add(1).to_string());
+                w.outcome = Outcome::Released { resumed: true };
+            }
+        }
+        Mode::Kueue => {
+            w.stop = Some(false);
+            w.outcome = Outcome::Released { resumed: true };
+        }
+    }
+    Decision::Write(w)
+}
+
+fn decide_open(read: &HeldView) -> Decision {
+    if read.opened {
+        return Decision::Done(Outcome::AlreadyOpen);
+    }
+    let target = CallKind::Open.target(read.mode);
+    let mut w = Write::new(
+        target,
+        &read.resource_version,
+        Outcome::Opened { started: false },
+    );
+    w.set(ANN_OPENED, "true");
+    if read.mode == Mode::Plain && !read.hold.is_held() && !read.ended {
+        w.stop = Some(false);
+        w.set(ANN_ATTEMPT, read.attempt.saturating_add(1).to_string());
+        w.outcome = Outcome::Opened { started: true };
+    }
+    Decision::Write(w)
+}
+
+fn describe(seen: Seen) -> String {
+    match seen {
+        Seen::Absent => "no hold".to_owned(),
+        Seen::Instance(k) => format!("hold {k}"),
+        Seen::Unreadable => "a hold with an unreadable instance".to_owned(),
+    }
+}
+
+/// The executor's loop state for one call: how many writes have lost, and what the last
+/// read saw. The executor's loop is then:
+///
+/// ```text
+/// let mut attempts = Attempts::new();
+/// loop {
+///     meta.check_deadline(now())?;
+///     let read = GET target (and, in Kueue mode, the other object);
+///     let view = HeldView::read(&call, mode, &trainjob, workload.as_ref(), pods_remain)?;
+///     match attempts.decide(&call, &view) {
+///         Decision::Done(outcome) => return Ok(outcome),
+///         Decision::Fail(err) => return Err(err),
+///         Decision::Write(write) => {
+///             apply(&write, &mut read, mode)?;
+///             let timeout = meta.time_left(now())?;
+///             match PUT read (timeout) {
+///                 Ok(_) => return Ok(write.outcome),
+///                 Err(409) => attempts.conflicted()?,
+///                 Err(other) => return Err(..),
+///             }
+///         }
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attempts {
+    conflicts: u32,
+    last_seen: Option<Seen>,
+}
+
+impl Attempts {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`decide`]s `call` on `read`, passing what the previous read saw if this read follows
+    /// a conflict, and remembers what this read saw.
+    pub fn decide(&mut self, call: &Call, read: &HeldView) -> Decision {
+        let after_conflict = if self.conflicts > 0 {
+            self.last_seen
+        } else {
+            None
+        };
+        self.last_seen = Some(read.seen());
+        decide(call, read, after_conflict)
+    }
+
+    /// Records that the write decided on the last read failed with a 409. Returns
+    /// [`HoldError::Conflict`] once [`MAX_TRIES`] writes have failed so.
+    pub fn conflicted(&mut self) -> Result<(), HoldError> {
+        self.conflicts = self.conflicts.saturating_add(1);
+        if self.conflicts >= MAX_TRIES {
+            Err(HoldError::Conflict {
+                tries: self.conflicts,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// How many writes have failed with a 409 so far.
+    pub fn conflicts(&self) -> u32 {
+        self.conflicts
+    }
+}

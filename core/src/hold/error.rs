@@ -1,0 +1,269 @@
+//! The closed set of errors a hold-family call can end in, and how each is reported.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Why a call was [`HoldError::Rejected`]: it was well formed, but the state of the world
+/// (or the clock) overtook it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RejectCause {
+    /// A newer call has overtaken this one: a newer hold instance is in force, the instance
+    /// in force changed between this call's read and its write, or (Release) the instance
+    /// named is not the one in force.
+    StaleHold,
+    /// The call's deadline passed before a request could be sent.
+    DeadlinePassed,
+    /// Kueue mode: the TrainJob has no Workload to hold.
+    NoWorkload,
+}
+
+impl RejectCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectCause::StaleHold => "StaleHold",
+            RejectCause::DeadlinePassed => "DeadlinePassed",
+            RejectCause::NoWorkload => "NoWorkload",
+        }
+    }
+}
+
+impl fmt::Display for RejectCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every hold-family call (Hold, Release, Open) ends in success or in exactly one of these.
+///
+/// HTTP statuses ([`HoldError::http_status`]) are chosen so that the status alone tells a
+/// caller whether to try again, and `Rejected` (final) never shares a status with
+/// `Conflict` (transient):
+///
+/// | error | status | retry? |
+/// | --- | --- | --- |
+/// | `Invalid` | 400 Bad Request | no: fix the request |
+/// | `Rejected` | 409 Conflict | no: the call was overtaken (or its deadline passed); make a new one |
+/// | `Unsupported` | 501 Not Implemented | no: the cluster does not allow it (see Preflight) |
+/// | `PodsRemain` | 423 Locked | yes, later: the held execution's pods are still there |
+/// | `Conflict` | 503 Service Unavailable | yes: eight writes lost to other writers |
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HoldError {
+    /// The request is malformed: no deadline, no instance where one is needed, bad JSON, or
+    /// an object whose holdfast annotations cannot be read.
+    #[error("invalid: {message}")]
+    Invalid { message: String },
+    /// The call was refused; `cause` says why.
+    #[error("rejected ({cause}): {message}")]
+    Rejected { cause: RejectCause, message: String },
+    /// Hold is a probed capability and this cluster does not offer it.
+    #[error("unsupported: {reason}")]
+    Unsupported { reason: String },
+    /// Plain-mode Release while pods of the held execution remain: nothing was written.
+    #[error("pods of the held execution remain; nothing was written")]
+    PodsRemain,
+    /// Every one of `tries` writes lost a resourceVersion race to another writer.
+    #[error("conflict: {tries} writes in a row lost to other writers; nothing was written")]
+    Conflict { tries: u32 },
+}
+
+impl HoldError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        HoldError::Invalid {
+            message: message.into(),
+        }
+    }
+
+    pub fn stale(message: impl Into<String>) -> Self {
+        HoldError::Rejected {
+            cause: RejectCause::StaleHold,
+            message: message.into(),
+        }
+    }
+
+    pub fn deadline_passed(message: impl Into<String>) -> Self {
+        HoldError::Rejected {
+            cause: RejectCause::DeadlinePassed,
+            message: message.into(),
+        }
+    }
+
+    pub fn no_workload(message: impl Into<String>) -> Self {
+        HoldError::Rejected {
+            cause: RejectCause::NoWorkload,
+            message: message.into(),
+        }
+    }
+
+    pub fn unsupported(reason: impl Into<String>) -> Self {
+        HoldError::Unsupported {
+            reason: reason.into(),
+        }
+    }
+
+    /// The `error` field of the API body: the variant's name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HoldError::Invalid { .. } => "Invalid",
+            HoldError::Rejected { .. } => "Rejected",
+            HoldError::Unsupported { .. } => "Unsupported",
+            HoldError::PodsRemain => "PodsRemain",
+            HoldError::Conflict { .. } => "Conflict",
+        }
+    }
+
+    /// The rejection's cause, for `Rejected` only.
+    pub fn cause(&self) -> Option<RejectCause> {
+        match self {
+            HoldError::Rejected { cause, .. } => Some(*cause),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status the hold API answers with (see the table on [`HoldError`]).
+    pub fn http_status(&self) -> u16 {
+        match self {
+            HoldError::Invalid { .. } => 400,
+            HoldError::Rejected { .. } => 409,
+            HoldError::Unsupported { .. } => 501,
+            HoldError::PodsRemain => 423,
+            HoldError::Conflict { .. } => 503,
+        }
+    }
+
+    /// Whether the same call may succeed if made again later.
+    pub fn retryable(&self) -> bool {
+        matches!(self, HoldError::PodsRemain | HoldError::Conflict { .. })
+    }
+
+    /// A bounded metric label: one of seven fixed strings, never a name or a message.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            HoldError::Invalid { .. } => "invalid",
+            HoldError::Rejected { cause, .. } => match cause {
+                RejectCause::StaleHold => "rejected_stale_hold",
+                RejectCause::DeadlinePassed => "rejected_deadline_passed",
+                RejectCause::NoWorkload => "rejected_no_workload",
+            },
+            HoldError::Unsupported { .. } => "unsupported",
+            HoldError::PodsRemain => "pods_remain",
+            HoldError::Conflict { .. } => "conflict",
+        }
+    }
+
+    /// The API body: `{"error":"Rejected","cause":"StaleHold","message":"..."}`.
+    pub fn body(&self) -> ErrorBody {
+        let message = match self {
+            HoldError::Invalid { message } | HoldError::Rejected { message, .. } => message.clone(),
+            HoldError::Unsupported { reason } => reason.clone(),
+            other => other.to_string(),
+        };
+        ErrorBody {
+            error: self.kind().to_owned(),
+            cause: self.cause(),
+            message,
+        }
+    }
+}
+
+impl Serialize for HoldError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.body().serialize(s)
+    }
+}
+
+/// The body of a failed hold API call, as sent and as a client parses it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// `Invalid`, `Rejected`, `Unsupported`, `PodsRemain` or `Conflict`.
+    pub error: String,
+    /// Present for `Rejected` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<RejectCause>,
+    /// For people; never parse it.
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_error() -> Vec<HoldError> {
+        vec![
+            HoldError::invalid("no deadline"),
+            HoldError::stale("hold 4 is in force"),
+            HoldError::deadline_passed("late"),
+            HoldError::no_workload("no Workload"),
+            HoldError::unsupported("preflight's hold round trip failed"),
+            HoldError::PodsRemain,
+            HoldError::Conflict { tries: 8 },
+        ]
+    }
+
+    #[test]
+    fn errors_serialise_to_the_api_body() {
+        let body = serde_json::to_value(HoldError::stale("hold 4 is in force")).expect("json");
+        assert_eq!(
+            body,
+            serde_json::json!({"error":"Rejected","cause":"StaleHold","message":"hold 4 is in force"})
+        );
+        let body = serde_json::to_value(HoldError::PodsRemain).expect("json");
+        assert_eq!(body["error"], "PodsRemain");
+        assert!(body.get("cause").is_none());
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("nothing was written"))
+        );
+        let body = serde_json::to_value(HoldError::unsupported("no RBAC")).expect("json");
+        assert_eq!(
+            body,
+            serde_json::json!({"error":"Unsupported","message":"no RBAC"})
+        );
+    }
+
+    #[test]
+    fn error_body_round_trips_for_clients() {
+        for e in every_error() {
+            let text = serde_json::to_string(&e).expect("json");
+            let back: ErrorBody = serde_json::from_str(&text).expect("parse");
+            assert_eq!(back, e.body());
+            assert_eq!(back.error, e.kind());
+        }
+    }
+
+    #[test]
+    fn stale_hold_is_classified_as_rejected() {
+        let e = HoldError::stale("overtaken");
+        assert_eq!(e.kind(), "Rejected");
+        assert_eq!(e.cause(), Some(RejectCause::StaleHold));
+        assert_eq!(e.http_status(), 409);
+        assert!(!e.retryable());
+    }
+
+    #[test]
+    fn rejected_and_conflict_have_distinct_statuses() {
+        let statuses: Vec<u16> = every_error().iter().map(HoldError::http_status).collect();
+        assert_eq!(statuses, vec![400, 409, 409, 409, 501, 423, 503]);
+        assert!(HoldError::Conflict { tries: 8 }.retryable());
+        assert!(HoldError::PodsRemain.retryable());
+    }
+
+    #[test]
+    fn every_error_has_a_bounded_metric_label() {
+        let labels: Vec<&str> = every_error().iter().map(HoldError::metric_label).collect();
+        let mut unique = labels.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            labels.len(),
+            "labels are distinct: {labels:?}"
+        );
+        for l in labels {
+            assert!(
+                l.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{l} is a plain label"
+            );
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! The hold state machine: Hold, Release and Open as pure decisions.
+//!
+//! The I/O layer (the controller's executor) reads the object a call acts on, reduces the
+//! read to a [`HeldView`], and asks [`decide`] (through [`Attempts`]) what to do: make one
+//! [`Write`], preconditioned on the read's resourceVersion; or stop, with an [`Outcome`] or
+//! a [`HoldError`]. Nothing here performs I/O or reads a clock: `now` is always passed in.
+//!
+//! The held object is the TrainJob in plain mode (the hold is `spec.suspend: true`) and the
+//! TrainJob's Kueue Workload in Kueue mode (the hold is `spec.active: false`). The opened
+//! mark and A always live on the TrainJob, so in Kueue mode Hold and Release write the
+//! Workload and Open writes the TrainJob ([`Call::target`]).
+
+mod call;
+mod decide;
+mod error;
+pub mod object;
+mod status;
+mod view;
+mod write;
+
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod tests;
+
+pub use call::{
+    CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, HeldObject, MAX_REASON_BYTES,
+    call_bound, parse_call,
+};
+pub use decide::{Attempts, Decision, MAX_TRIES, Outcome, decide};
+pub use error::{ErrorBody, HoldError, RejectCause};
+pub use status::{HoldStatus, Status};
+pub use view::{HeldView, HoldRecord, HoldState, Seen};
+pub use write::{ApplyError, Write, apply};

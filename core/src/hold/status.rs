@@ -1,0 +1,165 @@
+//! The Status call's answer.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{HeldObject, HoldError, HoldState, object};
+use crate::{
+    classify::{self, ObjectState, Observed},
+    mode::Mode,
+    names::{ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
+};
+
+/// The hold in force, as Status reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldStatus {
+    /// `None` when the annotation is not a decimal u64; `unreadableInstance` then has it.
+    pub instance: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable_instance: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_at: Option<String>,
+}
+
+/// `GET .../status`: the hold in force, the opened mark, A, and the state classified.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub mode: Mode,
+    /// The object holds are written on: the Workload in Kueue mode, the TrainJob in plain.
+    pub held_object: HeldObject,
+    /// `null` when no hold is in force.
+    pub hold: Option<HoldStatus>,
+    pub opened: bool,
+    pub attempt: u64,
+    pub state: ObjectState,
+}
+
+impl Status {
+    /// Reads a TrainJob's status from the TrainJob and, in Kueue mode, its Workload (`None`
+    /// if it has none yet: the state is then `Pending` or `AtStartGate`, with no hold).
+    /// The only error is an unreadable A (`Invalid`).
+    pub fn read(
+        mode: Mode,
+        trainjob: &Value,
+        workload: Option<&Value>,
+    ) -> Result<Status, HoldError> {
+        let (held, held_object) = match mode {
+            Mode::Plain => (Some(trainjob), HeldObject::TrainJob),
+            Mode::Kueue => (workload, HeldObject::Workload),
+        };
+        let hold_state = held.map(object::hold_state).unwrap_or(HoldState::Absent);
+        let hold = held.filter(|_| hold_state.is_held()).map(|h| HoldStatus {
+            instance: hold_state.instance(),
+            unreadable_instance: match &hold_state {
+                HoldState::Unreadable { value } => Some(value.clone()),
+                _ => None,
+            },
+            reason: object::annotation(h, ANN_HOLD_REASON).map(str::to_owned),
+            placed_at: object::annotation(h, ANN_HOLD_PLACED_AT).map(str::to_owned),
+        });
+        let opened = object::opened(trainjob);
+        let kueue_reason = workload
+            .filter(|_| mode == Mode::Kueue)
+            .and_then(|w| w.pointer("/status/conditions"))
+            .and_then(classify::kueue_deactivation_reason);
+        let state = classify::classify(&Observed {
+            mode,
+            hold: &hold_state,
+            finished: object::finished(trainjob),
+            opened,
+            held_stopped: held.is_some_and(|h| object::stopped(h, held_object)),
+            trainjob_suspended: object::stopped(trainjob, HeldObject::TrainJob),
+            workload_present: workload.is_some(),
+            kueue_reason: kueue_reason.as_deref(),
+        });
+        Ok(Status {
+            mode,
+            held_object,
+            hold,
+            opened,
+            attempt: object::attempt(trainjob)?,
+            state,
+        })
+    }
+
+    /// The success body: this status with `"result":"Ok"`.
+    pub fn body(&self) -> Value {
+        let mut body = serde_json::json!({"result": "Ok"});
+        if let (Some(b), Ok(Value::Object(o))) = (body.as_object_mut(), serde_json::to_value(self))
+        {
+            b.extend(o);
+        }
+        body
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_OPENED};
+    use serde_json::json;
+
+    #[test]
+    fn status_reports_hold_opened_attempt_and_state() {
+        let tj = json!({
+            "metadata": {"annotations": {
+                ANN_OPENED: "true", ANN_ATTEMPT: "4", ANN_HOLD_INSTANCE: "9",
+                ANN_HOLD_REASON: "node lost", ANN_HOLD_PLACED_AT: "2026-11-29T11:00:00Z"}},
+            "spec": {"suspend": true}
+        });
+        let status = Status::read(Mode::Plain, &tj, None).expect("status");
+        assert_eq!(
+            status.body(),
+            json!({
+                "result": "Ok",
+                "mode": "plain",
+                "heldObject": "TrainJob",
+                "hold": {"instance": 9, "reason": "node lost", "placedAt": "2026-11-29T11:00:00Z"},
+                "opened": true,
+                "attempt": 4,
+                "state": {"kind": "HeldByUs", "instance": 9}
+            })
+        );
+    }
+
+    #[test]
+    fn kueue_status_reads_the_hold_from_the_workload() {
+        let tj =
+            json!({"metadata": {"annotations": {ANN_OPENED: "true"}}, "spec": {"suspend": true}});
+        let wl = json!({
+            "metadata": {},
+            "spec": {"active": false},
+            "status": {"conditions": [{"type": "Evicted", "status": "True",
+                                       "reason": "DeactivatedDueToRequeuingLimitExceeded"}]}
+        });
+        let status = Status::read(Mode::Kueue, &tj, Some(&wl)).expect("status");
+        assert_eq!(status.hold, None);
+        assert_eq!(status.attempt, 0);
+        assert_eq!(
+            status.state,
+            ObjectState::DeactivatedByKueue {
+                reason: "DeactivatedDueToRequeuingLimitExceeded".into()
+            }
+        );
+        let status = Status::read(Mode::Kueue, &tj, None).expect("status");
+        assert_eq!(
+            status.state,
+            ObjectState::Pending,
+            "waiting for its Workload"
+        );
+    }
+
+    #[test]
+    fn status_shows_an_unreadable_hold() {
+        let tj = json!({"metadata": {"annotations": {ANN_HOLD_INSTANCE: "seven"}}, "spec": {"suspend": true}});
+        let status = Status::read(Mode::Plain, &tj, None).expect("status");
+        let hold = status.hold.expect("a hold");
+        assert_eq!(hold.instance, None);
+        assert_eq!(hold.unreadable_instance.as_deref(), Some("seven"));
+        assert_eq!(status.state, ObjectState::HeldByUs { instance: None });
+    }
+}

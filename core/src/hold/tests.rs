@@ -1,0 +1,867 @@
+//! The seed's rules (holds-are-workload-deactivation), one test each, named after the rule:
+//! tables of `decide` cases, then the same rules run through the executor loop against a
+//! simulated apiserver, then a property over interleaved calls.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use super::sim::Sim;
+use super::*;
+use crate::{
+    mode::Mode,
+    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED},
+};
+
+const MODES: [Mode; 2] = [Mode::Plain, Mode::Kueue];
+const HOLD_KEYS: [&str; 3] = [ANN_HOLD_INSTANCE, ANN_HOLD_REASON, ANN_HOLD_PLACED_AT];
+
+fn now() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-29T11:00:00Z")
+        .expect("test time")
+        .with_timezone(&Utc)
+}
+
+fn hold(instance: u64) -> Call {
+    Call::Hold {
+        instance,
+        reason: None,
+        placed_at: now(),
+    }
+}
+
+fn hold_because(instance: u64, reason: &str) -> Call {
+    Call::Hold {
+        instance,
+        reason: Some(reason.to_owned()),
+        placed_at: now(),
+    }
+}
+
+fn release(instance: u64) -> Call {
+    Call::Release { instance }
+}
+
+fn in_force(instance: u64) -> HoldState {
+    HoldState::InForce(HoldRecord {
+        instance,
+        reason: None,
+        placed_at: None,
+    })
+}
+
+/// An opened, running TrainJob with A = 2 and no hold.
+fn view(mode: Mode) -> HeldView {
+    HeldView {
+        mode,
+        resource_version: "100".to_owned(),
+        hold: HoldState::Absent,
+        opened: true,
+        attempt: 2,
+        stopped: false,
+        ended: false,
+        pods_remain: false,
+    }
+}
+
+fn held_view(mode: Mode, instance: u64) -> HeldView {
+    HeldView {
+        hold: in_force(instance),
+        stopped: true,
+        ..view(mode)
+    }
+}
+
+#[track_caller]
+fn expect_write(d: Decision) -> Write {
+    match d {
+        Decision::Write(w) => w,
+        other => panic!("expected a write, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn expect_stale(d: Decision) {
+    match d {
+        Decision::Fail(e) => assert_eq!(e.cause(), Some(RejectCause::StaleHold), "{e:?}"),
+        other => panic!("expected StaleHold, got {other:?}"),
+    }
+}
+
+fn held_target(mode: Mode) -> HeldObject {
+    match mode {
+        Mode::Plain => HeldObject::TrainJob,
+        Mode::Kueue => HeldObject::Workload,
+    }
+}
+
+fn keys(w: &Write) -> Vec<&str> {
+    w.set_annotations
+        .keys()
+        .chain(w.remove_annotations.iter())
+        .map(String::as_str)
+        .collect()
+}
+
+// ---- Hold ------------------------------------------------------------------------------
+
+#[test]
+fn hold_lands_with_all_annotations_in_one_update() {
+    for mode in MODES {
+        let w = expect_write(decide(&hold_because(3, "node lost"), &view(mode), None));
+        assert_eq!(w.target, held_target(mode), "{mode}");
+        assert_eq!(w.precondition, "100", "preconditioned on the read");
+        assert_eq!(w.stop, Some(true));
+        assert_eq!(
+            w.set_annotations,
+            [
+                (ANN_HOLD_INSTANCE.to_owned(), "3".to_owned()),
+                (
+                    ANN_HOLD_PLACED_AT.to_owned(),
+                    "2026-11-29T11:00:00Z".to_owned()
+                ),
+                (ANN_HOLD_REASON.to_owned(), "node lost".to_owned()),
+            ]
+            .into()
+        );
+        assert!(w.remove_annotations.is_empty());
+        assert_eq!(w.outcome, Outcome::Held);
+
+        // Through the executor: one update, and the held object carries all of it.
+        let mut sim = Sim::new(mode);
+        sim.run(&Call::Open).expect("open");
+        let rv_before = sim
+            .held()
+            .and_then(|h| object::resource_version(h).map(str::to_owned));
+        assert_eq!(sim.run(&hold_because(3, "node lost")), Ok(Outcome::Held));
+        let held = sim.held().expect("held object");
+        assert_ne!(object::resource_version(held).map(str::to_owned), rv_before);
+        assert_eq!(object::annotation(held, ANN_HOLD_INSTANCE), Some("3"));
+        assert_eq!(object::annotation(held, ANN_HOLD_REASON), Some("node lost"));
+        assert_eq!(
+            object::annotation(held, ANN_HOLD_PLACED_AT),
+            Some("2026-11-29T11:00:00Z")
+        );
+        assert!(sim.stopped(), "{mode}: the hold is the stop");
+    }
+}
+
+#[test]
+fn hold_never_touches_opened_or_attempt() {
+    for mode in MODES {
+        for v in [
+            view(mode),
+            HeldView {
+                opened: false,
+                stopped: true,
+                ..view(mode)
+            },
+            HeldView {
+                ended: true,
+                ..view(mode)
+            },
+            held_view(mode, 1),
+        ] {
+            let w = expect_write(decide(&hold(2), &v, None));
+            for k in keys(&w) {
+                assert!(HOLD_KEYS.contains(&k), "{mode}: hold wrote {k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn hold_without_reason_removes_a_leftover_reason() {
+    let w = expect_write(decide(&hold(4), &held_view(Mode::Plain, 3), None));
+    assert!(w.remove_annotations.contains(ANN_HOLD_REASON));
+    assert!(!w.set_annotations.contains_key(ANN_HOLD_REASON));
+    assert_eq!(
+        w.set_annotations.get(ANN_HOLD_INSTANCE).map(String::as_str),
+        Some("4")
+    );
+}
+
+#[test]
+fn kueue_hold_deactivates_the_workload_and_never_touches_the_trainjob() {
+    let mut sim = Sim::new(Mode::Kueue);
+    sim.run(&Call::Open).expect("open");
+    let trainjob = sim.trainjob.clone();
+    assert_eq!(sim.run(&hold(1)), Ok(Outcome::Held));
+    assert_eq!(sim.trainjob, trainjob, "the TrainJob is not touched");
+    let wl = sim.workload.as_ref().expect("workload");
+    assert_eq!(wl["spec"]["active"], false);
+    assert_eq!(object::annotation(wl, ANN_HOLD_INSTANCE), Some("1"));
+}
+
+#[test]
+fn hold_already_in_force_succeeds() {
+    for mode in MODES {
+        assert_eq!(
+            decide(&hold(3), &held_view(mode, 3), None),
+            Decision::Done(Outcome::AlreadyInForce)
+        );
+        // After a conflict: our earlier try landed, whatever the previous read saw.
+        for prev in [Seen::Absent, Seen::Instance(2), Seen::Unreadable] {
+            assert_eq!(
+                decide(&hold(3), &held_view(mode, 3), Some(prev)),
+                Decision::Done(Outcome::AlreadyInForce),
+                "{mode} after {prev:?}"
+            );
+        }
+        // An ended job need not be stopped.
+        let ended = HeldView {
+            stopped: false,
+            ended: true,
+            ..held_view(mode, 3)
+        };
+        assert_eq!(
+            decide(&hold(3), &ended, None),
+            Decision::Done(Outcome::AlreadyInForce)
+        );
+    }
+}
+
+#[test]
+fn hold_in_force_but_lifted_is_stopped_again() {
+    for mode in MODES {
+        let lifted = HeldView {
+            stopped: false,
+            ..held_view(mode, 3)
+        };
+        let w = expect_write(decide(&hold(3), &lifted, None));
+        assert_eq!(w.stop, Some(true), "{mode}");
+        assert!(w.set_annotations.is_empty() && w.remove_annotations.is_empty());
+        assert_eq!(w.outcome, Outcome::AlreadyInForce);
+    }
+}
+
+#[test]
+fn newer_instance_in_force_rejects_hold_as_stale() {
+    for mode in MODES {
+        expect_stale(decide(&hold(3), &held_view(mode, 5), None));
+        expect_stale(decide(
+            &hold(3),
+            &held_view(mode, 5),
+            Some(Seen::Instance(5)),
+        ));
+        expect_stale(decide(&hold(0), &held_view(mode, 1), None));
+    }
+}
+
+#[test]
+fn older_instance_in_force_is_replaced_by_hold() {
+    for mode in MODES {
+        let w = expect_write(decide(&hold(6), &held_view(mode, 5), None));
+        assert_eq!(
+            w.set_annotations.get(ANN_HOLD_INSTANCE).map(String::as_str),
+            Some("6")
+        );
+        assert_eq!(w.stop, Some(true));
+    }
+}
+
+#[test]
+fn after_conflict_a_different_instance_is_stale() {
+    // (what the previous read saw, what this read sees), for Hold(5).
+    let cases = [
+        (Seen::Absent, in_force(2)),
+        (Seen::Absent, HoldState::Unreadable { value: "x".into() }),
+        (Seen::Instance(1), HoldState::Absent),
+        (Seen::Instance(1), in_force(2)),
+        (Seen::Unreadable, in_force(1)),
+    ];
+    for mode in MODES {
+        for (prev, now_seen) in &cases {
+            let v = HeldView {
+                hold: now_seen.clone(),
+                ..view(mode)
+            };
+            expect_stale(decide(&hold(5), &v, Some(*prev)));
+        }
+    }
+}
+
+#[test]
+fn after_conflict_the_same_instance_is_written_again() {
+    for mode in MODES {
+        for (prev, now_seen) in [
+            (Seen::Absent, HoldState::Absent),
+            (Seen::Instance(1), in_force(1)),
+            (
+                Seen::Unreadable,
+                HoldState::Unreadable { value: "x".into() },
+            ),
+        ] {
+            let v = HeldView {
+                hold: now_seen,
+                ..view(mode)
+            };
+            let w = expect_write(decide(&hold(5), &v, Some(prev)));
+            assert_eq!(w.outcome, Outcome::Held, "{mode} {prev:?}");
+        }
+    }
+}
+
+#[test]
+fn conflict_from_another_writer_is_retried() {
+    for mode in MODES {
+        for call in [hold(2), Call::Open] {
+            let mut sim = Sim::new(mode);
+            let mut tries = 0;
+            let target = call.target(mode);
+            let result = sim.run_with(&call, |s, n| {
+                tries += 1;
+                if n < 3 {
+                    s.touch(target); // a controller's status update between read and write
+                }
+            });
+            assert!(result.is_ok(), "{mode} {call:?}: {result:?}");
+            assert_eq!(tries, 4, "three conflicts, then the write lands");
+        }
+        let mut sim = Sim::new(mode);
+        sim.run(&hold(2)).expect("hold");
+        let result = sim.run_with(&release(2), |s, n| {
+            if n == 0 {
+                s.touch(held_target(mode));
+            }
+        });
+        assert_eq!(
+            result,
+            Ok(Outcome::Released {
+                resumed: mode == Mode::Kueue
+            })
+        );
+        assert_eq!(sim.instance(), None);
+    }
+}
+
+#[test]
+fn hold_overtaken_between_read_and_write_is_stale() {
+    for mode in MODES {
+        // Hold 2 lands between hold 1's read and its write: hold 1's write fails its
+        // precondition, and the re-read sees a newer instance.
+        let mut sim = Sim::new(mode);
+        let result = sim.run_with(&hold(1), |s, n| {
+            if n == 0 {
+                assert_eq!(s.run(&hold(2)), Ok(Outcome::Held));
+            }
+        });
+        assert_eq!(
+            result.map_err(|e| e.cause()),
+            Err(Some(RejectCause::StaleHold))
+        );
+        assert_eq!(sim.instance(), Some(2));
+
+        // An older hold landing in between also makes the newer call stale: after a
+        // conflict, any change of instance means a call overtook this one.
+        let mut sim = Sim::new(mode);
+        let result = sim.run_with(&hold(5), |s, n| {
+            if n == 0 {
+                assert_eq!(s.run(&hold(2)), Ok(Outcome::Held));
+            }
+        });
+        assert_eq!(
+            result.map_err(|e| e.cause()),
+            Err(Some(RejectCause::StaleHold))
+        );
+        assert_eq!(sim.instance(), Some(2));
+    }
+}
+
+#[test]
+fn eight_conflicts_fail_with_conflict() {
+    let mut attempts = Attempts::new();
+    for _ in 1..MAX_TRIES {
+        assert_eq!(attempts.conflicted(), Ok(()));
+    }
+    assert_eq!(attempts.conflicted(), Err(HoldError::Conflict { tries: 8 }));
+    assert_eq!(attempts.conflicts(), 8);
+
+    for mode in MODES {
+        let mut sim = Sim::new(mode);
+        let before = sim.clone();
+        let mut writes = 0;
+        let result = sim.run_with(&hold(1), |s, _| {
+            writes += 1;
+            s.touch(held_target(mode));
+        });
+        assert_eq!(result, Err(HoldError::Conflict { tries: MAX_TRIES }));
+        assert_eq!(writes, MAX_TRIES);
+        assert_eq!(sim.instance(), None, "nothing was written");
+        assert_eq!(sim.stopped(), before.stopped());
+    }
+}
+
+#[test]
+fn unreadable_hold_instance_is_replaced_by_hold_and_refuses_release() {
+    for mode in MODES {
+        let v = HeldView {
+            hold: HoldState::Unreadable {
+                value: "three".into(),
+            },
+            stopped: true,
+            ..view(mode)
+        };
+        let w = expect_write(decide(&hold(1), &v, None));
+        assert_eq!(
+            w.set_annotations.get(ANN_HOLD_INSTANCE).map(String::as_str),
+            Some("1")
+        );
+        expect_stale(decide(&release(3), &v, None));
+        // Open treats it as a hold in force: the opened mark only.
+        let v = HeldView { opened: false, ..v };
+        let w = expect_write(decide(&Call::Open, &v, None));
+        assert_eq!(w.stop, None);
+    }
+}
+
+// ---- Release ---------------------------------------------------------------------------
+
+#[test]
+fn release_refuses_other_instance() {
+    for mode in MODES {
+        expect_stale(decide(&release(3), &held_view(mode, 4), None));
+        expect_stale(decide(&release(4), &held_view(mode, 3), None));
+        // Also after a conflict: only m in force is retried.
+        expect_stale(decide(
+            &release(3),
+            &held_view(mode, 4),
+            Some(Seen::Instance(3)),
+        ));
+
+        let mut sim = Sim::new(mode);
+        sim.run(&hold(4)).expect("hold");
+        let before = sim.clone();
+        assert_eq!(
+            sim.run(&release(3)).map_err(|e| e.cause()),
+            Err(Some(RejectCause::StaleHold))
+        );
+        assert_eq!(sim.held(), before.held(), "nothing written");
+    }
+}
+
+#[test]
+fn release_with_no_hold_in_force_is_stale() {
+    for mode in MODES {
+        expect_stale(decide(&release(1), &view(mode), None));
+    }
+}
+
+#[test]
+fn release_unsuspends_and_raises_attempt_in_one_update() {
+    let w = expect_write(decide(&release(3), &held_view(Mode::Plain, 3), None));
+    assert_eq!(w.target, HeldObject::TrainJob);
+    assert_eq!(w.precondition, "100");
+    assert_eq!(w.stop, Some(false));
+    assert_eq!(
+        w.set_annotations,
+        [(ANN_ATTEMPT.to_owned(), "3".to_owned())].into()
+    );
+    assert_eq!(
+        w.remove_annotations,
+        HOLD_KEYS.iter().map(|k| (*k).to_owned()).collect()
+    );
+    assert_eq!(w.outcome, Outcome::Released { resumed: true });
+
+    let mut sim = Sim::new(Mode::Plain);
+    sim.run(&Call::Open).expect("open");
+    sim.run(&hold(3)).expect("hold");
+    assert_eq!(
+        sim.run(&release(3)),
+        Ok(Outcome::Released { resumed: true })
+    );
+    assert!(!sim.stopped());
+    assert_eq!(
+        sim.attempt(),
+        2,
+        "Open let execution 1 through, Release execution 2"
+    );
+    for k in HOLD_KEYS {
+        assert_eq!(object::annotation(&sim.trainjob, k), None, "{k}");
+    }
+}
+
+#[test]
+fn release_with_pods_remaining_writes_nothing() {
+    let v = HeldView {
+        pods_remain: true,
+        ..held_view(Mode::Plain, 3)
+    };
+    assert_eq!(
+        decide(&release(3), &v, None),
+        Decision::Fail(HoldError::PodsRemain)
+    );
+
+    let mut sim = Sim::new(Mode::Plain);
+    sim.run(&Call::Open).expect("open");
+    sim.run(&hold(3)).expect("hold");
+    sim.pods_remain = true;
+    let before = sim.trainjob.clone();
+    assert_eq!(sim.run(&release(3)), Err(HoldError::PodsRemain));
+    assert_eq!(
+        sim.trainjob, before,
+        "not a byte changed, resourceVersion included"
+    );
+    sim.pods_remain = false;
+    assert_eq!(
+        sim.run(&release(3)),
+        Ok(Outcome::Released { resumed: true })
+    );
+}
+
+#[test]
+fn held_before_opened_stays_suspended_after_release() {
+    let v = HeldView {
+        opened: false,
+        pods_remain: true,
+        ..held_view(Mode::Plain, 1)
+    };
+    let w = expect_write(decide(&release(1), &v, None));
+    assert_eq!(w.stop, None, "never unsuspends what the gate still holds");
+    assert!(w.set_annotations.is_empty(), "A is not raised");
+    assert_eq!(w.outcome, Outcome::Released { resumed: false });
+
+    let mut sim = Sim::new(Mode::Plain);
+    sim.run(&hold(1)).expect("hold");
+    assert_eq!(
+        sim.run(&release(1)),
+        Ok(Outcome::Released { resumed: false })
+    );
+    assert!(sim.stopped(), "back at its start gate");
+    assert_eq!(sim.instance(), None);
+    assert_eq!(sim.attempt(), 0);
+    assert_eq!(sim.run(&Call::Open), Ok(Outcome::Opened { started: true }));
+    assert!(!sim.stopped());
+    assert_eq!(sim.attempt(), 1);
+}
+
+#[test]
+fn release_of_an_ended_job_only_removes_annotations() {
+    let v = HeldView {
+        ended: true,
+        pods_remain: true,
+        ..held_view(Mode::Plain, 2)
+    };
+    let w = expect_write(decide(&release(2), &v, None));
+    assert_eq!(w.stop, None);
+    assert!(w.set_annotations.is_empty());
+    assert_eq!(w.remove_annotations.len(), 3);
+    assert_eq!(w.outcome, Outcome::Released { resumed: false });
+}
+
+#[test]
+fn kueue_release_sets_active_and_removes_annotations_in_one_update() {
+    let v = HeldView {
+        pods_remain: true,
+        ..held_view(Mode::Kueue, 3)
+    };
+    let w = expect_write(decide(&release(3), &v, None));
+    assert_eq!(w.target, HeldObject::Workload);
+    assert_eq!(w.stop, Some(false));
+    assert!(
+        w.set_annotations.is_empty(),
+        "A is the readmission gate's to raise"
+    );
+    assert_eq!(w.remove_annotations.len(), 3);
+    assert_eq!(w.outcome, Outcome::Released { resumed: true });
+
+    let mut sim = Sim::new(Mode::Kueue);
+    sim.run(&Call::Open).expect("open");
+    sim.run(&hold(3)).expect("hold");
+    sim.pods_remain = true; // the readmission gate's business, not Release's
+    let trainjob = sim.trainjob.clone();
+    assert_eq!(
+        sim.run(&release(3)),
+        Ok(Outcome::Released { resumed: true })
+    );
+    let wl = sim.workload.as_ref().expect("workload");
+    assert_eq!(wl["spec"]["active"], true);
+    assert_eq!(wl["metadata"]["annotations"], json!({}));
+    assert_eq!(sim.trainjob, trainjob, "the TrainJob (and A) untouched");
+}
+
+// ---- Open ------------------------------------------------------------------------------
+
+#[test]
+fn open_unsuspends_and_raises_attempt_in_one_update() {
+    let v = HeldView {
+        opened: false,
+        stopped: true,
+        attempt: 0,
+        ..view(Mode::Plain)
+    };
+    let w = expect_write(decide(&Call::Open, &v, None));
+    assert_eq!(w.target, HeldObject::TrainJob);
+    assert_eq!(w.stop, Some(false));
+    assert_eq!(
+        w.set_annotations,
+        [
+            (ANN_ATTEMPT.to_owned(), "1".to_owned()),
+            (ANN_OPENED.to_owned(), "true".to_owned())
+        ]
+        .into()
+    );
+    assert_eq!(w.outcome, Outcome::Opened { started: true });
+}
+
+#[test]
+fn stale_open_does_not_unsuspend_a_held_job() {
+    let v = HeldView {
+        opened: false,
+        ..held_view(Mode::Plain, 3)
+    };
+    let w = expect_write(decide(&Call::Open, &v, None));
+    assert_eq!(w.stop, None, "a stale Open cannot lift a hold");
+    assert_eq!(keys(&w), vec![ANN_OPENED]);
+    assert_eq!(w.outcome, Outcome::Opened { started: false });
+
+    let mut sim = Sim::new(Mode::Plain);
+    sim.run(&hold(3)).expect("hold");
+    assert_eq!(sim.run(&Call::Open), Ok(Outcome::Opened { started: false }));
+    assert!(sim.stopped());
+    assert_eq!(sim.instance(), Some(3));
+    assert_eq!(sim.attempt(), 0);
+    // The holder's Release then starts it, since it has been opened.
+    assert_eq!(
+        sim.run(&release(3)),
+        Ok(Outcome::Released { resumed: true })
+    );
+    assert!(!sim.stopped());
+    assert_eq!(sim.attempt(), 1);
+}
+
+#[test]
+fn open_twice_writes_nothing() {
+    for mode in MODES {
+        assert_eq!(
+            decide(&Call::Open, &view(mode), None),
+            Decision::Done(Outcome::AlreadyOpen)
+        );
+        let mut sim = Sim::new(mode);
+        assert!(sim.run(&Call::Open).is_ok());
+        let before = sim.trainjob.clone();
+        assert_eq!(sim.run(&Call::Open), Ok(Outcome::AlreadyOpen));
+        assert_eq!(sim.trainjob, before);
+    }
+}
+
+#[test]
+fn open_does_not_restart_a_job_someone_else_suspended() {
+    let v = HeldView {
+        stopped: true,
+        ..view(Mode::Plain)
+    };
+    assert_eq!(
+        decide(&Call::Open, &v, None),
+        Decision::Done(Outcome::AlreadyOpen)
+    );
+}
+
+#[test]
+fn open_on_an_ended_job_only_marks_it_opened() {
+    let v = HeldView {
+        opened: false,
+        stopped: true,
+        ended: true,
+        ..view(Mode::Plain)
+    };
+    let w = expect_write(decide(&Call::Open, &v, None));
+    assert_eq!(w.stop, None);
+    assert_eq!(keys(&w), vec![ANN_OPENED]);
+}
+
+#[test]
+fn kueue_open_writes_only_the_opened_mark_on_the_trainjob() {
+    let v = HeldView {
+        opened: false,
+        ..view(Mode::Kueue)
+    };
+    let w = expect_write(decide(&Call::Open, &v, None));
+    assert_eq!(w.target, HeldObject::TrainJob);
+    assert_eq!(w.stop, None, "Kueue owns spec.suspend");
+    assert_eq!(keys(&w), vec![ANN_OPENED]);
+    assert_eq!(w.outcome, Outcome::Opened { started: false });
+
+    let mut sim = Sim::new(Mode::Kueue);
+    let workload = sim.workload.clone();
+    assert_eq!(sim.run(&Call::Open), Ok(Outcome::Opened { started: false }));
+    assert_eq!(sim.trainjob["spec"]["suspend"], true, "Kueue's to flip");
+    assert_eq!(object::annotation(&sim.trainjob, ANN_OPENED), Some("true"));
+    assert_eq!(sim.workload, workload, "the Workload untouched");
+}
+
+#[test]
+fn hold_without_workload_is_rejected() {
+    let mut sim = Sim::new(Mode::Kueue);
+    sim.workload = None;
+    for call in [hold(1), release(1)] {
+        assert_eq!(
+            sim.run(&call).map_err(|e| e.cause()),
+            Err(Some(RejectCause::NoWorkload))
+        );
+    }
+}
+
+#[test]
+fn outcomes_serialise_to_the_success_body() {
+    assert_eq!(
+        Outcome::Held.body(),
+        json!({"result": "Ok", "outcome": "Held"})
+    );
+    assert_eq!(
+        Outcome::Released { resumed: true }.body(),
+        json!({"result": "Ok", "outcome": "Released", "resumed": true})
+    );
+    assert_eq!(
+        Outcome::Opened { started: false }.body(),
+        json!({"result": "Ok", "outcome": "Opened", "started": false})
+    );
+}
+
+// ---- Property: interleaved calls -------------------------------------------------------
+
+mod interleaved {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// A call begins (its first read happens at its first step).
+        Start(u8, u64),
+        /// The `n`th unfinished call (mod their number) takes its next step: a read and
+        /// decision, or its write.
+        Step(usize),
+        /// Another writer updates the object.
+        Touch(bool),
+        Pods(bool),
+        End(bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0u8..3, 0u64..6).prop_map(|(k, i)| Op::Start(k, i)),
+            6 => (0usize..8).prop_map(Op::Step),
+            1 => any::<bool>().prop_map(Op::Touch),
+            1 => any::<bool>().prop_map(Op::Pods),
+            1 => any::<bool>().prop_map(Op::End),
+        ]
+    }
+
+    struct InFlight {
+        call: Call,
+        attempts: Attempts,
+        pending: Option<(HeldObject, Value)>,
+        done: bool,
+    }
+
+    /// Checks one landed write of `call`, from `before` to `after`.
+    fn check(call: &Call, before: &Sim, after: &Sim) -> Result<(), TestCaseError> {
+        if let (Some(k), Some(j)) = (before.instance(), after.instance()) {
+            prop_assert!(j >= k, "{call:?} replaced hold {k} by older hold {j}");
+        }
+        if let (Some(k), None) = (before.instance(), after.instance()) {
+            prop_assert_eq!(
+                call,
+                &Call::Release { instance: k },
+                "lifted by another call"
+            );
+        }
+        if after.instance().is_some() {
+            prop_assert!(
+                after.stopped(),
+                "{call:?}: a hold in force that does not stop"
+            );
+        }
+        prop_assert!(after.attempt() >= before.attempt(), "A went down");
+        prop_assert!(
+            after.attempt() <= before.attempt() + 1,
+            "A rose by more than one"
+        );
+        if after.mode == Mode::Kueue {
+            prop_assert_eq!(
+                &after.trainjob["spec"],
+                &before.trainjob["spec"],
+                "spec.suspend written in Kueue mode"
+            );
+        }
+        Ok(())
+    }
+
+    fn step(sim: &mut Sim, f: &mut InFlight) -> Result<(), TestCaseError> {
+        match f.pending.take() {
+            None => {
+                let Ok(view) = sim.view(&f.call) else {
+                    f.done = true;
+                    return Ok(());
+                };
+                match f.attempts.decide(&f.call, &view) {
+                    Decision::Done(_) | Decision::Fail(_) => f.done = true,
+                    Decision::Write(w) => {
+                        let mut obj = sim.get(w.target).unwrap_or(Value::Null);
+                        prop_assert!(apply(&w, &mut obj, sim.mode).is_ok());
+                        f.pending = Some((w.target, obj));
+                    }
+                }
+            }
+            Some((target, obj)) => {
+                let before = sim.clone();
+                match sim.put(target, obj) {
+                    Ok(()) => {
+                        check(&f.call, &before, sim)?;
+                        f.done = true;
+                    }
+                    Err(_) => f.done = f.attempts.conflicted().is_err(),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run(mode: Mode, ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let mut sim = Sim::new(mode);
+        let mut calls: Vec<InFlight> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Start(kind, instance) => calls.push(InFlight {
+                    call: match kind {
+                        0 => hold(instance),
+                        1 => release(instance),
+                        _ => Call::Open,
+                    },
+                    attempts: Attempts::new(),
+                    pending: None,
+                    done: false,
+                }),
+                Op::Step(n) => {
+                    let live: Vec<usize> = (0..calls.len()).filter(|&i| !calls[i].done).collect();
+                    if !live.is_empty() {
+                        let i = live[n % live.len()];
+                        step(&mut sim, &mut calls[i])?;
+                    }
+                }
+                Op::Touch(trainjob) => sim.touch(if trainjob {
+                    HeldObject::TrainJob
+                } else {
+                    held_target(mode)
+                }),
+                Op::Pods(p) => sim.pods_remain = p,
+                Op::End(succeeded) => sim.end(succeeded),
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn older_instance_never_replaces_a_newer_one_plain(ops in prop::collection::vec(op(), 1..80)) {
+            run(Mode::Plain, ops)?;
+        }
+
+        #[test]
+        fn older_instance_never_replaces_a_newer_one_kueue(ops in prop::collection::vec(op(), 1..80)) {
+            run(Mode::Kueue, ops)?;
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! What one read of the held object saw, reduced to what the state machine decides on.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Call, HeldObject, HoldError, object};
+use crate::{
+    mode::Mode,
+    names::{ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
+};
+
+/// A readable hold: the `holdfast.dev/hold-*` annotations of the held object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldRecord {
+    pub instance: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// RFC 3339, as written; not re-parsed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_at: Option<String>,
+}
+
+/// The hold on a held object. The presence of `holdfast.dev/hold-instance` is the hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HoldState {
+    /// No hold-instance annotation.
+    Absent,
+    /// A hold whose instance is a decimal u64.
+    InForce(HoldRecord),
+    /// A hold-instance annotation that is not a decimal u64. Only the controller may write
+    /// it (the webhook sees to that), so this is damage, not a caller's hold. It is treated
+    /// as a hold in force by someone whose instance cannot be compared: it keeps the object
+    /// stopped, a Release of any instance is `StaleHold`, and a Hold replaces it (a Hold
+    /// only ever stops, so replacing it cannot run anything, while refusing would leave the
+    /// object impossible to hold or release).
+    Unreadable { value: String },
+}
+
+impl HoldState {
+    /// Reads a hold from an annotation lookup.
+    pub fn from_lookup<'a>(get: impl Fn(&str) -> Option<&'a str>) -> HoldState {
+        let Some(value) = get(ANN_HOLD_INSTANCE) else {
+            return HoldState::Absent;
+        };
+        match object::parse_decimal(value) {
+            Some(instance) => HoldState::InForce(HoldRecord {
+                instance,
+                reason: get(ANN_HOLD_REASON).map(str::to_owned),
+                placed_at: get(ANN_HOLD_PLACED_AT).map(str::to_owned),
+            }),
+            None => HoldState::Unreadable {
+                value: value.to_owned(),
+            },
+        }
+    }
+
+    /// Reads a hold from an annotation map (e.g. kube's `ObjectMeta::annotations`).
+    pub fn from_annotations(annotations: &std::collections::BTreeMap<String, String>) -> Self {
+        HoldState::from_lookup(|k| annotations.get(k).map(String::as_str))
+    }
+
+    /// The instance in force, if readable.
+    pub fn instance(&self) -> Option<u64> {
+        match self {
+            HoldState::InForce(r) => Some(r.instance),
+            HoldState::Absent | HoldState::Unreadable { .. } => None,
+        }
+    }
+
+    /// Whether any hold (readable or not) is in force.
+    pub fn is_held(&self) -> bool {
+        !matches!(self, HoldState::Absent)
+    }
+
+    /// What a read saw, for comparing one read with the next after a conflict.
+    pub fn seen(&self) -> Seen {
+        match self {
+            HoldState::Absent => Seen::Absent,
+            HoldState::InForce(r) => Seen::Instance(r.instance),
+            HoldState::Unreadable { .. } => Seen::Unreadable,
+        }
+    }
+}
+
+/// The hold instance one read saw: what "the instance the last read saw" means in the
+/// seed's conflict rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Seen {
+    Absent,
+    Instance(u64),
+    Unreadable,
+}
+
+/// What one read saw, already extracted from the object(s) by the I/O layer (or by
+/// [`HeldView::read`]).
+///
+/// In plain mode every field comes from the TrainJob. In Kueue mode the hold and `stopped`
+/// come from the Workload; `opened`, `attempt` and `ended` from the TrainJob; and
+/// `resource_version` is that of the object the call writes ([`Call::target`]): the Workload
+/// for Hold and Release, the TrainJob for Open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldView {
+    pub mode: Mode,
+    /// The precondition of the write decided on this read.
+    pub resource_version: String,
+    pub hold: HoldState,
+    /// `holdfast.dev/opened` is on the TrainJob.
+    pub opened: bool,
+    /// A, from the TrainJob (0 if absent).
+    pub attempt: u64,
+    /// Plain: the TrainJob's `spec.suspend` is true. Kueue: the Workload's `spec.active` is
+    /// false.
+    pub stopped: bool,
+    /// The TrainJob is Complete or Failed.
+    pub ended: bool,
+    /// Plain mode: a pod of the TrainJob's current execution remains. Only plain-mode Release
+    /// reads it; the I/O layer may leave it false for every other call.
+    pub pods_remain: bool,
+}
+
+impl HeldView {
+    /// Builds the view a `call` decides on from the objects as read: the TrainJob, and in
+    /// Kueue mode its Workload.
+    ///
+    /// Kueue mode without a Workload is `Rejected { cause: NoWorkload }` for every call. For
+    /// Hold and Release that is the answer. For Open it means "not yet": start waits for the
+    /// Workload, so that every started object has one, and the executor re-reads until the
+    /// Workload exists or the deadline passes.
+    ///
+    /// An object without a resourceVersion, or with an unreadable A, is `Invalid`: writing
+    /// without a precondition, or writing a guessed A, could undo a newer write.
+    pub fn read(
+        call: &Call,
+        mode: Mode,
+        trainjob: &Value,
+        workload: Option<&Value>,
+        pods_remain: bool,
+    ) -> Result<HeldView, HoldError> {
+        let held = match mode {
+            Mode::Plain => trainjob,
+            Mode::Kueue => workload.ok_or_else(|| {
+                HoldError::no_workload("the TrainJob has no Kueue Workload to hold")
+            })?,
+        };
+        let held_kind = match mode {
+            Mode::Plain => HeldObject::TrainJob,
+            Mode::Kueue => HeldObject::Workload,
+        };
+        let target = match call.target(mode) {
+            HeldObject::TrainJob => trainjob,
+            HeldObject::Workload => held,
+        };
+        let resource_version = object::resource_version(target)
+            .ok_or_else(|| {
+                HoldError::invalid(format!(
+                    "the {:?} read has no metadata.resourceVersion",
+                    call.target(mode)
+                ))
+            })?
+            .to_owned();
+        Ok(HeldView {
+            mode,
+            resource_version,
+            hold: object::hold_state(held),
+            opened: object::opened(trainjob),
+            attempt: object::attempt(trainjob)?,
+            stopped: object::stopped(held, held_kind),
+            ended: object::finished(trainjob).is_some(),
+            pods_remain,
+        })
+    }
+
+    /// The hold instance this read saw.
+    pub fn seen(&self) -> Seen {
+        self.hold.seen()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        hold::RejectCause,
+        names::{ANN_ATTEMPT, ANN_OPENED},
+    };
+    use serde_json::json;
+
+    fn hold() -> Call {
+        Call::Hold {
+            instance: 1,
+            reason: None,
+            placed_at: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
+    fn trainjob() -> Value {
+        json!({
+            "metadata": {"resourceVersion": "10", "annotations": {ANN_OPENED: "true", ANN_ATTEMPT: "2"}},
+            "spec": {"suspend": true},
+            "status": {"conditions": [{"type": "Complete", "status": "True"}]}
+        })
+    }
+
+    fn workload() -> Value {
+        json!({
+            "metadata": {"resourceVersion": "20", "annotations": {ANN_HOLD_INSTANCE: "4"}},
+            "spec": {"active": false}
+        })
+    }
+
+    #[test]
+    fn hold_without_workload_is_rejected_in_kueue_mode() {
+        for call in [hold(), Call::Release { instance: 1 }, Call::Open] {
+            let err = HeldView::read(&call, Mode::Kueue, &trainjob(), None, false)
+                .expect_err("no workload");
+            assert_eq!(err.cause(), Some(RejectCause::NoWorkload), "{call:?}");
+        }
+    }
+
+    #[test]
+    fn kueue_view_reads_the_hold_from_the_workload_and_marks_from_the_trainjob() {
+        let wl = workload();
+        let view =
+            HeldView::read(&hold(), Mode::Kueue, &trainjob(), Some(&wl), false).expect("view");
+        assert_eq!(view.resource_version, "20", "Hold writes the Workload");
+        assert_eq!(view.hold.instance(), Some(4));
+        assert!(view.stopped, "active: false");
+        assert!(view.opened);
+        assert_eq!(view.attempt, 2);
+        assert!(view.ended);
+        let view =
+            HeldView::read(&Call::Open, Mode::Kueue, &trainjob(), Some(&wl), false).expect("view");
+        assert_eq!(view.resource_version, "10", "Open writes the TrainJob");
+    }
+
+    #[test]
+    fn plain_view_reads_everything_from_the_trainjob() {
+        let wl = workload();
+        let view =
+            HeldView::read(&hold(), Mode::Plain, &trainjob(), Some(&wl), true).expect("view");
+        assert_eq!(view.resource_version, "10");
+        assert_eq!(
+            view.hold,
+            HoldState::Absent,
+            "a Workload is ignored in plain mode"
+        );
+        assert!(view.stopped, "suspend: true");
+        assert!(view.pods_remain);
+    }
+
+    #[test]
+    fn a_read_without_resource_version_is_invalid() {
+        let tj = json!({"metadata": {}});
+        let err = HeldView::read(&hold(), Mode::Plain, &tj, None, false).expect_err("no rv");
+        assert_eq!(err.kind(), "Invalid");
+    }
+
+    #[test]
+    fn unreadable_hold_instance_is_a_hold_of_unknown_instance() {
+        let map = [(ANN_HOLD_INSTANCE.to_owned(), "three".to_owned())].into();
+        let state = HoldState::from_annotations(&map);
+        assert_eq!(
+            state,
+            HoldState::Unreadable {
+                value: "three".into()
+            }
+        );
+        assert!(state.is_held());
+        assert_eq!(state.instance(), None);
+        assert_eq!(state.seen(), Seen::Unreadable);
+        assert!(!HoldState::Absent.is_held());
+    }
+}
