@@ -6,3 +6,4 @@ pub mod classify;
 pub mod hold;
 pub mod mode;
 pub mod names;
+pub mod snapshot;
