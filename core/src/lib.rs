@@ -6,4 +6,5 @@ pub mod classify;
 pub mod hold;
 pub mod mode;
 pub mod names;
+pub mod policy;
 pub mod snapshot;

@@ -1,0 +1,171 @@
+//! Lenient readers of the few fields the policy looks at. Each takes any JSON value and never
+//! panics: a field of the wrong type reads as absent, with the defaults SPEC gives
+//! (`spec.suspend` absent = false, `spec.active` absent = true).
+
+use crate::names::{
+    ANN_HOLD_INSTANCE, ANN_OPENED, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, SNAPSHOT_SUFFIX,
+    is_controller_annotation,
+};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// One side (old or new) of a request, as the policy sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Doc<'a> {
+    /// Not sent, or `null`.
+    Missing,
+    /// Sent, but not a JSON object (the type's name).
+    Malformed(&'static str),
+    Object(&'a Map<String, Value>),
+}
+
+impl<'a> Doc<'a> {
+    pub(crate) fn of(v: Option<&'a Value>) -> Self {
+        match v {
+            None | Some(Value::Null) => Doc::Missing,
+            Some(Value::Object(m)) => Doc::Object(m),
+            Some(other) => Doc::Malformed(type_name(other)),
+        }
+    }
+
+    pub(crate) fn object(self) -> Option<&'a Map<String, Value>> {
+        match self {
+            Doc::Object(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Why this side cannot be read, for a "malformed" message.
+    pub(crate) fn problem(self) -> &'static str {
+        match self {
+            Doc::Missing => "missing",
+            Doc::Malformed(t) => t,
+            Doc::Object(_) => "an object",
+        }
+    }
+}
+
+pub(crate) fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn metadata(obj: &Map<String, Value>) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+fn metadata_map<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Map<String, Value>> {
+    metadata(obj)
+        .and_then(|m| m.get(key))
+        .and_then(Value::as_object)
+}
+
+/// `metadata.name` of any value, if it is an object with a string name.
+pub(crate) fn name(v: &Value) -> Option<&str> {
+    v.as_object().and_then(object_name)
+}
+
+/// `metadata.name` of an object, if it is a string.
+pub(crate) fn object_name(obj: &Map<String, Value>) -> Option<&str> {
+    metadata(obj)
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+}
+
+/// `metadata.annotations` when it is a map.
+pub(crate) fn annotations(obj: &Map<String, Value>) -> Option<&Map<String, Value>> {
+    metadata_map(obj, "annotations")
+}
+
+/// The controller annotations (`hold-*`, `opened`, `attempt`,
+/// `admitted-runtime-resource-version`) of an object, with their raw values.
+pub(crate) fn controller_annotations(obj: &Map<String, Value>) -> BTreeMap<&str, &Value> {
+    annotations(obj)
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| is_controller_annotation(k))
+        .map(|(k, v)| (k.as_str(), v))
+        .collect()
+}
+
+pub(crate) fn has_annotation(obj: &Map<String, Value>, key: &str) -> bool {
+    annotations(obj).is_some_and(|a| a.contains_key(key))
+}
+
+/// The hold in force: `holdfast.dev/hold-instance` is present (its presence is the hold).
+pub(crate) fn held(obj: &Map<String, Value>) -> bool {
+    has_annotation(obj, ANN_HOLD_INSTANCE)
+}
+
+/// The hold instance for messages.
+pub(crate) fn hold_instance(obj: &Map<String, Value>) -> String {
+    match annotations(obj).and_then(|a| a.get(ANN_HOLD_INSTANCE)) {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+pub(crate) fn opened(obj: &Map<String, Value>) -> bool {
+    has_annotation(obj, ANN_OPENED)
+}
+
+/// A label whose value is exactly the string `"true"`.
+pub(crate) fn label_true(obj: &Map<String, Value>, key: &str) -> bool {
+    metadata_map(obj, "labels")
+        .and_then(|l| l.get(key))
+        .is_some_and(|v| v.as_str() == Some("true"))
+}
+
+pub(crate) fn managed(obj: &Map<String, Value>) -> bool {
+    label_true(obj, LABEL_MANAGED)
+}
+
+pub(crate) fn snapshot_label(obj: &Map<String, Value>) -> bool {
+    label_true(obj, LABEL_RUNTIME_SNAPSHOT)
+}
+
+pub(crate) fn snapshot_name(name: &str) -> bool {
+    name.ends_with(SNAPSHOT_SUFFIX)
+}
+
+fn spec_field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get("spec")
+        .and_then(Value::as_object)
+        .and_then(|s| s.get(key))
+}
+
+/// `spec.suspend`, absent (or not a boolean) = false.
+pub(crate) fn suspended(obj: &Map<String, Value>) -> bool {
+    matches!(spec_field(obj, "suspend"), Some(Value::Bool(true)))
+}
+
+/// `spec.active`, absent = true; only an explicit `false` is inactive.
+pub(crate) fn active(obj: &Map<String, Value>) -> bool {
+    !matches!(spec_field(obj, "active"), Some(Value::Bool(false)))
+}
+
+/// A top-level or metadata member, with `null` and empty maps/lists read as absent (the
+/// apiserver omits empty ones, so `{}` and no field mean the same).
+pub(crate) fn normalized(v: Option<&Value>) -> Option<&Value> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(m)) if m.is_empty() => None,
+        Some(Value::Array(a)) if a.is_empty() => None,
+        Some(v) => Some(v),
+    }
+}
+
+pub(crate) fn top<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    normalized(obj.get(key))
+}
+
+pub(crate) fn meta<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    normalized(metadata(obj).and_then(|m| m.get(key)))
+}

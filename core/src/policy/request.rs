@@ -1,0 +1,281 @@
+//! AdmissionReview v1 on the wire, without kube's types: [`decode_review`] turns the request
+//! body into an [`AdmissionInput`] with a clear error for anything malformed, [`response`]
+//! builds the answer. The webhook server may equally decode with kube's
+//! `AdmissionReview<DynamicObject>` and convert; these exist so that the policy's whole path
+//! from bytes to answer is pure and fuzzed.
+
+use super::{AdmissionInput, Operation, Resource, UserInfo, Verdict};
+use json_patch::PatchOperation;
+use serde_json::{Map, Value, json};
+
+/// The only AdmissionReview version served (the apiserver sends the first version listed in
+/// the webhook's `admissionReviewVersions`; the chart lists only v1).
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+pub const KIND: &str = "AdmissionReview";
+
+/// Longest excerpt of a bad value quoted in an error.
+const QUOTE_MAX: usize = 64;
+
+/// A request body that is not a usable AdmissionReview v1.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed AdmissionReview: {problem}")]
+pub struct DecodeError {
+    /// `request.uid`, when it could be read: the answer can then name the request
+    /// ([`error_response`]); without it only an HTTP 400 is possible.
+    pub uid: Option<String>,
+    pub problem: Problem,
+}
+
+/// What is wrong with a request body.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("the body is not JSON: {0}")]
+    NotJson(String),
+    #[error("the body is {0}, not a JSON object")]
+    NotAnObject(&'static str),
+    #[error("apiVersion is {0}, expected \"admission.k8s.io/v1\"")]
+    WrongApiVersion(String),
+    #[error("kind is {0}, expected \"AdmissionReview\"")]
+    WrongKind(String),
+    #[error("request is missing")]
+    MissingRequest,
+    #[error("request.uid is missing or empty")]
+    MissingUid,
+    #[error("request.operation is {0}, expected CREATE, UPDATE, DELETE or CONNECT")]
+    BadOperation(String),
+    #[error("{field} {reason}")]
+    BadField { field: &'static str, reason: String },
+}
+
+/// A value as quoted in an error: JSON, cut short.
+fn quote(v: Option<&Value>) -> String {
+    match v {
+        None => "missing".to_owned(),
+        Some(v) => {
+            let s = v.to_string();
+            if s.chars().count() > QUOTE_MAX {
+                let cut: String = s.chars().take(QUOTE_MAX).collect();
+                format!("{cut}…")
+            } else {
+                s
+            }
+        }
+    }
+}
+
+fn bad(field: &'static str, reason: impl Into<String>) -> Problem {
+    Problem::BadField {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// An optional string member; `null` is absent.
+fn opt_str<'a>(
+    m: &'a Map<String, Value>,
+    key: &str,
+    field: &'static str,
+) -> Result<Option<&'a str>, Problem> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(bad(
+            field,
+            format!("is {}, expected a string", super::fields::type_name(other)),
+        )),
+    }
+}
+
+fn opt_object<'a>(
+    m: &'a Map<String, Value>,
+    key: &str,
+    field: &'static str,
+) -> Result<Option<&'a Map<String, Value>>, Problem> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(o)) => Ok(Some(o)),
+        Some(other) => Err(bad(
+            field,
+            format!("is {}, expected an object", super::fields::type_name(other)),
+        )),
+    }
+}
+
+/// Parses an AdmissionReview v1 request body into its `request.uid` and the policy's input.
+///
+/// Required: `apiVersion: admission.k8s.io/v1`, `kind: AdmissionReview`, `request` with a
+/// non-empty `uid`, `resource.resource`, `operation` and `userInfo`. Optional: `kind` (not
+/// used: the policy goes by resource), `resource.group` (core = ""), `subResource` ("" = none),
+/// `name` (empty on `generateName`), `namespace`, `userInfo.username`/`groups`, `object`,
+/// `oldObject` (`null` = absent; any JSON, judged by the policy), `dryRun`.
+pub fn decode_review(bytes: &[u8]) -> Result<(String, AdmissionInput), DecodeError> {
+    let no_uid = |problem| DecodeError { uid: None, problem };
+    let review: Value =
+        serde_json::from_slice(bytes).map_err(|e| no_uid(Problem::NotJson(e.to_string())))?;
+    let Value::Object(review) = review else {
+        return Err(no_uid(Problem::NotAnObject(super::fields::type_name(
+            &review,
+        ))));
+    };
+    let api_version = review.get("apiVersion");
+    if api_version.and_then(Value::as_str) != Some(API_VERSION) {
+        return Err(no_uid(Problem::WrongApiVersion(quote(api_version))));
+    }
+    let kind = review.get("kind");
+    if kind.and_then(Value::as_str) != Some(KIND) {
+        return Err(no_uid(Problem::WrongKind(quote(kind))));
+    }
+    let request = opt_object(&review, "request", "request")
+        .map_err(no_uid)?
+        .ok_or_else(|| no_uid(Problem::MissingRequest))?;
+    let uid = match request.get("uid") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        _ => return Err(no_uid(Problem::MissingUid)),
+    };
+    match decode_request(request) {
+        Ok(input) => Ok((uid, input)),
+        Err(problem) => Err(DecodeError {
+            uid: Some(uid),
+            problem,
+        }),
+    }
+}
+
+fn decode_request(request: &Map<String, Value>) -> Result<AdmissionInput, Problem> {
+    opt_object(request, "kind", "request.kind")?;
+    let resource = opt_object(request, "resource", "request.resource")?
+        .ok_or_else(|| bad("request.resource", "is missing"))?;
+    let group = opt_str(resource, "group", "request.resource.group")?.unwrap_or("");
+    let plural = opt_str(resource, "resource", "request.resource.resource")?
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| bad("request.resource.resource", "is missing or empty"))?;
+    let subresource = opt_str(request, "subResource", "request.subResource")?
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    let name = opt_str(request, "name", "request.name")?
+        .unwrap_or("")
+        .to_owned();
+    let namespace = opt_str(request, "namespace", "request.namespace")?
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    let op = request.get("operation");
+    let operation = op
+        .and_then(Value::as_str)
+        .and_then(Operation::from_admission)
+        .ok_or_else(|| Problem::BadOperation(quote(op)))?;
+    let user_info = opt_object(request, "userInfo", "request.userInfo")?
+        .ok_or_else(|| bad("request.userInfo", "is missing"))?;
+    let username = opt_str(user_info, "username", "request.userInfo.username")?
+        .unwrap_or("")
+        .to_owned();
+    let groups = match user_info.get("groups") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|g| g.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("request.userInfo.groups", "holds a non-string"))?,
+        Some(other) => {
+            return Err(bad(
+                "request.userInfo.groups",
+                format!("is {}, expected a list", super::fields::type_name(other)),
+            ));
+        }
+    };
+    let dry_run = match request.get("dryRun") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(bad(
+                "request.dryRun",
+                format!("is {}, expected a boolean", super::fields::type_name(other)),
+            ));
+        }
+    };
+    let side = |key: &str| request.get(key).filter(|v| !v.is_null()).cloned();
+    Ok(AdmissionInput {
+        operation,
+        resource: Resource::from_group_resource(group, plural),
+        subresource,
+        name,
+        namespace,
+        user: UserInfo { username, groups },
+        object: side("object"),
+        old_object: side("oldObject"),
+        dry_run,
+    })
+}
+
+fn review(response: Value) -> Value {
+    json!({ "apiVersion": API_VERSION, "kind": KIND, "response": response })
+}
+
+fn refusal(uid: &str, code: u16, reason: &str, message: &str, field: Option<&str>) -> Value {
+    let mut status = json!({
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    });
+    if let (Some(field), Some(s)) = (field, status.as_object_mut()) {
+        s.insert(
+            "details".to_owned(),
+            json!({ "causes": [{ "reason": "FieldValueForbidden", "field": field, "message": message }] }),
+        );
+    }
+    review(json!({ "uid": uid, "allowed": false, "status": status }))
+}
+
+/// The AdmissionReview v1 answer to request `uid`.
+///
+/// Allow: `allowed: true`, plus `patchType: JSONPatch` and the base64 patch when `patch` is
+/// not empty. Deny: `allowed: false`, `status` 403 `Forbidden` with the verdict's message and
+/// the field as the cause; a patch is never sent with a denial.
+pub fn response(uid: &str, verdict: &Verdict, patch: &[PatchOperation]) -> Value {
+    match verdict {
+        Verdict::Deny { field, message } => refusal(uid, 403, "Forbidden", message, Some(field)),
+        Verdict::Allow if patch.is_empty() => review(json!({ "uid": uid, "allowed": true })),
+        Verdict::Allow => match serde_json::to_vec(patch) {
+            Ok(bytes) => review(json!({
+                "uid": uid,
+                "allowed": true,
+                "patchType": "JSONPatch",
+                "patch": base64(&bytes),
+            })),
+            Err(e) => refusal(
+                uid,
+                500,
+                "InternalError",
+                &format!("holdfast could not encode its patch: {e}"),
+                None,
+            ),
+        },
+    }
+}
+
+/// The answer to a malformed review whose uid could be read: `allowed: false`, 400
+/// `BadRequest` with the problem. `None` when there is no uid to answer to; the server then
+/// answers HTTP 400 with the error's text.
+pub fn error_response(err: &DecodeError) -> Option<Value> {
+    let uid = err.uid.as_deref()?;
+    Some(refusal(uid, 400, "BadRequest", &err.to_string(), None))
+}
+
+/// Standard base64 with padding (RFC 4648 §4), as `AdmissionResponse.patch` wants.
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let sextet = |n: u32, shift: u32| char::from(ALPHABET[((n >> shift) & 63) as usize]);
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = |i: usize| u32::from(chunk.get(i).copied().unwrap_or(0));
+        let n = (b(0) << 16) | (b(1) << 8) | b(2);
+        out.push(sextet(n, 18));
+        out.push(sextet(n, 12));
+        out.push(if chunk.len() > 1 { sextet(n, 6) } else { '=' });
+        out.push(if chunk.len() > 2 { sextet(n, 0) } else { '=' });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

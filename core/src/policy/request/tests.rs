@@ -1,0 +1,269 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::policy::testkit::*;
+use json_patch::AddOperation;
+use jsonptr::PointerBuf;
+
+fn review_json() -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"},
+            "resource": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "resource": "trainjobs"},
+            "requestKind": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"},
+            "name": "mnist",
+            "namespace": "team-a",
+            "operation": "UPDATE",
+            "userInfo": {"username": "alice", "uid": "1", "groups": ["system:authenticated"]},
+            "object": tj(&[], &[], Some(true)),
+            "oldObject": tj(&[("holdfast.dev/hold-instance", "3")], &[], Some(true)),
+            "dryRun": true,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}
+        }
+    })
+}
+
+fn decode(v: &Value) -> Result<(String, AdmissionInput), DecodeError> {
+    decode_review(&serde_json::to_vec(v).unwrap())
+}
+
+fn problem(v: &Value) -> DecodeError {
+    decode(v).unwrap_err()
+}
+
+#[test]
+fn decodes_an_admission_review() {
+    let (uid, input) = decode(&review_json()).unwrap();
+    assert_eq!(uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(input.operation, Operation::Update);
+    assert_eq!(input.resource, Resource::TrainJob);
+    assert_eq!(input.subresource, None);
+    assert_eq!(input.name, "mnist");
+    assert_eq!(input.namespace.as_deref(), Some("team-a"));
+    assert_eq!(input.user.username, "alice");
+    assert_eq!(input.user.groups, vec!["system:authenticated".to_owned()]);
+    assert_eq!(input.object, Some(tj(&[], &[], Some(true))));
+    assert!(input.old_object.is_some());
+    assert!(input.dry_run);
+}
+
+#[test]
+fn decodes_the_minimal_delete_of_a_configmap() {
+    let v = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u", "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "mnist-runtime-snapshot", "namespace": "", "operation": "DELETE",
+            "userInfo": {"username": GC}, "object": null, "oldObject": cm("mnist-runtime-snapshot", &[]),
+            "subResource": ""
+        }
+    });
+    let (_, input) = decode(&v).unwrap();
+    assert_eq!(input.resource, Resource::ConfigMap);
+    assert_eq!(input.operation, Operation::Delete);
+    assert_eq!(input.object, None);
+    assert_eq!(input.namespace, None);
+    assert_eq!(input.subresource, None);
+    assert!(!input.dry_run);
+    assert!(input.user.groups.is_empty());
+}
+
+#[test]
+fn decodes_subresources_and_other_resources() {
+    let mut v = review_json();
+    v["request"]["subResource"] = json!("status");
+    v["request"]["resource"] =
+        json!({"group": "kueue.x-k8s.io", "version": "v1beta1", "resource": "workloads"});
+    let (_, input) = decode(&v).unwrap();
+    assert_eq!(input.subresource.as_deref(), Some("status"));
+    assert_eq!(input.resource, Resource::Workload);
+    v["request"]["resource"] = json!({"group": "apps", "version": "v1", "resource": "deployments"});
+    assert_eq!(
+        decode(&v).unwrap().1.resource,
+        Resource::Other {
+            group: "apps".into(),
+            resource: "deployments".into()
+        }
+    );
+}
+
+#[test]
+fn malformed_reviews_are_clear_errors() {
+    assert!(matches!(
+        decode_review(b"{").unwrap_err().problem,
+        Problem::NotJson(_)
+    ));
+    assert!(matches!(
+        decode_review(b"").unwrap_err().problem,
+        Problem::NotJson(_)
+    ));
+    assert_eq!(
+        decode_review(b"[1]").unwrap_err().problem,
+        Problem::NotAnObject("an array")
+    );
+
+    let mut v = review_json();
+    v["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let e = problem(&v);
+    assert_eq!(
+        e.to_string(),
+        "malformed AdmissionReview: apiVersion is \"admission.k8s.io/v1beta1\", expected \"admission.k8s.io/v1\""
+    );
+    assert_eq!(e.uid, None);
+
+    let mut v = review_json();
+    v.as_object_mut().unwrap().remove("apiVersion");
+    assert_eq!(
+        problem(&v).problem,
+        Problem::WrongApiVersion("missing".into())
+    );
+
+    let mut v = review_json();
+    v["kind"] = json!("Pod");
+    assert_eq!(problem(&v).problem, Problem::WrongKind("\"Pod\"".into()));
+
+    let mut v = review_json();
+    v.as_object_mut().unwrap().remove("request");
+    assert_eq!(problem(&v).problem, Problem::MissingRequest);
+
+    let mut v = review_json();
+    v["request"] = json!(null);
+    assert_eq!(problem(&v).problem, Problem::MissingRequest);
+
+    for uid in [json!(null), json!(""), json!(5)] {
+        let mut v = review_json();
+        v["request"]["uid"] = uid;
+        assert_eq!(problem(&v).problem, Problem::MissingUid);
+    }
+
+    let mut v = review_json();
+    v["request"]["operation"] = json!("PATCH");
+    let e = problem(&v);
+    assert_eq!(e.problem, Problem::BadOperation("\"PATCH\"".into()));
+    assert_eq!(
+        e.uid.as_deref(),
+        Some("705ab4f5-6393-11e8-b7cc-42010a800002")
+    );
+
+    let mut v = review_json();
+    v["request"]["operation"] = json!("x".repeat(1000));
+    assert!(problem(&v).to_string().len() < 200, "quotes are cut short");
+
+    let bad_fields: [(&str, Value, &str); 8] = [
+        ("resource", json!(null), "request.resource"),
+        (
+            "resource",
+            json!({"group": ""}),
+            "request.resource.resource",
+        ),
+        ("resource", json!("configmaps"), "request.resource"),
+        ("userInfo", json!(null), "request.userInfo"),
+        (
+            "userInfo",
+            json!({"username": 1}),
+            "request.userInfo.username",
+        ),
+        (
+            "userInfo",
+            json!({"username": "a", "groups": [1]}),
+            "request.userInfo.groups",
+        ),
+        ("dryRun", json!("yes"), "request.dryRun"),
+        ("name", json!(["x"]), "request.name"),
+    ];
+    for (key, value, want) in bad_fields {
+        let mut v = review_json();
+        v["request"][key] = value;
+        match problem(&v).problem {
+            Problem::BadField { field, .. } => assert_eq!(field, want),
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn allow_without_patch() {
+    assert_eq!(
+        response("u1", &Verdict::Allow, &[]),
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u1", "allowed": true}})
+    );
+}
+
+#[test]
+fn allow_with_patch_is_base64_json_patch() {
+    let patch = vec![PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(["spec", "suspend"]),
+        value: json!(true),
+    })];
+    let r = response("u2", &Verdict::Allow, &patch);
+    assert_eq!(r["response"]["allowed"], json!(true));
+    assert_eq!(r["response"]["patchType"], json!("JSONPatch"));
+    let encoded = r["response"]["patch"].as_str().unwrap();
+    assert_eq!(
+        encoded,
+        base64(br#"[{"op":"add","path":"/spec/suspend","value":true}]"#)
+    );
+    assert_eq!(
+        encoded,
+        "W3sib3AiOiJhZGQiLCJwYXRoIjoiL3NwZWMvc3VzcGVuZCIsInZhbHVlIjp0cnVlfV0="
+    );
+}
+
+#[test]
+fn deny_is_403_forbidden_naming_the_field() {
+    let v = Verdict::Deny {
+        field: "spec.suspend".into(),
+        message: "no".into(),
+    };
+    let r = response("u3", &v, &[]);
+    assert_eq!(r["response"]["uid"], json!("u3"));
+    assert_eq!(r["response"]["allowed"], json!(false));
+    assert_eq!(r["response"]["status"]["code"], json!(403));
+    assert_eq!(r["response"]["status"]["reason"], json!("Forbidden"));
+    assert_eq!(r["response"]["status"]["message"], json!("no"));
+    assert_eq!(
+        r["response"]["status"]["details"]["causes"][0]["field"],
+        json!("spec.suspend")
+    );
+    assert!(r["response"].get("patch").is_none());
+}
+
+#[test]
+fn malformed_review_with_a_uid_gets_a_400_answer() {
+    let mut v = review_json();
+    v["request"]["operation"] = json!(1);
+    let e = problem(&v);
+    let r = error_response(&e).unwrap();
+    assert_eq!(r["response"]["allowed"], json!(false));
+    assert_eq!(r["response"]["status"]["code"], json!(400));
+    assert_eq!(r["response"]["status"]["reason"], json!("BadRequest"));
+    assert!(error_response(&decode_review(b"nope").unwrap_err()).is_none());
+}
+
+#[test]
+fn base64_matches_rfc_4648_vectors() {
+    for (plain, encoded) in [
+        ("", ""),
+        ("f", "Zg=="),
+        ("fo", "Zm8="),
+        ("foo", "Zm9v"),
+        ("foob", "Zm9vYg=="),
+        ("fooba", "Zm9vYmE="),
+        ("foobar", "Zm9vYmFy"),
+    ] {
+        assert_eq!(base64(plain.as_bytes()), encoded);
+    }
+    assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
+}
+
+#[test]
+fn decoded_review_runs_through_the_policy() {
+    let (uid, input) = decode(&review_json()).unwrap();
+    let patch = crate::policy::mutate(&input, &who(), crate::mode::Mode::Plain, None);
+    assert_eq!(patch.len(), 1, "the dropped hold-instance is restored");
+    let r = response(&uid, &Verdict::Allow, &patch);
+    assert_eq!(r["response"]["patchType"], json!("JSONPatch"));
+}

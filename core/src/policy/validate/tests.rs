@@ -1,0 +1,781 @@
+#![allow(clippy::unwrap_used)]
+
+use super::validate;
+use crate::mode::Mode;
+use crate::names::{
+    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION as ADMITTED, ANN_ATTEMPT, ANN_HOLD_INSTANCE,
+    ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT,
+};
+use crate::policy::testkit::*;
+use crate::policy::{Operation, Resource, Verdict};
+use serde_json::{Value, json};
+
+const BOTH: &[Mode] = &[Mode::Plain, Mode::Kueue];
+const PLAIN: &[Mode] = &[Mode::Plain];
+const KUEUE_MODE: &[Mode] = &[Mode::Kueue];
+const NOBODY: &[&str] = &[];
+
+const SNAP: &str = "mnist-runtime-snapshot";
+const SNAP_LABEL: (&str, &str) = (LABEL_RUNTIME_SNAPSHOT, "true");
+const MANAGED: (&str, &str) = (LABEL_MANAGED, "true");
+const HOLD: (&str, &str) = (ANN_HOLD_INSTANCE, "3");
+
+/// One row: a request, run as every identity in `EVERYONE` in each of `modes`; allowed
+/// exactly for the identities in `allowed`.
+struct Case {
+    name: &'static str,
+    modes: &'static [Mode],
+    resource: Resource,
+    op: Operation,
+    subresource: Option<&'static str>,
+    old: Option<Value>,
+    new: Option<Value>,
+    allowed: &'static [&'static str],
+}
+
+fn case(
+    name: &'static str,
+    modes: &'static [Mode],
+    resource: Resource,
+    op: Operation,
+    old: Option<Value>,
+    new: Option<Value>,
+    allowed: &'static [&'static str],
+) -> Case {
+    Case {
+        name,
+        modes,
+        resource,
+        op,
+        subresource: None,
+        old,
+        new,
+        allowed,
+    }
+}
+
+fn ann(v: &Value, k: &str, val: &str) -> Value {
+    with(v, |v| v["metadata"]["annotations"][k] = json!(val))
+}
+fn drop_ann(v: &Value, k: &str) -> Value {
+    with(v, |v| {
+        v["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(k);
+    })
+}
+fn suspend(v: &Value, s: Option<bool>) -> Value {
+    with(v, |v| {
+        let spec = v["spec"].as_object_mut().unwrap();
+        match s {
+            Some(s) => spec.insert("suspend".into(), json!(s)),
+            None => spec.remove("suspend"),
+        };
+    })
+}
+fn active(v: &Value, a: Option<bool>) -> Value {
+    with(v, |v| {
+        let spec = v["spec"].as_object_mut().unwrap();
+        match a {
+            Some(a) => spec.insert("active".into(), json!(a)),
+            None => spec.remove("active"),
+        };
+    })
+}
+
+#[rustfmt::skip]
+fn table() -> Vec<Case> {
+    use Operation::*;
+    use Resource::{ConfigMap as CM, TrainJob as TJ, Workload as WL};
+    let snap = cm(SNAP, &[SNAP_LABEL]);
+    let snap_by_name = cm(SNAP, &[]);
+    let snap_by_label = cm("mnist-runtime", &[SNAP_LABEL]);
+    let plain_cm = cm("settings", &[("app", "x")]);
+    let job = tj(&[], &[], None);
+    let held_job = tj(&[HOLD, (ANN_HOLD_REASON, "node lost")], &[], Some(true));
+    let gated = tj(&[], &[MANAGED], Some(true));
+    let opened = tj(&[(ANN_OPENED, "true")], &[MANAGED], Some(true));
+    let workload = wl(&[], None);
+    let held_wl = wl(&[HOLD], Some(false));
+
+    vec![
+        // --- snapshot ConfigMaps: create
+        case("create snapshot (name and label)", BOTH, CM, Create, None, Some(snap.clone()), &[CONTROLLER, TRAINER]),
+        case("create snapshot (name only, as Trainer writes it)", BOTH, CM, Create, None, Some(snap_by_name.clone()), &[CONTROLLER, TRAINER]),
+        case("create snapshot (label only)", BOTH, CM, Create, None, Some(snap_by_label.clone()), &[CONTROLLER, TRAINER]),
+        case("create an ordinary ConfigMap", BOTH, CM, Create, None, Some(plain_cm.clone()), &EVERYONE),
+        // --- snapshot ConfigMaps: update
+        case("update snapshot metadata (adopt: add provenance)", BOTH, CM, Update, Some(snap_by_name.clone()), Some(with(&snap_by_name, |v| { v["metadata"]["annotations"] = json!({"holdfast.dev/runtime-uid": "r-1"}) })), &[CONTROLLER]),
+        case("update snapshot data", BOTH, CM, Update, Some(snap.clone()), Some(with(&snap, |v| { v["data"]["runtime"] = json!("kind: Evil\n") })), NOBODY),
+        case("update snapshot binaryData", BOTH, CM, Update, Some(snap.clone()), Some(with(&snap, |v| v["binaryData"] = json!({"x": "AA=="}))), NOBODY),
+        case("update snapshot: drop the data", BOTH, CM, Update, Some(snap.clone()), Some(with(&snap, |v| { v.as_object_mut().unwrap().remove("data"); })), NOBODY),
+        case("update snapshot: orphan (drop ownerReferences)", BOTH, CM, Update, Some(snap.clone()), Some(with(&snap, |v| { v["metadata"].as_object_mut().unwrap().remove("ownerReferences"); })), &[CONTROLLER, GC, NS]),
+        case("update snapshot: remove the foregroundDeletion finalizer", BOTH, CM, Update, Some(with(&snap, |v| { v["metadata"]["finalizers"] = json!(["foregroundDeletion"]) })), Some(snap.clone()), &[CONTROLLER, GC, NS]),
+        case("update snapshot: a no-op", BOTH, CM, Update, Some(snap.clone()), Some(snap.clone()), &[CONTROLLER, GC, NS]),
+        case("update snapshot: drop the label (name is not a snapshot's)", BOTH, CM, Update, Some(snap_by_label.clone()), Some(cm("mnist-runtime", &[])), &[CONTROLLER]),
+        case("update snapshot: add a label", BOTH, CM, Update, Some(snap.clone()), Some(with(&snap, |v| v["metadata"]["labels"]["x"] = json!("y"))), &[CONTROLLER]),
+        case("update an ordinary ConfigMap into a labelled snapshot", BOTH, CM, Update, Some(plain_cm.clone()), Some(with(&plain_cm, |v| { v["metadata"]["labels"][LABEL_RUNTIME_SNAPSHOT] = json!("true") })), &[CONTROLLER]),
+        case("update an ordinary ConfigMap", BOTH, CM, Update, Some(plain_cm.clone()), Some(with(&plain_cm, |v| v["data"]["runtime"] = json!("x"))), &EVERYONE),
+        // --- snapshot ConfigMaps: delete, connect
+        case("delete snapshot", BOTH, CM, Delete, Some(snap.clone()), None, &[CONTROLLER, GC, NS]),
+        case("delete snapshot (label only)", BOTH, CM, Delete, Some(snap_by_label.clone()), None, &[CONTROLLER, GC, NS]),
+        case("delete an ordinary ConfigMap", BOTH, CM, Delete, Some(plain_cm.clone()), None, &EVERYONE),
+        case("connect to a snapshot", BOTH, CM, Connect, None, None, &EVERYONE),
+        // --- snapshot ConfigMaps: malformed
+        case("create a ConfigMap without object", BOTH, CM, Create, None, None, &[CONTROLLER, TRAINER]),
+        case("update a ConfigMap without oldObject", BOTH, CM, Update, None, Some(plain_cm.clone()), NOBODY),
+        case("update a ConfigMap whose oldObject is a number", BOTH, CM, Update, Some(json!(7)), Some(plain_cm.clone()), NOBODY),
+        case("delete a ConfigMap without oldObject", BOTH, CM, Delete, None, None, &[CONTROLLER, GC, NS]),
+        // --- controller annotations on TrainJobs
+        case("add hold-instance to a TrainJob", BOTH, TJ, Update, Some(job.clone()), Some(ann(&job, ANN_HOLD_INSTANCE, "1")), &[CONTROLLER]),
+        case("add a new hold-* annotation", BOTH, TJ, Update, Some(job.clone()), Some(ann(&job, "holdfast.dev/hold-by", "me")), &[CONTROLLER]),
+        case("change hold-instance", BOTH, TJ, Update, Some(held_job.clone()), Some(ann(&held_job, ANN_HOLD_INSTANCE, "9")), &[CONTROLLER]),
+        case("remove hold-reason (not restored)", BOTH, TJ, Update, Some(held_job.clone()), Some(drop_ann(&held_job, ANN_HOLD_REASON)), &[CONTROLLER]),
+        case("change attempt", BOTH, TJ, Update, Some(ann(&job, ANN_ATTEMPT, "1")), Some(ann(&job, ANN_ATTEMPT, "2")), &[CONTROLLER]),
+        case("add opened", BOTH, TJ, Update, Some(job.clone()), Some(ann(&job, ANN_OPENED, "true")), &[CONTROLLER]),
+        case("add admitted-runtime-resource-version after create", BOTH, TJ, Update, Some(job.clone()), Some(ann(&job, ADMITTED, "42")), &[CONTROLLER]),
+        case("change admitted-runtime-resource-version", BOTH, TJ, Update, Some(ann(&job, ADMITTED, "41")), Some(ann(&job, ADMITTED, "42")), &[CONTROLLER]),
+        case("change someone else's annotation on a held TrainJob", BOTH, TJ, Update, Some(held_job.clone()), Some(ann(&held_job, "example.com/owner", "bob")), &EVERYONE),
+        case("add an annotation that only looks like ours", BOTH, TJ, Update, Some(job.clone()), Some(ann(&job, "example.com/hold-instance", "1")), &EVERYONE),
+        case("create a TrainJob with a hold", BOTH, TJ, Create, None, Some(held_job.clone()), &[CONTROLLER]),
+        case("create a TrainJob already opened", BOTH, TJ, Create, None, Some(ann(&job, ANN_OPENED, "true")), &[CONTROLLER]),
+        case("create a TrainJob with an attempt", BOTH, TJ, Create, None, Some(ann(&job, ANN_ATTEMPT, "5")), &[CONTROLLER]),
+        case("create a TrainJob with admitted-runtime-resource-version (set by the mutating side)", BOTH, TJ, Create, None, Some(ann(&job, ADMITTED, "42")), &EVERYONE),
+        case("create an ordinary TrainJob", BOTH, TJ, Create, None, Some(job.clone()), &EVERYONE),
+        case("delete a held TrainJob", BOTH, TJ, Delete, Some(held_job.clone()), None, &EVERYONE),
+        case("create a TrainJob that is a number", BOTH, TJ, Create, None, Some(json!(3)), &[CONTROLLER]),
+        case("update a TrainJob without oldObject (plain)", PLAIN, TJ, Update, None, Some(job.clone()), &[CONTROLLER]),
+        case("update a TrainJob without oldObject (kueue: even the controller's suspend cannot be checked)", KUEUE_MODE, TJ, Update, None, Some(job.clone()), NOBODY),
+        case("update a TrainJob whose object is an array", PLAIN, TJ, Update, Some(job.clone()), Some(json!([job.clone()])), &[CONTROLLER]),
+        // --- controller annotations on Workloads
+        case("add hold-instance to a Workload", BOTH, WL, Update, Some(workload.clone()), Some(ann(&workload, ANN_HOLD_INSTANCE, "1")), &[CONTROLLER]),
+        case("change hold-placed-at on a Workload", BOTH, WL, Update, Some(ann(&held_wl, ANN_HOLD_PLACED_AT, "2026-11-29T12:00:00Z")), Some(ann(&held_wl, ANN_HOLD_PLACED_AT, "2027-01-01T00:00:00Z")), &[CONTROLLER]),
+        case("create a Workload with a hold", BOTH, WL, Create, None, Some(held_wl.clone()), &[CONTROLLER]),
+        case("create a Workload with admitted-runtime-resource-version", BOTH, WL, Create, None, Some(ann(&workload, ADMITTED, "1")), &[CONTROLLER]),
+        case("create an ordinary Workload", BOTH, WL, Create, None, Some(workload.clone()), &EVERYONE),
+        case("delete a held Workload", BOTH, WL, Delete, Some(held_wl.clone()), None, &EVERYONE),
+        // --- kueue mode: spec.suspend belongs to Kueue
+        case("kueue: suspend a TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(false))), Some(suspend(&job, Some(true))), &[KUEUE]),
+        case("kueue: unsuspend a TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&job, Some(false))), &[KUEUE]),
+        case("kueue: suspend absent to true", KUEUE_MODE, TJ, Update, Some(job.clone()), Some(suspend(&job, Some(true))), &[KUEUE]),
+        case("kueue: suspend absent to false is no change", KUEUE_MODE, TJ, Update, Some(job.clone()), Some(suspend(&job, Some(false))), &EVERYONE),
+        case("kueue: unsuspend a managed TrainJob at its gate", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(suspend(&gated, Some(false))), &[KUEUE]),
+        case("kueue: create an unsuspended TrainJob", KUEUE_MODE, TJ, Create, None, Some(suspend(&job, Some(false))), &EVERYONE),
+        case("kueue: create an unsuspended managed TrainJob", KUEUE_MODE, TJ, Create, None, Some(suspend(&gated, Some(false))), &EVERYONE),
+        case("kueue: controller writes opened without touching suspend", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(ann(&gated, ANN_OPENED, "true")), &[CONTROLLER]),
+        // --- kueue mode: a held Workload stays inactive
+        case("kueue: reactivate a held Workload", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, Some(true))), &[CONTROLLER]),
+        case("kueue: reactivate a held Workload by dropping spec.active", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, None)), &[CONTROLLER]),
+        case("kueue: release (reactivate and drop the hold)", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(active(&drop_ann(&held_wl, ANN_HOLD_INSTANCE), Some(true))), &[CONTROLLER]),
+        case("kueue: other spec edits of a held Workload", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(with(&held_wl, |v| v["spec"]["priority"] = json!(5))), &EVERYONE),
+        case("kueue: reactivate a Workload Kueue deactivated itself", KUEUE_MODE, WL, Update, Some(active(&workload, Some(false))), Some(active(&workload, Some(true))), &EVERYONE),
+        case("kueue: deactivate a Workload", KUEUE_MODE, WL, Update, Some(workload.clone()), Some(active(&workload, Some(false))), &EVERYONE),
+        case("kueue: suspend a held TrainJob in plain terms is Kueue's", KUEUE_MODE, TJ, Update, Some(held_job.clone()), Some(suspend(&held_job, Some(false))), &[KUEUE]),
+        // --- plain mode: holds and the start gate
+        case("plain: unsuspend a held TrainJob", PLAIN, TJ, Update, Some(held_job.clone()), Some(suspend(&held_job, Some(false))), &[CONTROLLER]),
+        case("plain: unsuspend a held TrainJob by dropping spec.suspend", PLAIN, TJ, Update, Some(held_job.clone()), Some(suspend(&held_job, None)), &[CONTROLLER]),
+        case("plain: release a hold (unsuspend, drop annotations)", PLAIN, TJ, Update, Some(held_job.clone()), Some(suspend(&drop_ann(&drop_ann(&held_job, ANN_HOLD_INSTANCE), ANN_HOLD_REASON), Some(false))), &[CONTROLLER]),
+        case("plain: other spec edits of a held TrainJob", PLAIN, TJ, Update, Some(held_job.clone()), Some(with(&held_job, |v| v["spec"]["labels"] = json!({"a": "b"}))), &EVERYONE),
+        case("plain: suspend a TrainJob", PLAIN, TJ, Update, Some(job.clone()), Some(suspend(&job, Some(true))), &EVERYONE),
+        case("plain: unsuspend an unmanaged TrainJob", PLAIN, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&job, Some(false))), &EVERYONE),
+        case("plain: unsuspend a managed TrainJob at its closed gate", PLAIN, TJ, Update, Some(gated.clone()), Some(suspend(&gated, Some(false))), &[CONTROLLER]),
+        case("plain: unsuspend at the gate while dropping the label", PLAIN, TJ, Update, Some(gated.clone()), Some(suspend(&tj(&[], &[], None), Some(false))), &[CONTROLLER]),
+        case("plain: unsuspend a suspended TrainJob while labelling it managed", PLAIN, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&gated, Some(false))), &[CONTROLLER]),
+        case("plain: drop the managed label at the closed gate", PLAIN, TJ, Update, Some(gated.clone()), Some(tj(&[], &[], Some(true))), &[CONTROLLER]),
+        case("plain: set the managed label to false at the closed gate", PLAIN, TJ, Update, Some(gated.clone()), Some(tj(&[], &[(LABEL_MANAGED, "false")], Some(true))), &[CONTROLLER]),
+        case("plain: drop the managed label once opened", PLAIN, TJ, Update, Some(opened.clone()), Some(tj(&[(ANN_OPENED, "true")], &[], Some(true))), &EVERYONE),
+        case("plain: unsuspend an opened managed TrainJob (suspended by its owner)", PLAIN, TJ, Update, Some(opened.clone()), Some(suspend(&opened, Some(false))), &EVERYONE),
+        case("plain: suspend an opened managed TrainJob", PLAIN, TJ, Update, Some(suspend(&opened, Some(false))), Some(opened.clone()), &EVERYONE),
+        case("plain: create a managed TrainJob suspended", PLAIN, TJ, Create, None, Some(gated.clone()), &EVERYONE),
+        case("plain: create a managed TrainJob unsuspended", PLAIN, TJ, Create, None, Some(suspend(&gated, Some(false))), &[CONTROLLER]),
+        case("plain: create a managed TrainJob without spec.suspend", PLAIN, TJ, Create, None, Some(suspend(&gated, None)), &[CONTROLLER]),
+        case("plain: spec.active of a held Workload is not the hold", PLAIN, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, Some(true))), &EVERYONE),
+        case("plain: garbage spec.suspend reads as false", PLAIN, TJ, Update, Some(held_job.clone()), Some(with(&held_job, |v| v["spec"]["suspend"] = json!("true"))), &[CONTROLLER]),
+        // --- everything else
+        case("a Pod", BOTH, Resource::Other { group: "".into(), resource: "pods".into(), }, Create, None, Some(json!({"metadata": {"annotations": {ANN_HOLD_INSTANCE: "1"}}})), &EVERYONE),
+        case("a TrainingRuntime edit", BOTH, Resource::Other { group: "trainer.kubeflow.org".into(), resource: "clustertrainingruntimes".into(), }, Update, Some(json!({})), Some(json!({"spec": {}})), &EVERYONE),
+        Case { subresource: Some("status"), ..case("status writes (the apiserver keeps metadata and spec)", BOTH, TJ, Update, Some(held_job.clone()), Some(suspend(&drop_ann(&held_job, ANN_HOLD_INSTANCE), Some(false))), &EVERYONE) },
+        Case { subresource: Some("status"), ..case("Workload status writes", BOTH, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, Some(true))), &EVERYONE) },
+    ]
+}
+
+#[test]
+fn every_rule_for_every_identity_in_both_modes() {
+    let who = who();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for c in table() {
+        for &mode in c.modes {
+            for user in EVERYONE {
+                let mut i = input(
+                    c.resource.clone(),
+                    c.op,
+                    user,
+                    c.old.as_ref(),
+                    c.new.as_ref(),
+                );
+                i.subresource = c.subresource.map(str::to_owned);
+                let verdict = validate(&i, &who, mode);
+                let want = c.allowed.contains(&user);
+                checked += 1;
+                if verdict.is_allowed() != want {
+                    failures.push(format!(
+                        "{} [{mode}] as {user}: want {}, got {verdict:?}",
+                        c.name,
+                        if want { "allow" } else { "deny" }
+                    ));
+                }
+                if let Verdict::Deny { field, message } = &verdict {
+                    assert!(!field.is_empty(), "{}: empty field", c.name);
+                    assert!(
+                        message.contains(user),
+                        "{}: message does not name {user}: {message}",
+                        c.name
+                    );
+                }
+            }
+        }
+    }
+    assert!(checked >= 800, "the table ran only {checked} checks");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn verdict(
+    resource: Resource,
+    op: Operation,
+    user: &str,
+    mode: Mode,
+    old: Option<&Value>,
+    new: Option<&Value>,
+) -> Verdict {
+    validate(&input(resource, op, user, old, new), &who(), mode)
+}
+
+fn denied(v: &Verdict) -> (String, String) {
+    match v {
+        Verdict::Deny { field, message } => (field.clone(), message.clone()),
+        Verdict::Allow => panic!("expected a denial"),
+    }
+}
+
+#[test]
+fn plain_user_cannot_delete_snapshot() {
+    let s = cm(SNAP, &[SNAP_LABEL]);
+    let v = verdict(
+        Resource::ConfigMap,
+        Operation::Delete,
+        ALICE,
+        Mode::Plain,
+        Some(&s),
+        None,
+    );
+    let (_, message) = denied(&v);
+    assert!(
+        message.contains(GC) && message.contains(NS) && message.contains(CONTROLLER),
+        "{message}"
+    );
+}
+
+#[test]
+fn gc_may_delete_snapshot() {
+    let s = cm(SNAP, &[SNAP_LABEL]);
+    assert!(
+        verdict(
+            Resource::ConfigMap,
+            Operation::Delete,
+            GC,
+            Mode::Plain,
+            Some(&s),
+            None
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn namespace_controller_may_delete_snapshot() {
+    let s = cm(SNAP, &[]);
+    assert!(
+        verdict(
+            Resource::ConfigMap,
+            Operation::Delete,
+            NS,
+            Mode::Kueue,
+            Some(&s),
+            None
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn trainer_may_create_snapshot_but_not_rewrite_or_delete_it() {
+    let s = cm(SNAP, &[]);
+    assert!(
+        verdict(
+            Resource::ConfigMap,
+            Operation::Create,
+            TRAINER,
+            Mode::Plain,
+            None,
+            Some(&s)
+        )
+        .is_allowed()
+    );
+    let edited = with(&s, |v| v["data"]["runtime"] = json!("kind: Other\n"));
+    assert!(
+        !verdict(
+            Resource::ConfigMap,
+            Operation::Update,
+            TRAINER,
+            Mode::Plain,
+            Some(&s),
+            Some(&edited)
+        )
+        .is_allowed()
+    );
+    assert!(
+        !verdict(
+            Resource::ConfigMap,
+            Operation::Delete,
+            TRAINER,
+            Mode::Plain,
+            Some(&s),
+            None
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn renamed_snapshot_is_still_protected_by_label() {
+    // A labelled snapshot whose name does not end in -runtime-snapshot, e.g. one a user
+    // copied under another name, or a request that names something else.
+    let labelled = cm("mnist-copy", &[SNAP_LABEL]);
+    for op in [Operation::Create, Operation::Delete] {
+        let (old, new) = match op {
+            Operation::Create => (None, Some(&labelled)),
+            _ => (Some(&labelled), None),
+        };
+        let v = verdict(Resource::ConfigMap, op, ALICE, Mode::Plain, old, new);
+        assert!(
+            denied(&v)
+                .1
+                .contains("label holdfast.dev/runtime-snapshot=true"),
+            "{v:?}"
+        );
+    }
+    let edited = with(&labelled, |v| v["data"]["runtime"] = json!("x"));
+    assert!(
+        !verdict(
+            Resource::ConfigMap,
+            Operation::Update,
+            ALICE,
+            Mode::Plain,
+            Some(&labelled),
+            Some(&edited)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn label_dropped_snapshot_still_protected_by_name() {
+    let s = cm(SNAP, &[SNAP_LABEL]);
+    let unlabelled = cm(SNAP, &[]);
+    let v = verdict(
+        Resource::ConfigMap,
+        Operation::Update,
+        ALICE,
+        Mode::Plain,
+        Some(&s),
+        Some(&unlabelled),
+    );
+    assert!(denied(&v).1.contains("ends in -runtime-snapshot"), "{v:?}");
+    // And the other way: a labelled old object keeps protecting a differently named request.
+    let mut i = input(
+        Resource::ConfigMap,
+        Operation::Update,
+        ALICE,
+        Some(&cm("x", &[SNAP_LABEL])),
+        Some(&cm("x", &[])),
+    );
+    i.name = "x".into();
+    assert!(!validate(&i, &who(), Mode::Plain).is_allowed());
+}
+
+#[test]
+fn snapshot_is_never_rewritten_even_by_controller() {
+    let s = cm(SNAP, &[SNAP_LABEL]);
+    let rewritten = with(&s, |v| {
+        v["data"]["runtime"] = json!("kind: ClusterTrainingRuntime\nspec: {}\n")
+    });
+    let (field, message) = denied(&verdict(
+        Resource::ConfigMap,
+        Operation::Update,
+        CONTROLLER,
+        Mode::Plain,
+        Some(&s),
+        Some(&rewritten),
+    ));
+    assert_eq!(field, "data");
+    assert!(message.contains("never rewritten"), "{message}");
+}
+
+#[test]
+fn controller_may_adopt_a_snapshot_trainer_wrote() {
+    let trainers = cm(SNAP, &[]);
+    let adopted = with(&trainers, |v| {
+        v["metadata"]["labels"][LABEL_RUNTIME_SNAPSHOT] = json!("true");
+        v["metadata"]["annotations"] = json!({"holdfast.dev/runtime-sha256": "ab"});
+    });
+    assert!(
+        verdict(
+            Resource::ConfigMap,
+            Operation::Update,
+            CONTROLLER,
+            Mode::Plain,
+            Some(&trainers),
+            Some(&adopted)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn gc_may_orphan_a_snapshot_but_not_edit_it() {
+    let s = cm(SNAP, &[SNAP_LABEL]);
+    let orphaned = with(&s, |v| v["metadata"]["ownerReferences"] = json!([]));
+    assert!(
+        verdict(
+            Resource::ConfigMap,
+            Operation::Update,
+            GC,
+            Mode::Plain,
+            Some(&s),
+            Some(&orphaned)
+        )
+        .is_allowed()
+    );
+    let relabelled = with(&orphaned, |v| v["metadata"]["labels"] = json!({}));
+    let (field, _) = denied(&verdict(
+        Resource::ConfigMap,
+        Operation::Update,
+        GC,
+        Mode::Plain,
+        Some(&s),
+        Some(&relabelled),
+    ));
+    assert_eq!(field, "metadata.labels");
+}
+
+#[test]
+fn user_cannot_forge_a_hold_on_create() {
+    let forged = tj(&[HOLD], &[], Some(true));
+    let (field, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Create,
+        ALICE,
+        Mode::Plain,
+        None,
+        Some(&forged),
+    ));
+    assert_eq!(field, "metadata.annotations[holdfast.dev/hold-instance]");
+    assert!(message.contains("may not add it"), "{message}");
+}
+
+#[test]
+fn deny_message_names_field_and_who_may_change_it() {
+    let old = tj(&[HOLD], &[], Some(true));
+    let new = tj(&[(ANN_HOLD_INSTANCE, "4")], &[], Some(true));
+    let (field, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Mode::Plain,
+        Some(&old),
+        Some(&new),
+    ));
+    assert_eq!(field, "metadata.annotations[holdfast.dev/hold-instance]");
+    assert_eq!(
+        message,
+        "metadata.annotations[holdfast.dev/hold-instance] of TrainJob team-a/mnist is written only by \
+         the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller); \
+         user alice may not change it from \"3\" to \"4\""
+    );
+}
+
+#[test]
+fn dropped_annotation_that_was_not_restored_is_denied_as_removal() {
+    let old = tj(&[(ANN_OPENED, "true")], &[], None);
+    let new = tj(&[], &[], None);
+    let (_, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Update,
+        KUEUE,
+        Mode::Plain,
+        Some(&old),
+        Some(&new),
+    ));
+    assert!(message.contains("may not remove it"), "{message}");
+}
+
+#[test]
+fn kueue_mode_user_cannot_flip_suspend() {
+    let old = tj(&[], &[], Some(true));
+    let new = tj(&[], &[], Some(false));
+    let (field, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Mode::Kueue,
+        Some(&old),
+        Some(&new),
+    ));
+    assert_eq!(field, "spec.suspend");
+    assert!(
+        message.contains(KUEUE) && message.contains("owned by Kueue"),
+        "{message}"
+    );
+}
+
+#[test]
+fn kueue_mode_controller_cannot_flip_suspend() {
+    let old = tj(&[], &[], Some(false));
+    let new = tj(&[], &[], Some(true));
+    assert!(
+        !verdict(
+            Resource::TrainJob,
+            Operation::Update,
+            CONTROLLER,
+            Mode::Kueue,
+            Some(&old),
+            Some(&new)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn kueue_may_flip_suspend() {
+    let old = tj(&[], &[MANAGED], Some(true));
+    let new = tj(&[], &[MANAGED], Some(false));
+    assert!(
+        verdict(
+            Resource::TrainJob,
+            Operation::Update,
+            KUEUE,
+            Mode::Kueue,
+            Some(&old),
+            Some(&new)
+        )
+        .is_allowed()
+    );
+    assert!(
+        verdict(
+            Resource::TrainJob,
+            Operation::Update,
+            KUEUE,
+            Mode::Kueue,
+            Some(&new),
+            Some(&old)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn kueue_may_not_touch_hold_annotations_while_flipping_suspend() {
+    let old = tj(&[HOLD], &[], Some(false));
+    let new = tj(&[], &[], Some(true));
+    assert!(
+        !verdict(
+            Resource::TrainJob,
+            Operation::Update,
+            KUEUE,
+            Mode::Kueue,
+            Some(&old),
+            Some(&new)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn held_workload_cannot_be_reactivated() {
+    let held = wl(&[HOLD], Some(false));
+    let reactivated = wl(&[HOLD], Some(true));
+    for user in [ALICE, KUEUE, TRAINER, GC] {
+        let (field, message) = denied(&verdict(
+            Resource::Workload,
+            Operation::Update,
+            user,
+            Mode::Kueue,
+            Some(&held),
+            Some(&reactivated),
+        ));
+        assert_eq!(field, "spec.active");
+        assert!(message.contains("hold 3"), "{message}");
+    }
+    assert!(
+        verdict(
+            Resource::Workload,
+            Operation::Update,
+            CONTROLLER,
+            Mode::Kueue,
+            Some(&held),
+            Some(&reactivated)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn plain_mode_held_trainjob_cannot_be_unsuspended() {
+    let held = tj(&[HOLD], &[], Some(true));
+    let unsuspended = tj(&[HOLD], &[], Some(false));
+    for user in [ALICE, KUEUE, TRAINER] {
+        let (field, message) = denied(&verdict(
+            Resource::TrainJob,
+            Operation::Update,
+            user,
+            Mode::Plain,
+            Some(&held),
+            Some(&unsuspended),
+        ));
+        assert_eq!(field, "spec.suspend");
+        assert!(message.contains("held (hold 3"), "{message}");
+    }
+    assert!(
+        verdict(
+            Resource::TrainJob,
+            Operation::Update,
+            CONTROLLER,
+            Mode::Plain,
+            Some(&held),
+            Some(&unsuspended)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn start_gate_is_opened_only_by_the_controller() {
+    let gated = tj(&[], &[MANAGED], Some(true));
+    let run = tj(&[], &[MANAGED], Some(false));
+    let (_, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Mode::Plain,
+        Some(&gated),
+        Some(&run),
+    ));
+    assert!(
+        message.contains("start gate is closed") && message.contains("Open"),
+        "{message}"
+    );
+    let open = tj(&[(ANN_OPENED, "true")], &[MANAGED], Some(false));
+    assert!(
+        verdict(
+            Resource::TrainJob,
+            Operation::Update,
+            CONTROLLER,
+            Mode::Plain,
+            Some(&gated),
+            Some(&open)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
+fn start_gate_label_cannot_be_dropped_to_escape_it() {
+    let gated = tj(&[], &[MANAGED], Some(true));
+    let unlabelled = tj(&[], &[], Some(true));
+    let (field, _) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Mode::Plain,
+        Some(&gated),
+        Some(&unlabelled),
+    ));
+    assert_eq!(field, "metadata.labels[holdfast.dev/managed]");
+}
+
+#[test]
+fn subresource_status_is_allowed() {
+    let held = tj(&[HOLD], &[], Some(true));
+    let mut i = input(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Some(&held),
+        Some(&tj(&[], &[], Some(false))),
+    );
+    i.subresource = Some("status".into());
+    assert!(validate(&i, &who(), Mode::Plain).is_allowed());
+}
+
+#[test]
+fn malformed_update_of_a_protected_kind_is_denied_clearly() {
+    let (field, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Mode::Plain,
+        Some(&json!("x")),
+        Some(&tj(&[], &[], None)),
+    ));
+    assert_eq!(field, "oldObject");
+    assert!(
+        message.starts_with("malformed admission request: oldObject is a string"),
+        "{message}"
+    );
+}
+
+#[test]
+fn garbage_fields_never_panic() {
+    let garbage = [
+        json!(null),
+        json!(true),
+        json!(1),
+        json!("s"),
+        json!([]),
+        json!({}),
+        json!({"metadata": 1}),
+        json!({"metadata": {"annotations": [1], "labels": "x", "name": 5}}),
+        json!({"metadata": {"annotations": {ANN_HOLD_INSTANCE: 3}}, "spec": [true]}),
+        json!({"spec": {"suspend": "true", "active": 0}, "data": 1}),
+    ];
+    let resources = [Resource::ConfigMap, Resource::TrainJob, Resource::Workload];
+    for r in &resources {
+        for op in [
+            Operation::Create,
+            Operation::Update,
+            Operation::Delete,
+            Operation::Connect,
+        ] {
+            for o in &garbage {
+                for n in &garbage {
+                    for mode in [Mode::Plain, Mode::Kueue] {
+                        for user in ["", ALICE, CONTROLLER] {
+                            let _ = validate(
+                                &input(r.clone(), op, user, Some(o), Some(n)),
+                                &who(),
+                                mode,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
