@@ -2,12 +2,12 @@
 # Builds the local control plane once and caches it outside the tree, keyed by version:
 # etcd, kube-apiserver and kube-controller-manager from their Go modules (the go command
 # builds them; no code of theirs is in this tree), plus the Trainer, JobSet and Kueue CRDs
-# as shipped in those projects' modules. Prints the cache directory on stdout.
+# as shipped in those projects' modules, and Kueue's controller (tests/cluster/kueue). Prints the cache directory on stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/versions.env"
 cache=${HOLDFAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/holdfast}
-sum=$(cat "$here/go.mod" "$here/go.sum" "$here/versions.env" "$here/build.sh" | sha256sum | cut -c1-12)
+sum=$(cat "$here/go.mod" "$here/go.sum" "$here/kueue/go.mod" "$here/kueue/go.sum" "$here/versions.env" "$here/build.sh" | sha256sum | cut -c1-12)
 dir="$cache/cluster/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-${sum}"
 if [ -f "$dir/.complete" ]; then echo "$dir"; exit 0; fi
 mkdir -p "$cache/cluster"
@@ -25,11 +25,14 @@ ldflags="-X $v.gitVersion=${KUBERNETES_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager)
 (cd "$here" && go build -o "$tmp/bin/etcd" go.etcd.io/etcd/server/v3)
+# Kueue is its own module: its dependencies must not move the apiserver's.
+(cd "$here/kueue" && go build -o "$tmp/bin/kueue" sigs.k8s.io/kueue/cmd/kueue)
 moddir() { (cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p'); }
 mkdir -p "$tmp/crds/trainer" "$tmp/crds/jobset" "$tmp/crds/kueue"
 cp "$(moddir "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}")"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$tmp/crds/trainer/"
 cp "$(moddir "sigs.k8s.io/jobset@${JOBSET_VERSION}")"/config/components/crd/bases/jobset.x-k8s.io_*.yaml "$tmp/crds/jobset/"
 cp "$(moddir "sigs.k8s.io/kueue@${KUEUE_VERSION}")"/config/components/crd/bases/kueue.x-k8s.io_*.yaml "$tmp/crds/kueue/"
+cp "$(moddir "sigs.k8s.io/kueue@${KUEUE_VERSION}")"/config/components/webhook/manifests.yaml "$tmp/crds/kueue-webhooks.yaml"
 chmod -R u+w "$tmp"
 touch "$tmp/.complete"
 rm -rf "$dir"

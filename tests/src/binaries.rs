@@ -50,9 +50,13 @@ fn build() -> anyhow::Result<Binaries> {
     }
     let dir = String::from_utf8(out.stdout).context("build.sh printed a non-UTF-8 path")?;
     let dir = PathBuf::from(dir.trim());
-    for b in ["etcd", "kube-apiserver", "kube-controller-manager"] {
+    for b in ["etcd", "kube-apiserver", "kube-controller-manager", "kueue"] {
         if !dir.join("bin").join(b).is_file() {
-            bail!("{} did not produce {b} in {}", script.display(), dir.display());
+            bail!(
+                "{} did not produce {b} in {}",
+                script.display(),
+                dir.display()
+            );
         }
     }
     Ok(Binaries { dir })

@@ -6,7 +6,9 @@ use crate::process::{Reaper, Supervised};
 use anyhow::bail;
 use holdfast_certs::{CertificateAuthority, IssuedCertificate};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject,
+};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::collections::BTreeMap;
@@ -38,9 +40,11 @@ struct Processes {
     etcd: Supervised,
     apiserver: Supervised,
     controller_manager: Supervised,
+    kueue: Option<Supervised>,
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A free TCP port on loopback (bound and released).
+pub fn free_port() -> anyhow::Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
 }
@@ -48,7 +52,9 @@ fn free_port() -> anyhow::Result<u16> {
 fn random_token() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
-    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+    (0..32)
+        .map(|_| format!("{:x}", rng.random_range(0..16u8)))
+        .collect()
 }
 
 impl ControlPlane {
@@ -75,10 +81,15 @@ impl ControlPlane {
         let reaper = Reaper::start(&dir)?;
         let group = reaper.group();
 
-        let ca = CertificateAuthority::generate("holdfast-test-ca", Duration::from_secs(7 * 24 * 3600))?;
+        let ca =
+            CertificateAuthority::generate("holdfast-test-ca", Duration::from_secs(7 * 24 * 3600))?;
         std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
         let serving = ca.issue_serving(
-            &["127.0.0.1".into(), "localhost".into(), "kubernetes.default.svc".into()],
+            &[
+                "127.0.0.1".into(),
+                "localhost".into(),
+                "kubernetes.default.svc".into(),
+            ],
             Duration::from_secs(7 * 24 * 3600),
         )?;
         std::fs::write(dir.join("apiserver.crt"), &serving.cert_pem)?;
@@ -100,6 +111,12 @@ impl ControlPlane {
             tokens.insert(id, t);
         }
         std::fs::write(dir.join("tokens.csv"), csv)?;
+        // Every request is audited (metadata only), so tests can count what reached the
+        // apiserver: requests sent after a deadline, writes to a snapshot, and so on.
+        std::fs::write(
+            dir.join("audit-policy.yaml"),
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+        )?;
 
         let etcd_port = free_port()?;
         let peer_port = free_port()?;
@@ -148,6 +165,10 @@ impl ControlPlane {
                 "--endpoint-reconciler-type=none".into(),
                 "--enable-priority-and-fairness=false".into(),
                 format!("--request-timeout={}s", APISERVER_REQUEST_TIMEOUT.as_secs()),
+                format!("--audit-policy-file={}", d("audit-policy.yaml")),
+                format!("--audit-log-path={}", d("audit.log")),
+                "--audit-log-mode=blocking".into(),
+                "--audit-log-maxsize=0".into(),
                 "--v=1".into(),
             ],
             &dir,
@@ -164,6 +185,7 @@ impl ControlPlane {
                 apiserver,
                 // Started once the CRDs exist, so the garbage collector knows them at once.
                 controller_manager: placeholder(&dir, group)?,
+                kueue: None,
             }),
             reaper: Mutex::new(reaper),
             binaries,
@@ -207,7 +229,11 @@ impl ControlPlane {
     }
 
     /// A serving certificate from the control plane's CA (for webhooks registered by URL).
-    pub fn issue_serving_cert(&self, names: &[&str], valid_for: Duration) -> anyhow::Result<IssuedCertificate> {
+    pub fn issue_serving_cert(
+        &self,
+        names: &[&str],
+        valid_for: Duration,
+    ) -> anyhow::Result<IssuedCertificate> {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         Ok(self.ca.issue_serving(&names, valid_for)?)
     }
@@ -286,6 +312,44 @@ impl ControlPlane {
         crate::crds::install(&client, crate::crds::parse(yaml)?).await
     }
 
+    /// Every audit event the apiserver has written so far (one JSON object per request, at
+    /// stage ResponseComplete or Panic), oldest first.
+    pub fn audit_events(&self) -> anyhow::Result<Vec<serde_json::Value>> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log"))?;
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect())
+    }
+
+    /// Tier 2: start the real Kueue controller (once; later calls return at once) with the
+    /// TrainJob integration, its webhooks registered by URL.
+    pub async fn start_kueue(&self) -> anyhow::Result<()> {
+        static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _one = STARTING.lock().await;
+        if lock(&self.procs).kueue.is_some() {
+            return Ok(());
+        }
+        let group = lock(&self.reaper).group();
+        let proc = crate::kueue::start(
+            self,
+            &self.binaries.bin("kueue"),
+            &self.binaries.dir.join("crds").join("kueue-webhooks.yaml"),
+            group,
+        )
+        .await?;
+        lock(&self.procs).kueue = Some(proc);
+        Ok(())
+    }
+
+    /// Kill Kueue (SIGKILL) and start it again with the same flags — for fault tests.
+    pub fn restart_kueue(&self) -> anyhow::Result<()> {
+        match lock(&self.procs).kueue.as_mut() {
+            Some(k) => k.restart(),
+            None => bail!("kueue was never started"),
+        }
+    }
+
     /// Kill the apiserver (SIGKILL) — for fault tests.
     pub fn stop_apiserver(&self) {
         lock(&self.procs).apiserver.kill();
@@ -303,6 +367,11 @@ impl ControlPlane {
         match component {
             "etcd" => p.etcd.log_tail(lines),
             "kube-apiserver" => p.apiserver.log_tail(lines),
+            "kueue" => p
+                .kueue
+                .as_ref()
+                .map(|k| k.log_tail(lines))
+                .unwrap_or_default(),
             _ => p.controller_manager.log_tail(lines),
         }
     }
@@ -312,7 +381,10 @@ impl ControlPlane {
         let mut last = String::new();
         while start.elapsed() < Duration::from_secs(120) {
             if !lock(&self.procs).apiserver.running() {
-                bail!("kube-apiserver exited:\n{}", self.log_tail("kube-apiserver", 30));
+                bail!(
+                    "kube-apiserver exited:\n{}",
+                    self.log_tail("kube-apiserver", 30)
+                );
             }
             if let Ok(client) = self.client(Identity::Admin).await {
                 let req = http::Request::get("/readyz").body(Vec::new())?;
@@ -340,7 +412,12 @@ impl ControlPlane {
         // Until the chart's least-privilege roles are bound (the chart's tests), the system
         // identities act as cluster-admin here; the plain user gets a namespaced role only.
         let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-        for id in [Identity::Controller, Identity::Webhook, Identity::Kueue, Identity::Trainer] {
+        for id in [
+            Identity::Controller,
+            Identity::Webhook,
+            Identity::Kueue,
+            Identity::Trainer,
+        ] {
             let crb = ClusterRoleBinding {
                 metadata: ObjectMeta {
                     name: Some(format!("holdfast-test-{}", id.slug())),
@@ -363,10 +440,19 @@ impl ControlPlane {
         let rule = |groups: &[&str], resources: &[&str]| PolicyRule {
             api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
             resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-            verbs: ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            verbs: [
+                "get",
+                "list",
+                "watch",
+                "create",
+                "update",
+                "patch",
+                "delete",
+                "deletecollection",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
             ..Default::default()
         };
         let role = ClusterRole {
@@ -376,7 +462,10 @@ impl ControlPlane {
             },
             rules: Some(vec![
                 rule(&[""], &["configmaps", "pods"]),
-                rule(&["trainer.kubeflow.org"], &["trainjobs", "trainingruntimes"]),
+                rule(
+                    &["trainer.kubeflow.org"],
+                    &["trainjobs", "trainingruntimes"],
+                ),
                 rule(&["kueue.x-k8s.io"], &["workloads"]),
             ]),
             ..Default::default()
@@ -415,6 +504,9 @@ impl ControlPlane {
     pub fn stop(&self) {
         {
             let mut p = lock(&self.procs);
+            if let Some(k) = p.kueue.as_mut() {
+                k.kill();
+            }
             p.controller_manager.kill();
             p.apiserver.kill();
             p.etcd.kill();

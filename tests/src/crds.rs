@@ -33,7 +33,10 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<CustomResourceDefinition>> {
 }
 
 /// Create the CRDs (an existing one is left as it is) and wait until each is Established.
-pub async fn install(client: &kube::Client, crds: Vec<CustomResourceDefinition>) -> anyhow::Result<()> {
+pub async fn install(
+    client: &kube::Client,
+    crds: Vec<CustomResourceDefinition>,
+) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     for crd in crds {

@@ -11,6 +11,7 @@ pub mod binaries;
 pub mod control_plane;
 pub mod crds;
 pub mod identity;
+pub mod kueue;
 pub mod process;
 
 pub use control_plane::ControlPlane;

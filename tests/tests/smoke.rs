@@ -2,12 +2,12 @@
 //! resourceVersion preconditions, webhooks called by URL, and the upstream CRDs.
 
 use holdfast_tests::{ControlPlane, Identity};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     RuleWithOperations, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use std::collections::BTreeMap;
@@ -62,7 +62,10 @@ async fn configmap_owned_by_a_deleted_owner_is_garbage_collected() {
     let ns = cp.namespace("gc").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin client");
     let cms: Api<ConfigMap> = Api::namespaced(admin, &ns);
-    let owner = cms.create(&PostParams::default(), &cm("owner")).await.expect("owner");
+    let owner = cms
+        .create(&PostParams::default(), &cm("owner"))
+        .await
+        .expect("owner");
     let mut child = cm("child");
     child.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "v1".into(),
@@ -72,8 +75,12 @@ async fn configmap_owned_by_a_deleted_owner_is_garbage_collected() {
         controller: Some(true),
         block_owner_deletion: Some(true),
     }]);
-    cms.create(&PostParams::default(), &child).await.expect("child");
-    cms.delete("owner", &DeleteParams::default()).await.expect("delete owner");
+    cms.create(&PostParams::default(), &child)
+        .await
+        .expect("child");
+    cms.delete("owner", &DeleteParams::default())
+        .await
+        .expect("delete owner");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
@@ -95,10 +102,15 @@ async fn update_with_a_stale_resource_version_gets_409() {
     let ns = cp.namespace("conflict").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin client");
     let cms: Api<ConfigMap> = Api::namespaced(admin, &ns);
-    let first = cms.create(&PostParams::default(), &cm("c")).await.expect("create");
+    let first = cms
+        .create(&PostParams::default(), &cm("c"))
+        .await
+        .expect("create");
     let mut newer = first.clone();
     newer.data = Some(BTreeMap::from([("k".to_string(), "newer".to_string())]));
-    cms.replace("c", &PostParams::default(), &newer).await.expect("first update");
+    cms.replace("c", &PostParams::default(), &newer)
+        .await
+        .expect("first update");
     let mut stale = first;
     stale.data = Some(BTreeMap::from([("k".to_string(), "stale".to_string())]));
     let err = cms
@@ -107,7 +119,10 @@ async fn update_with_a_stale_resource_version_gets_409() {
         .expect_err("a write preconditioned on an old resourceVersion must fail");
     assert_eq!(status_code(&err), Some(409), "{err}");
     let now = cms.get("c").await.expect("get");
-    assert_eq!(now.data.and_then(|d| d.get("k").cloned()).as_deref(), Some("newer"));
+    assert_eq!(
+        now.data.and_then(|d| d.get("k").cloned()).as_deref(),
+        Some("newer")
+    );
 }
 
 #[tokio::test]
@@ -118,7 +133,9 @@ async fn webhook_registered_by_url_is_called_and_sees_user_info() {
     let cert = cp
         .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
         .expect("cert");
-    let port = recording_webhook::serve(cert, seen.clone()).await.expect("serve");
+    let port = recording_webhook::serve(cert, seen.clone())
+        .await
+        .expect("serve");
 
     let admin = cp.client(Identity::Admin).await.expect("admin client");
     let name = format!("smoke-{ns}");
@@ -166,7 +183,9 @@ async fn webhook_registered_by_url_is_called_and_sees_user_info() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let message = loop {
         match cms.create(&PostParams::default(), &cm("probe")).await {
-            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("recording-webhook") => {
+            Err(kube::Error::Api(s))
+                if s.code == 403 && s.message.contains("recording-webhook") =>
+            {
                 break s.message;
             }
             Ok(_) => {
@@ -174,7 +193,10 @@ async fn webhook_registered_by_url_is_called_and_sees_user_info() {
             }
             Err(e) => panic!("unexpected error: {e}"),
         }
-        assert!(tokio::time::Instant::now() < deadline, "the webhook was never called");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the webhook was never called"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert!(message.contains("alice"), "{message}");
@@ -192,7 +214,10 @@ async fn trainjob_and_cluster_training_runtime_from_upstream_crds_can_be_created
     let ns = cp.namespace("crds").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin client");
     let gvk = |kind: &str| GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind);
-    let ctr_ar = ApiResource::from_gvk_with_plural(&gvk("ClusterTrainingRuntime"), "clustertrainingruntimes");
+    let ctr_ar = ApiResource::from_gvk_with_plural(
+        &gvk("ClusterTrainingRuntime"),
+        "clustertrainingruntimes",
+    );
     let tj_ar = ApiResource::from_gvk_with_plural(&gvk("TrainJob"), "trainjobs");
     let runtime_name = format!("torch-{ns}");
     let runtime: DynamicObject = serde_json::from_value(serde_json::json!({
@@ -222,12 +247,23 @@ async fn trainjob_and_cluster_training_runtime_from_upstream_crds_can_be_created
     }))
     .expect("trainjob json");
     let tjs = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &tj_ar);
-    tjs.create(&PostParams::default(), &tj).await.expect("create TrainJob");
+    tjs.create(&PostParams::default(), &tj)
+        .await
+        .expect("create TrainJob");
     let read = tjs.get("mnist").await.expect("read TrainJob");
     // The CRD's defaults are applied by the real apiserver.
-    assert_eq!(read.data["spec"]["runtimeRef"]["name"], runtime_name.as_str());
-    assert_eq!(read.data["spec"]["runtimeRef"]["kind"], "ClusterTrainingRuntime");
-    assert_eq!(read.data["spec"]["runtimeRef"]["apiGroup"], "trainer.kubeflow.org");
+    assert_eq!(
+        read.data["spec"]["runtimeRef"]["name"],
+        runtime_name.as_str()
+    );
+    assert_eq!(
+        read.data["spec"]["runtimeRef"]["kind"],
+        "ClusterTrainingRuntime"
+    );
+    assert_eq!(
+        read.data["spec"]["runtimeRef"]["apiGroup"],
+        "trainer.kubeflow.org"
+    );
     let back = Api::<DynamicObject>::all_with(admin, &ctr_ar)
         .get(&runtime_name)
         .await
@@ -264,7 +300,9 @@ mod recording_webhook {
                 let acceptor = acceptor.clone();
                 let seen = seen.clone();
                 tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
                     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                         let seen = seen.clone();
                         async move {
@@ -287,7 +325,9 @@ mod recording_webhook {
                                     "status": {"code": 403, "message": format!("recording-webhook saw {user}")}
                                 }
                             });
-                            Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from(out.to_string()))))
+                            Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from(
+                                out.to_string(),
+                            ))))
                         }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
