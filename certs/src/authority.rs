@@ -2,8 +2,8 @@
 
 use crate::CertError;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -23,11 +23,12 @@ pub struct IssuedCertificate {
 }
 
 /// Backdate certificates a little so a clock a few seconds behind still accepts them.
-const BACKDATE: Duration = Duration::from_secs(60);
+pub const BACKDATE: Duration = Duration::from_secs(60);
 
 fn validity(params: &mut CertificateParams, valid_for: Duration) -> Result<(), CertError> {
     let now = OffsetDateTime::now_utc();
-    let forward = time::Duration::try_from(valid_for).map_err(|_| CertError::Validity(valid_for))?;
+    let forward =
+        time::Duration::try_from(valid_for).map_err(|_| CertError::Validity(valid_for))?;
     let back = time::Duration::try_from(BACKDATE).map_err(|_| CertError::Validity(BACKDATE))?;
     params.not_before = now - back;
     params.not_after = now
@@ -91,7 +92,10 @@ impl CertificateAuthority {
         let mut dn = DistinguishedName::new();
         dn.push(
             DnType::CommonName,
-            subject_alt_names.first().map(String::as_str).unwrap_or("holdfast"),
+            subject_alt_names
+                .first()
+                .map(String::as_str)
+                .unwrap_or("holdfast"),
         );
         params.distinguished_name = dn;
         params.key_usages = vec![
@@ -119,7 +123,10 @@ mod tests {
         let ca = CertificateAuthority::generate("test-ca", Duration::from_secs(3600))
             .expect("generate CA");
         let leaf = ca
-            .issue_serving(&["127.0.0.1".into(), "webhook.svc".into()], Duration::from_secs(60))
+            .issue_serving(
+                &["127.0.0.1".into(), "webhook.svc".into()],
+                Duration::from_secs(60),
+            )
             .expect("issue");
         assert!(ca.cert_pem().starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(leaf.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));

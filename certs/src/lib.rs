@@ -2,8 +2,15 @@
 #![forbid(unsafe_code)]
 
 pub mod authority;
+pub mod inspect;
+pub mod rotation;
 
 pub use authority::{CertificateAuthority, IssuedCertificate};
+pub use inspect::{CertificateInfo, needs_rotation};
+pub use rotation::{
+    Authority, AuthorityDecision, AuthorityProblem, RotationPolicy, ServingDecision, ServingReason,
+    StoredAuthority, StoredServing,
+};
 
 /// Everything that can go wrong making or reading certificates.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +32,8 @@ pub enum CertError {
     Pem(String),
     #[error("TLS: {0}")]
     Tls(#[from] rustls::Error),
+    #[error("rotation policy: {0}")]
+    Policy(String),
 }
 
 impl CertError {
@@ -38,6 +47,7 @@ impl CertError {
             CertError::NoPrivateKey => "no_private_key",
             CertError::Pem(_) => "pem",
             CertError::Tls(_) => "tls",
+            CertError::Policy(_) => "policy",
         }
     }
 }

@@ -33,4 +33,24 @@ pub struct Args {
     /// Identity of this replica in the Lease (defaults to the hostname).
     #[arg(long, env = "HOLDFAST_IDENTITY")]
     pub identity: Option<String>,
+    /// Webhook certificate management (`--cert-*`).
+    #[command(flatten)]
+    pub certs: crate::certs::CertArgs,
+    /// Name of the leader-election Lease (in --lease-namespace).
+    #[arg(long, env = "HOLDFAST_LEASE_NAME", default_value = "holdfast-controller")]
+    pub lease_name: String,
+    /// Seconds a standby waits after the Lease last changed before taking it over; the
+    /// leader renews every third of it and gives up after two thirds without a renewal.
+    #[arg(long, env = "HOLDFAST_LEASE_DURATION_SECS", default_value_t = 15)]
+    pub lease_duration_secs: u64,
+    /// Watch TrainJobs (and their snapshots) in this namespace only; all when absent.
+    #[arg(long, env = "HOLDFAST_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// At most this many TrainJobs are snapshotted at once.
+    #[arg(long, env = "HOLDFAST_SNAPSHOT_CONCURRENCY", default_value_t = 8)]
+    pub snapshot_concurrency: u16,
+    /// Hold calls act as though their deadline were this many milliseconds earlier, so that
+    /// every request reaches the apiserver before the deadline, not merely leaves before it.
+    #[arg(long, env = "HOLDFAST_HOLD_TRANSIT_MARGIN_MS", default_value_t = 50)]
+    pub hold_transit_margin_ms: u64,
 }

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod certs;
 pub use args::Args;
 
 /// Run the controller until SIGTERM.

@@ -10,9 +10,11 @@
 pub mod binaries;
 pub mod control_plane;
 pub mod crds;
+pub mod helm;
 pub mod identity;
 pub mod kueue;
 pub mod process;
+pub mod rbac;
 
 pub use control_plane::ControlPlane;
 pub use identity::Identity;

@@ -1,0 +1,183 @@
+//! helm, built from its Go module by `tests/cluster/helm/build.sh` (cached outside the tree,
+//! like the control plane), and the chart rendered with it.
+
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The helm binary.
+#[derive(Clone, Debug)]
+pub struct Helm {
+    pub bin: PathBuf,
+}
+
+/// The chart in the tree.
+pub fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("charts")
+        .join("holdfast")
+}
+
+/// Build (or find cached) helm. `HOLDFAST_HELM` (a path to a helm binary) overrides it.
+pub fn ensure() -> anyhow::Result<Helm> {
+    static CACHED: OnceLock<Result<Helm, String>> = OnceLock::new();
+    CACHED
+        .get_or_init(|| build().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn build() -> anyhow::Result<Helm> {
+    if let Some(bin) = std::env::var_os("HOLDFAST_HELM") {
+        return Ok(Helm { bin: bin.into() });
+    }
+    let script = crate::binaries::cluster_module_dir()
+        .join("helm")
+        .join("build.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed with {}", script.display(), out.status);
+    }
+    let dir = String::from_utf8(out.stdout).context("build.sh printed a non-UTF-8 path")?;
+    let bin = PathBuf::from(dir.trim()).join("bin").join("helm");
+    if !bin.is_file() {
+        bail!("{} did not produce {}", script.display(), bin.display());
+    }
+    Ok(Helm { bin })
+}
+
+/// One way to install the chart: a release name, a namespace and `--set` values.
+#[derive(Clone, Debug, Default)]
+pub struct Install {
+    pub release: String,
+    pub namespace: String,
+    /// `key=value` pairs for `--set`.
+    pub set: Vec<String>,
+    /// `key=path` pairs for `--set-file`.
+    pub set_file: Vec<String>,
+}
+
+impl Install {
+    pub fn new(release: &str, namespace: &str) -> Self {
+        Install {
+            release: release.into(),
+            namespace: namespace.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn set(mut self, kv: impl Into<String>) -> Self {
+        self.set.push(kv.into());
+        self
+    }
+
+    pub fn set_file(mut self, kv: impl Into<String>) -> Self {
+        self.set_file.push(kv.into());
+        self
+    }
+
+    fn value_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for s in &self.set {
+            args.push("--set".into());
+            args.push(s.clone());
+        }
+        for s in &self.set_file {
+            args.push("--set-file".into());
+            args.push(s.clone());
+        }
+        args
+    }
+}
+
+impl Helm {
+    /// Run helm with `args`; its stdout, or an error carrying stderr.
+    pub fn run(&self, args: &[String]) -> anyhow::Result<String> {
+        let out = Command::new(&self.bin)
+            .args(args)
+            // No user configuration, repositories or plugins leak in.
+            .env(
+                "HELM_CONFIG_HOME",
+                std::env::temp_dir().join("holdfast-helm-config"),
+            )
+            .env(
+                "HELM_CACHE_HOME",
+                std::env::temp_dir().join("holdfast-helm-cache"),
+            )
+            .env(
+                "HELM_DATA_HOME",
+                std::env::temp_dir().join("holdfast-helm-data"),
+            )
+            .output()
+            .with_context(|| format!("running {}", self.bin.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            bail!(
+                "helm {} failed ({}):\n{}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr),
+                stdout
+            );
+        }
+        Ok(stdout)
+    }
+
+    /// `helm lint --strict` of the chart with these values.
+    pub fn lint(&self, install: &Install) -> anyhow::Result<String> {
+        let mut args = vec![
+            "lint".to_string(),
+            "--strict".into(),
+            "--namespace".into(),
+            install.namespace.clone(),
+            chart_dir().display().to_string(),
+        ];
+        args.extend(install.value_args());
+        self.run(&args)
+    }
+
+    /// `helm template` of the chart: the manifests, as YAML.
+    pub fn template(&self, install: &Install) -> anyhow::Result<String> {
+        let mut args = vec![
+            "template".to_string(),
+            install.release.clone(),
+            chart_dir().display().to_string(),
+            "--namespace".into(),
+            install.namespace.clone(),
+        ];
+        args.extend(install.value_args());
+        self.run(&args)
+    }
+
+    /// `helm template`, parsed into one JSON value per object.
+    pub fn render(&self, install: &Install) -> anyhow::Result<Vec<serde_json::Value>> {
+        documents(&self.template(install)?)
+    }
+}
+
+/// The objects of a multi-document YAML text (empty documents dropped).
+pub fn documents(yaml: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(yaml).context("parsing rendered manifests")?;
+    Ok(docs.into_iter().filter(|d| d.is_object()).collect())
+}
+
+/// `kind/name` of a rendered object.
+pub fn id(doc: &serde_json::Value) -> String {
+    format!(
+        "{}/{}",
+        doc["kind"].as_str().unwrap_or("?"),
+        doc["metadata"]["name"].as_str().unwrap_or("?")
+    )
+}
+
+/// The rendered objects of a kind.
+pub fn of_kind<'a>(docs: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}

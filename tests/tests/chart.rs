@@ -1,0 +1,1197 @@
+//! The Helm chart: it lints and renders for every documented values combination, a wrong value
+//! fails at install, the real apiserver accepts what it renders, its webhook configurations
+//! are exactly what the webhook crate's `registration` module builds, its RBAC grants exactly
+//! the documented table (and nothing else), and self-managed certificates work with exactly
+//! that RBAC and survive `helm upgrade` without rotating.
+//!
+//! helm is built from its Go module by `tests/cluster/helm/build.sh` (cached like the control
+//! plane). CRDs the chart can use but the control plane does not ship (Prometheus Operator's
+//! ServiceMonitor, cert-manager's Issuer and Certificate) are installed as minimal CRDs
+//! (`x-kubernetes-preserve-unknown-fields`): the apiserver stores and admits those objects,
+//! but their own operators' schemas are not checked here.
+
+use holdfast_certs::{CertificateAuthority, CertificateInfo};
+use holdfast_controller::certs::{self, CertArgs, CertConfig, Injection};
+use holdfast_tests::helm::{self, Helm, Install};
+use holdfast_tests::rbac;
+use holdfast_tests::{ControlPlane, Identity};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const MODES: [&str; 2] = ["plain", "kueue"];
+const CERT_MODES: [&str; 3] = ["self-managed", "cert-manager", "secret"];
+
+/// Minimal CRDs for the optional kinds the chart renders.
+const OPTIONAL_CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: servicemonitors.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: certificates.cert-manager.io}
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: issuers.cert-manager.io}
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+/// One documented values combination.
+#[derive(Clone, Copy, Debug)]
+struct Combo {
+    mode: &'static str,
+    certs: &'static str,
+    service_monitor: bool,
+}
+
+impl Combo {
+    fn all() -> Vec<Combo> {
+        let mut out = Vec::new();
+        for mode in MODES {
+            for certs in CERT_MODES {
+                for service_monitor in [false, true] {
+                    out.push(Combo {
+                        mode,
+                        certs,
+                        service_monitor,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    fn install(&self, release: &str, namespace: &str, ca_file: &std::path::Path) -> Install {
+        let mut i = Install::new(release, namespace)
+            .set(format!("mode={}", self.mode))
+            .set(format!("certs.mode={}", self.certs))
+            .set(format!(
+                "metrics.serviceMonitor.enabled={}",
+                self.service_monitor
+            ));
+        if self.certs == "secret" {
+            i = i
+                .set(format!("certs.secret.webhookSecretName={release}-tls"))
+                .set_file(format!("certs.secret.caBundle={}", ca_file.display()));
+        }
+        i
+    }
+}
+
+/// A CA PEM file for the `secret` certificate mode.
+fn ca_file() -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = CertificateAuthority::generate("user-ca", Duration::from_secs(3600)).expect("ca");
+    let path = dir.path().join("ca.crt");
+    std::fs::write(&path, ca.cert_pem()).expect("write ca");
+    (dir, path, ca.cert_pem().to_owned())
+}
+
+/// Tests that register the chart's (unserved) webhook configurations run one at a time: each
+/// one's configurations would refuse the other's snapshot writes.
+static LIVE_WEBHOOKS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn helm() -> Helm {
+    helm::ensure().expect("helm (tests/cluster/helm/build.sh)")
+}
+
+fn strs(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The properties every Deployment must have, whatever the values.
+fn check_deployment(d: &Value) {
+    let what = helm::id(d);
+    assert_eq!(d["spec"]["replicas"], 2, "{what}: two replicas");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{what}");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+        "{what}"
+    );
+    assert!(
+        pod["affinity"]["podAntiAffinity"].is_object(),
+        "{what}: anti-affinity"
+    );
+    let containers = pod["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1, "{what}");
+    let c = &containers[0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
+    assert_eq!(sc["runAsNonRoot"], true, "{what}");
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{what}");
+    assert_eq!(strs(&sc["capabilities"]["drop"]), ["ALL"], "{what}");
+    assert!(
+        c["resources"]["requests"]["cpu"].is_string()
+            && c["resources"]["requests"]["memory"].is_string(),
+        "{what}: resource requests"
+    );
+    assert!(
+        c["readinessProbe"].is_object() && c["livenessProbe"].is_object(),
+        "{what}"
+    );
+}
+
+fn env_of(d: &Value) -> BTreeMap<String, String> {
+    d["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .map(|env| {
+            env.iter()
+                .filter_map(|e| {
+                    Some((
+                        e["name"].as_str()?.to_owned(),
+                        e["value"].as_str().unwrap_or_default().to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name_suffix: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with(name_suffix))
+        })
+        .unwrap_or_else(|| panic!("no {kind} *{name_suffix} rendered"))
+}
+
+fn rules_of(role: &Value) -> Vec<&Value> {
+    role["rules"]
+        .as_array()
+        .map(|r| r.iter().collect())
+        .unwrap_or_default()
+}
+
+fn grants(role: &Value, group: &str, resource: &str) -> bool {
+    rules_of(role).iter().any(|r| {
+        strs(&r["apiGroups"]).contains(&group) && strs(&r["resources"]).contains(&resource)
+    })
+}
+
+#[test]
+fn helm_lint_and_template_pass_for_every_documented_values_combination() {
+    let helm = helm();
+    let (_dir, ca_path, ca_pem) = ca_file();
+    for combo in Combo::all() {
+        let install = combo.install("holdfast", "holdfast-system", &ca_path);
+        helm.lint(&install)
+            .unwrap_or_else(|e| panic!("{combo:?}: lint: {e:#}"));
+        let docs = helm
+            .render(&install)
+            .unwrap_or_else(|e| panic!("{combo:?}: template: {e:#}"));
+        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        let count = |k: &str| kinds.iter().filter(|x| **x == k).count();
+
+        // Both components, each with its PDB, ServiceAccount and Service.
+        assert_eq!(count("Deployment"), 2, "{combo:?}");
+        assert_eq!(count("PodDisruptionBudget"), 2, "{combo:?}");
+        assert_eq!(count("ServiceAccount"), 2, "{combo:?}");
+        assert_eq!(count("Service"), 2, "{combo:?}");
+        for d in helm::of_kind(&docs, "Deployment") {
+            check_deployment(d);
+        }
+        assert_eq!(count("ValidatingWebhookConfiguration"), 1, "{combo:?}");
+        assert_eq!(count("MutatingWebhookConfiguration"), 1, "{combo:?}");
+        // Helm never owns a Secret: self-managed ones are the controller's, the others are
+        // cert-manager's or the user's.
+        assert_eq!(count("Secret"), 0, "{combo:?}");
+        assert_eq!(
+            count("AdmissionCheck"),
+            usize::from(combo.mode == "kueue"),
+            "{combo:?}"
+        );
+        assert_eq!(
+            count("ServiceMonitor"),
+            usize::from(combo.service_monitor),
+            "{combo:?}"
+        );
+        assert_eq!(
+            count("Certificate") > 0,
+            combo.certs == "cert-manager",
+            "{combo:?}"
+        );
+
+        // The webhook's identities and mode, as its flags' environment variables.
+        let webhook = find(&docs, "Deployment", "-webhook");
+        let env = env_of(webhook);
+        assert_eq!(env["HOLDFAST_MODE"], combo.mode);
+        assert_eq!(
+            env["HOLDFAST_CONTROLLER_USERS"],
+            "system:serviceaccount:holdfast-system:holdfast-controller"
+        );
+        assert_eq!(
+            env["HOLDFAST_SNAPSHOT_CREATORS"],
+            "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+        );
+        assert!(env["HOLDFAST_KUEUE_USERS"].contains("kueue-controller-manager"));
+        let controller = find(&docs, "Deployment", "-controller");
+        let cenv = env_of(controller);
+        assert_eq!(cenv["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "60");
+        assert_eq!(
+            cenv["HOLDFAST_CERT_MODE"],
+            if combo.certs == "self-managed" {
+                "self-managed"
+            } else {
+                "external"
+            }
+        );
+
+        // The caBundle: only the secret mode templates it.
+        let vwc = find(&docs, "ValidatingWebhookConfiguration", "holdfast");
+        for hook in vwc["webhooks"].as_array().expect("webhooks") {
+            assert_eq!(hook["failurePolicy"], "Fail");
+            assert_eq!(hook["sideEffects"], "None");
+            assert!(hook["matchConditions"].is_array());
+            let bundle = &hook["clientConfig"]["caBundle"];
+            if combo.certs == "secret" {
+                let expected =
+                    serde_json::to_value(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec()))
+                        .expect("b64");
+                assert_eq!(bundle, &expected, "{combo:?}");
+            } else {
+                assert!(bundle.is_null(), "{combo:?}: {bundle}");
+            }
+        }
+        let injects = vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].as_str();
+        assert_eq!(
+            injects,
+            (combo.certs == "cert-manager").then_some("holdfast-system/holdfast-webhook"),
+            "{combo:?}"
+        );
+
+        // Least privilege follows the values.
+        let role = find(&docs, "ClusterRole", "holdfast-controller");
+        assert_eq!(
+            grants(role, "kueue.x-k8s.io", "workloads"),
+            combo.mode == "kueue",
+            "{combo:?}"
+        );
+        assert_eq!(
+            grants(
+                role,
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations"
+            ),
+            combo.certs == "self-managed",
+            "{combo:?}"
+        );
+        let ns_role = find(&docs, "Role", "holdfast-controller");
+        assert_eq!(
+            grants(ns_role, "", "secrets"),
+            combo.certs == "self-managed",
+            "{combo:?}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_value_fails_at_install_with_a_message_naming_it() {
+    let helm = helm();
+    let cases = [
+        ("mode=suspend", "/mode"),
+        ("certs.mode=vault", "/certs/mode"),
+        ("webhook.failurePolicy=Retry", "/webhook/failurePolicy"),
+        ("timeouts.apiserverRequest=1h", "/timeouts/apiserverRequest"),
+        ("timeouts.webhook=60", "/timeouts/webhook"),
+        ("controller.replicas=0", "/controller/replicas"),
+        ("webhook.replicaz=2", "replicaz"),
+        (
+            "certs.selfManaged.servingValidity=90 days",
+            "/certs/selfManaged/servingValidity",
+        ),
+        (
+            "kueue.admissionCheck.apiVersion=kueue.x-k8s.io/v1",
+            "/kueue/admissionCheck/apiVersion",
+        ),
+        // The secret mode needs the Secret's name and the CA.
+        ("certs.mode=secret", "/certs"),
+    ];
+    for (set, names) in cases {
+        let install = Install::new("holdfast", "holdfast-system").set(set);
+        let err = helm
+            .template(&install)
+            .expect_err(&format!("--set {set} must be refused"));
+        let msg = format!("{err:#}");
+        assert!(msg.contains("schema"), "--set {set}: {msg}");
+        assert!(
+            msg.contains(names),
+            "--set {set} should name {names}: {msg}"
+        );
+    }
+    // Durations the controller parses are accepted; so are seconds as a number.
+    let ok = Install::new("holdfast", "holdfast-system")
+        .set("timeouts.apiserverRequest=90")
+        .set("certs.selfManaged.servingValidity=30d");
+    let docs = helm.render(&ok).expect("valid values");
+    let env = env_of(find(&docs, "Deployment", "-controller"));
+    assert_eq!(env["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "90");
+    let ok = Install::new("holdfast", "holdfast-system").set("timeouts.apiserverRequest=2m");
+    let env = env_of(find(
+        &helm.render(&ok).expect("2m"),
+        "Deployment",
+        "-controller",
+    ));
+    assert_eq!(env["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "120");
+}
+
+#[test]
+fn the_charts_webhook_configurations_are_the_registration_modules() {
+    use holdfast_webhook::registration::{Registration, Target};
+    let helm = helm();
+    let (_dir, ca_path, ca_pem) = ca_file();
+    let install = Combo {
+        mode: "plain",
+        certs: "secret",
+        service_monitor: false,
+    }
+    .install("holdfast", "holdfast-system", &ca_path);
+    let docs = helm.render(&install).expect("render");
+    let reg = Registration::new(
+        "holdfast",
+        Target::Service {
+            namespace: "holdfast-system".into(),
+            name: "holdfast-webhook".into(),
+            port: Some(443),
+        },
+        ca_pem.into_bytes(),
+    );
+    let want_v = serde_json::to_value(reg.validating()).expect("json");
+    let want_m = serde_json::to_value(reg.mutating()).expect("json");
+    let got_v = find(&docs, "ValidatingWebhookConfiguration", "holdfast");
+    let got_m = find(&docs, "MutatingWebhookConfiguration", "holdfast");
+    assert_eq!(got_v["metadata"]["name"], want_v["metadata"]["name"]);
+    assert_eq!(
+        got_v["webhooks"], want_v["webhooks"],
+        "validating webhooks differ"
+    );
+    assert_eq!(
+        got_m["webhooks"], want_m["webhooks"],
+        "mutating webhooks differ"
+    );
+}
+
+/// Whether `user` (a service account of `sa_namespace`) may do something, by
+/// SubjectAccessReview.
+#[allow(clippy::too_many_arguments)]
+async fn may(
+    admin: &kube::Client,
+    sa_namespace: &str,
+    sa: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> bool {
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (resource, None),
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(rbac::service_account_user(sa_namespace, sa)),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{sa_namespace}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource,
+                namespace: namespace.map(str::to_owned),
+                name: name.map(str::to_owned),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview");
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+/// `(verb, group, resource, namespace: "release"|"tenant"|"", name)`.
+type Access = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+);
+
+async fn check_table(
+    admin: &kube::Client,
+    release_ns: &str,
+    tenant_ns: &str,
+    sa: &str,
+    allowed: &[Access],
+    denied: &[Access],
+) {
+    let mut wrong = Vec::new();
+    for (expect, table) in [(true, allowed), (false, denied)] {
+        for (verb, group, resource, ns, name) in table {
+            let namespace = match *ns {
+                "release" => Some(release_ns),
+                "tenant" => Some(tenant_ns),
+                _ => None,
+            };
+            let name = (!name.is_empty()).then_some(*name);
+            let got = may(
+                admin, release_ns, sa, verb, group, resource, namespace, name,
+            )
+            .await;
+            if got != expect {
+                wrong.push(format!(
+                    "{sa} {} {verb} {group}/{resource} ns={ns} name={name:?}",
+                    if expect {
+                        "should be allowed to"
+                    } else {
+                        "must not"
+                    }
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "RBAC differs from the table:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn the_charts_rbac_grants_exactly_the_documented_table() {
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let tenant = cp.namespace("tenant").await.expect("namespace");
+
+    // plain mode, self-managed certificates, one extra runtime kind.
+    let release_ns = cp.namespace("hf-plain").await.expect("namespace");
+    let install = Install::new("tbl", &release_ns)
+        .set("runtimes.extra[0].apiGroup=slurm.example.com")
+        .set("runtimes.extra[0].resources[0]=slurmruntimes");
+    let docs = helm.render(&install).expect("render");
+    rbac::apply_kinds(&admin, &docs, &rbac::RBAC_KINDS, &release_ns)
+        .await
+        .expect("apply RBAC");
+    let ctl = "tbl-holdfast-controller";
+    let tj = "trainer.kubeflow.org";
+    let adm = "admissionregistration.k8s.io";
+    let allowed: Vec<Access> = vec![
+        ("get", tj, "trainjobs", "tenant", ""),
+        ("list", tj, "trainjobs", "", ""),
+        ("watch", tj, "trainjobs", "", ""),
+        ("update", tj, "trainjobs", "tenant", "job"),
+        ("get", tj, "trainingruntimes", "tenant", "rt"),
+        ("watch", tj, "trainingruntimes", "", ""),
+        ("list", tj, "clustertrainingruntimes", "", ""),
+        ("get", "slurm.example.com", "slurmruntimes", "tenant", "s"),
+        ("list", "slurm.example.com", "slurmruntimes", "", ""),
+        ("get", "", "configmaps", "tenant", "job-runtime-snapshot"),
+        ("watch", "", "configmaps", "", ""),
+        ("create", "", "configmaps", "tenant", ""),
+        ("list", "", "pods", "", ""),
+        ("watch", "", "pods", "tenant", ""),
+        ("create", "events.k8s.io", "events", "tenant", ""),
+        ("patch", "", "events", "tenant", "e"),
+        ("create", "authentication.k8s.io", "tokenreviews", "", ""),
+        (
+            "create",
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "",
+            "",
+        ),
+        ("create", "coordination.k8s.io", "leases", "release", ""),
+        (
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "release",
+            "tbl-holdfast-controller",
+        ),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            "release",
+            "tbl-holdfast-controller",
+        ),
+        ("create", "", "secrets", "release", ""),
+        ("get", "", "secrets", "release", "tbl-holdfast-ca"),
+        (
+            "update",
+            "",
+            "secrets",
+            "release",
+            "tbl-holdfast-webhook-tls",
+        ),
+        (
+            "get",
+            "",
+            "secrets",
+            "release",
+            "tbl-holdfast-controller-tls",
+        ),
+        (
+            "get",
+            adm,
+            "validatingwebhookconfigurations",
+            "",
+            "tbl-holdfast",
+        ),
+        (
+            "patch",
+            adm,
+            "mutatingwebhookconfigurations",
+            "",
+            "tbl-holdfast",
+        ),
+    ];
+    let denied: Vec<Access> = vec![
+        ("patch", tj, "trainjobs", "tenant", "job"),
+        ("delete", tj, "trainjobs", "tenant", "job"),
+        ("create", tj, "trainjobs", "tenant", ""),
+        ("update", tj, "trainjobs/status", "tenant", "job"),
+        ("update", tj, "clustertrainingruntimes", "", "rt"),
+        ("update", "", "configmaps", "tenant", "job-runtime-snapshot"),
+        ("patch", "", "configmaps", "tenant", "job-runtime-snapshot"),
+        ("delete", "", "configmaps", "tenant", "job-runtime-snapshot"),
+        ("get", "", "pods", "tenant", "p"),
+        ("delete", "", "pods", "tenant", "p"),
+        ("get", "", "secrets", "tenant", "x"),
+        ("list", "", "secrets", "release", ""),
+        ("get", "", "secrets", "release", "someone-elses"),
+        ("delete", "", "secrets", "release", "tbl-holdfast-ca"),
+        ("create", "", "secrets", "tenant", ""),
+        ("create", "coordination.k8s.io", "leases", "tenant", ""),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            "release",
+            "another-lease",
+        ),
+        (
+            "get",
+            adm,
+            "validatingwebhookconfigurations",
+            "",
+            "someone-elses",
+        ),
+        ("list", adm, "validatingwebhookconfigurations", "", ""),
+        (
+            "update",
+            adm,
+            "validatingwebhookconfigurations",
+            "",
+            "tbl-holdfast",
+        ),
+        (
+            "delete",
+            adm,
+            "mutatingwebhookconfigurations",
+            "",
+            "tbl-holdfast",
+        ),
+        ("get", "kueue.x-k8s.io", "workloads", "tenant", "w"),
+        ("list", "kueue.x-k8s.io", "admissionchecks", "", ""),
+        ("create", "", "namespaces", "", ""),
+        ("get", "", "nodes", "", "n"),
+    ];
+    check_table(&admin, &release_ns, &tenant, ctl, &allowed, &denied).await;
+
+    let hook = "tbl-holdfast-webhook";
+    let allowed: Vec<Access> = vec![
+        ("get", tj, "trainingruntimes", "tenant", "rt"),
+        ("get", tj, "clustertrainingruntimes", "", "rt"),
+        ("get", "slurm.example.com", "slurmruntimes", "tenant", "s"),
+    ];
+    let denied: Vec<Access> = vec![
+        ("list", tj, "trainingruntimes", "tenant", ""),
+        ("watch", tj, "clustertrainingruntimes", "", ""),
+        ("get", tj, "trainjobs", "tenant", "job"),
+        ("get", "", "configmaps", "tenant", "job-runtime-snapshot"),
+        ("get", "", "secrets", "release", "tbl-holdfast-webhook-tls"),
+        ("create", "", "events", "tenant", ""),
+        (
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "release",
+            "tbl-holdfast-controller",
+        ),
+    ];
+    check_table(&admin, &release_ns, &tenant, hook, &allowed, &denied).await;
+
+    // kueue mode with cert-manager: the Kueue rules appear, the certificate rules go.
+    let release_ns = cp.namespace("hf-kueue").await.expect("namespace");
+    let install = Install::new("tbk", &release_ns)
+        .set("mode=kueue")
+        .set("certs.mode=cert-manager");
+    let docs = helm.render(&install).expect("render");
+    rbac::apply_kinds(&admin, &docs, &rbac::RBAC_KINDS, &release_ns)
+        .await
+        .expect("apply RBAC");
+    let ctl = "tbk-holdfast-controller";
+    let kq = "kueue.x-k8s.io";
+    let allowed: Vec<Access> = vec![
+        ("get", kq, "workloads", "tenant", "w"),
+        ("list", kq, "workloads", "", ""),
+        ("watch", kq, "workloads", "", ""),
+        ("update", kq, "workloads", "tenant", "w"),
+        ("update", kq, "workloads/status", "tenant", "w"),
+        ("patch", kq, "workloads/status", "tenant", "w"),
+        ("get", kq, "admissionchecks", "", "tbk-holdfast-readmission"),
+        ("watch", kq, "admissionchecks", "", ""),
+        (
+            "update",
+            kq,
+            "admissionchecks/status",
+            "",
+            "tbk-holdfast-readmission",
+        ),
+        ("update", tj, "trainjobs", "tenant", "job"),
+    ];
+    let denied: Vec<Access> = vec![
+        ("delete", kq, "workloads", "tenant", "w"),
+        ("patch", kq, "workloads", "tenant", "w"),
+        (
+            "update",
+            kq,
+            "admissionchecks",
+            "",
+            "tbk-holdfast-readmission",
+        ),
+        ("create", kq, "admissionchecks", "", ""),
+        ("update", kq, "clusterqueues", "", "q"),
+        ("create", "", "secrets", "release", ""),
+        ("get", "", "secrets", "release", "tbk-holdfast-ca"),
+        (
+            "get",
+            adm,
+            "validatingwebhookconfigurations",
+            "",
+            "tbk-holdfast",
+        ),
+    ];
+    check_table(&admin, &release_ns, &tenant, ctl, &allowed, &denied).await;
+}
+
+fn status_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+fn configmap(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
+        ..Default::default()
+    }
+}
+
+/// Remove `verb` from every rule of the rendered object `kind/name` that grants `resource`.
+fn without_verb(docs: &[Value], kind: &str, name: &str, resource: &str, verb: &str) -> Value {
+    let mut doc = docs
+        .iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {kind}/{name}"));
+    if let Some(rules) = doc["rules"].as_array_mut() {
+        for r in rules {
+            if strs(&r["resources"]).contains(&resource)
+                && let Some(verbs) = r["verbs"].as_array_mut()
+            {
+                verbs.retain(|v| v != verb);
+            }
+        }
+    }
+    doc
+}
+
+#[tokio::test]
+async fn the_controller_service_account_token_can_snapshot_and_loses_exactly_a_removed_verb() {
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let release_ns = cp.namespace("hf-token").await.expect("namespace");
+    let tenant = cp.namespace("tenant").await.expect("namespace");
+    let docs = helm
+        .render(&Install::new("tok", &release_ns))
+        .expect("render");
+    rbac::apply_kinds(&admin, &docs, &rbac::RBAC_KINDS, &release_ns)
+        .await
+        .expect("apply RBAC");
+    // A real token for the chart's ServiceAccount, minted by the TokenRequest API.
+    let sa = "tok-holdfast-controller";
+    let ctl = rbac::service_account_client(cp, &release_ns, sa)
+        .await
+        .expect("token");
+
+    // What snapshots need: create and read a ConfigMap in a tenant namespace.
+    let cms: Api<ConfigMap> = Api::namespaced(ctl.clone(), &tenant);
+    cms.create(&PostParams::default(), &configmap("probe-1", &[]))
+        .await
+        .expect("the controller may create a ConfigMap in any namespace");
+    cms.get("probe-1").await.expect("and read it");
+    // What it must not do.
+    let err = cms
+        .delete("probe-1", &DeleteParams::default())
+        .await
+        .expect_err("the controller never deletes ConfigMaps");
+    assert_eq!(status_code(&err), Some(403), "{err}");
+    let err = Api::<Secret>::namespaced(ctl.clone(), &tenant)
+        .list(&Default::default())
+        .await
+        .expect_err("no secrets outside its namespace");
+    assert_eq!(status_code(&err), Some(403), "{err}");
+    let err = Api::<Secret>::namespaced(ctl.clone(), &release_ns)
+        .get("someone-elses")
+        .await
+        .expect_err("only its own secrets by name");
+    assert_eq!(status_code(&err), Some(403), "{err}");
+
+    // Remove `create` on configmaps from the chart's ClusterRole: snapshots break, with an
+    // error that says what is missing.
+    let cut = without_verb(&docs, "ClusterRole", sa, "configmaps", "create");
+    rbac::apply(&admin, &cut, &release_ns, false)
+        .await
+        .expect("apply the cut role");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut n = 0;
+    let err = loop {
+        n += 1;
+        match cms
+            .create(
+                &PostParams::default(),
+                &configmap(&format!("probe-{}", n + 1), &[]),
+            )
+            .await
+        {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "removing create from the ClusterRole did not take effect"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(status_code(&err), Some(403), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("system:serviceaccount:{release_ns}:{sa}"))
+            && msg.contains("cannot create resource \"configmaps\""),
+        "{msg}"
+    );
+    // Reading still works: only the removed verb is gone.
+    cms.get("probe-1").await.expect("get is still granted");
+}
+
+/// The controller's certificate flags, exactly as the rendered Deployment passes them.
+fn cert_config_from_rendered(docs: &[Value]) -> CertConfig {
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        certs: CertArgs,
+    }
+    use clap::Parser;
+    let env = env_of(find(docs, "Deployment", "-controller"));
+    let mut argv = vec!["holdfast-controller".to_string()];
+    for (k, v) in env.iter().filter(|(k, _)| k.starts_with("HOLDFAST_CERT_")) {
+        let flag = k
+            .trim_start_matches("HOLDFAST_")
+            .to_ascii_lowercase()
+            .replace('_', "-");
+        argv.push(format!("--{flag}={v}"));
+    }
+    let flags = Flags::try_parse_from(&argv).unwrap_or_else(|e| {
+        panic!("the chart's HOLDFAST_CERT_* variables are not the controller's flags: {e}")
+    });
+    CertConfig::from_args(&flags.certs)
+        .expect("config")
+        .expect("self-managed")
+}
+
+async fn ca_bundles(admin: &kube::Client, name: &str) -> Vec<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    if let Some(v) = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .get_opt(name)
+        .await
+        .expect("get vwc")
+    {
+        for w in v.webhooks.unwrap_or_default() {
+            out.push(w.client_config.ca_bundle.map(|b| b.0));
+        }
+    }
+    if let Some(m) = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+        .get_opt(name)
+        .await
+        .expect("get mwc")
+    {
+        for w in m.webhooks.unwrap_or_default() {
+            out.push(w.client_config.ca_bundle.map(|b| b.0));
+        }
+    }
+    out
+}
+
+async fn secret_versions(admin: &kube::Client, ns: &str, names: &[&str]) -> Vec<String> {
+    let api: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    let mut out = Vec::new();
+    for n in names {
+        let s = api.get(n).await.expect("secret");
+        out.push(s.metadata.resource_version.unwrap_or_default());
+    }
+    out
+}
+
+#[tokio::test]
+async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_upgrade_without_rotating()
+ {
+    let _live = LIVE_WEBHOOKS.lock().await;
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("hf-certs").await.expect("namespace");
+    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
+    let chart = helm::chart_dir().display().to_string();
+    let release = "crt";
+    let helm_cmd = |verb: &str, extra: &[&str]| {
+        let mut args: Vec<String> = [
+            verb,
+            release,
+            chart.as_str(),
+            "--namespace",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        helm.run(&args)
+    };
+    // A real `helm install` into the control plane (no kubelet: the pods never run, which
+    // does not matter to what is checked here).
+    helm_cmd("install", &[]).expect("helm install");
+    let docs = helm.render(&Install::new(release, &ns)).expect("render");
+    let config = cert_config_from_rendered(&docs);
+    let name = "crt-holdfast";
+    assert!(
+        ca_bundles(&admin, name).await.iter().all(Option::is_none),
+        "a fresh install has no caBundle until the controller injects it"
+    );
+
+    // The certificate reconcile, authenticated as the chart's controller ServiceAccount.
+    let ctl = rbac::service_account_client(cp, &ns, "crt-holdfast-controller")
+        .await
+        .expect("token");
+    let first = certs::reconcile(&ctl, &config)
+        .await
+        .expect("reconcile with exactly the chart's RBAC");
+    assert!(first.changed());
+    assert!(
+        first
+            .injections
+            .iter()
+            .all(|(_, i)| *i == Injection::Injected),
+        "{:?}",
+        first.injections
+    );
+    let bundle = first.bundle_pem.clone().into_bytes();
+    let injected = ca_bundles(&admin, name).await;
+    assert_eq!(injected.len(), 3);
+    assert!(
+        injected
+            .iter()
+            .all(|b| b.as_deref() == Some(bundle.as_slice()))
+    );
+    let secrets = [
+        "crt-holdfast-ca",
+        "crt-holdfast-webhook-tls",
+        "crt-holdfast-controller-tls",
+    ];
+    let tls = Api::<Secret>::namespaced(admin.clone(), &ns)
+        .get("crt-holdfast-webhook-tls")
+        .await
+        .expect("webhook secret");
+    assert_eq!(tls.type_.as_deref(), Some("kubernetes.io/tls"));
+    let cert = tls
+        .data
+        .as_ref()
+        .and_then(|d| d.get("tls.crt"))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .expect("tls.crt");
+    let info = CertificateInfo::parse_pem(&cert).expect("parse");
+    assert!(
+        info.names
+            .contains(&format!("crt-holdfast-webhook.{ns}.svc")),
+        "{:?}",
+        info.names
+    );
+    let versions = secret_versions(&admin, &ns, &secrets).await;
+
+    // A second pass changes nothing.
+    let again = certs::reconcile(&ctl, &config).await.expect("reconcile");
+    assert!(!again.changed(), "{again:?}");
+
+    // `helm upgrade` with a changed value, then `helm upgrade --force` (which replaces every
+    // object): the caBundle stays (merge keeps the injected field; --force re-renders it from
+    // the CA Secret by lookup), and the certificates are not rotated.
+    helm_cmd("upgrade", &["--set", "logLevel=debug"]).expect("helm upgrade");
+    assert_eq!(
+        ca_bundles(&admin, name).await,
+        injected,
+        "after helm upgrade"
+    );
+    helm_cmd("upgrade", &["--force", "--set", "logLevel=info"]).expect("helm upgrade --force");
+    assert_eq!(
+        ca_bundles(&admin, name).await,
+        injected,
+        "after helm upgrade --force"
+    );
+    let after = certs::reconcile(&ctl, &config).await.expect("reconcile");
+    assert!(
+        !after.changed(),
+        "an upgrade must not rotate anything: {after:?}"
+    );
+    assert_eq!(secret_versions(&admin, &ns, &secrets).await, versions);
+
+    // Remove `patch` on webhook configurations from the chart's ClusterRole: injection fails,
+    // naming the missing permission.
+    let mut vwc = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .get(name)
+        .await
+        .expect("vwc");
+    for w in vwc.webhooks.iter_mut().flatten() {
+        w.client_config.ca_bundle = Some(k8s_openapi::ByteString(b"stale".to_vec()));
+    }
+    // (An invalid PEM is refused by nobody: the apiserver only stores the bytes.)
+    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .replace(name, &PostParams::default(), &vwc)
+        .await
+        .expect("make the caBundle stale");
+    let cut = without_verb(
+        &docs,
+        "ClusterRole",
+        "crt-holdfast-controller",
+        "validatingwebhookconfigurations",
+        "patch",
+    );
+    rbac::apply(&admin, &cut, &ns, false)
+        .await
+        .expect("apply cut role");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let err = loop {
+        match certs::reconcile(&ctl, &config).await {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the cut role never took effect"
+                );
+                // It may have re-injected before the cut took effect: make it stale again.
+                let mut vwc = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+                    .get(name)
+                    .await
+                    .expect("vwc");
+                for w in vwc.webhooks.iter_mut().flatten() {
+                    w.client_config.ca_bundle = Some(k8s_openapi::ByteString(b"stale".to_vec()));
+                }
+                let _ = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+                    .replace(name, &PostParams::default(), &vwc)
+                    .await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cannot patch resource \"validatingwebhookconfigurations\""),
+        "{msg}"
+    );
+
+    // `helm uninstall` leaves the self-managed Secrets (helm never owned them) and removes
+    // the webhook configurations.
+    helm.run(&[
+        "uninstall".into(),
+        release.into(),
+        "--namespace".into(),
+        ns.clone(),
+        "--kubeconfig".into(),
+        kubeconfig.clone(),
+    ])
+    .expect("helm uninstall");
+    assert!(ca_bundles(&admin, name).await.is_empty());
+    assert_eq!(secret_versions(&admin, &ns, &secrets).await.len(), 3);
+}
+
+#[tokio::test]
+async fn rendered_manifests_are_accepted_by_the_real_apiserver() {
+    let _live = LIVE_WEBHOOKS.lock().await;
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    cp.install_crds(OPTIONAL_CRDS).await.expect("optional CRDs");
+    let (_dir, ca_path, _) = ca_file();
+    let mut configurations = Vec::new();
+    let mut release_namespaces = Vec::new();
+    for (i, combo) in Combo::all().into_iter().enumerate() {
+        let ns = cp.namespace("hf-apply").await.expect("namespace");
+        let release = format!("ap{i}");
+        let docs = helm
+            .render(&combo.install(&release, &ns, &ca_path))
+            .unwrap_or_else(|e| panic!("{combo:?}: {e:#}"));
+        for doc in &docs {
+            let stored = rbac::apply(&admin, doc, &ns, false)
+                .await
+                .unwrap_or_else(|e| panic!("{combo:?}: {e:#}"));
+            assert!(
+                stored.metadata.uid.is_some(),
+                "{combo:?}: {}",
+                helm::id(doc)
+            );
+        }
+        configurations.push(format!("{release}-holdfast"));
+        release_namespaces.push(ns);
+    }
+
+    // Only the first release's configurations stay registered (pointing at a Service with no
+    // pods): a ConfigMap that is not a snapshot never reaches them; a snapshot ConfigMap does,
+    // and with failurePolicy Fail and no webhook serving it is refused; the release namespace
+    // is not watched.
+    let dp = DeleteParams::default();
+    for name in &configurations[1..] {
+        let _ = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .delete(name, &dp)
+            .await;
+        let _ = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+            .delete(name, &dp)
+            .await;
+    }
+    let tenant = cp.namespace("tenant").await.expect("namespace");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &tenant);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        // The apiserver picks up new configurations asynchronously.
+        match cms
+            .create(
+                &PostParams::default(),
+                &configmap("job-runtime-snapshot", &[]),
+            )
+            .await
+        {
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains("snapshots.validate.holdfast.dev"), "{msg}");
+                break;
+            }
+            Ok(_) => {
+                let _ = cms.delete("job-runtime-snapshot", &dp).await;
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the snapshot webhook was never called"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    let labelled = configmap("renamed", &[("holdfast.dev/runtime-snapshot", "true")]);
+    cms.create(&PostParams::default(), &labelled)
+        .await
+        .expect_err("a labelled snapshot goes to the webhook too");
+    for i in 0..20 {
+        cms.create(
+            &PostParams::default(),
+            &configmap(&format!("plain-{i}"), &[("app", "x")]),
+        )
+        .await
+        .expect("an unrelated ConfigMap never reaches the webhook");
+    }
+    // The deleted configurations may still be cached by the apiserver for a moment.
+    let own: Api<ConfigMap> = Api::namespaced(admin.clone(), &release_namespaces[0]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Err(e) = own
+        .create(
+            &PostParams::default(),
+            &configmap("own-runtime-snapshot", &[]),
+        )
+        .await
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the release namespace must be excluded: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let _ = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .delete(&configurations[0], &dp)
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+        .delete(&configurations[0], &dp)
+        .await;
+}
