@@ -49,6 +49,8 @@ const MANAGED_LABEL: &str = "holdfast.dev/managed";
 const HOLD_INSTANCE: &str = "holdfast.dev/hold-instance";
 const OPENED: &str = "holdfast.dev/opened";
 const ADMITTED: &str = "holdfast.dev/admitted-runtime-resource-version";
+/// Kueue manages a job with a non-empty queue name (manageJobsWithoutQueueName: false).
+const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 
 /// SPEC "Names": hold-*, opened, attempt, and the admitted runtime version.
 fn is_ours(key: &str) -> bool {
@@ -91,6 +93,15 @@ fn labelled_true(v: &Map<String, Value>, key: &str) -> bool {
         .and_then(Value::as_object)
         .and_then(|l| l.get(key))
         == Some(&Value::String("true".into()))
+}
+
+fn queued(v: &Map<String, Value>) -> bool {
+    v.get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object)
+        .and_then(|l| l.get(QUEUE_LABEL))
+        .and_then(Value::as_str)
+        .is_some_and(|q| !q.is_empty())
 }
 
 fn suspended(v: &Map<String, Value>) -> bool {
@@ -201,6 +212,7 @@ fn forbidden(i: &AdmissionInput, mode: Mode) -> Option<String> {
                     if mode == Mode::Kueue
                         && trainjob
                         && user != KUEUE
+                        && (queued(o) || queued(n))
                         && suspended(o) != suspended(n)
                     {
                         return Some("suspend flipped in kueue mode".into());
@@ -260,6 +272,16 @@ fn must_allow(i: &AdmissionInput, mode: Mode) -> Option<&'static str> {
         {
             Some("the controller")
         }
+        // The controller may write an unqueued TrainJob in kueue mode too: Kueue does not
+        // own its spec.suspend.
+        (Resource::TrainJob, Operation::Update)
+            if i.user.username == CONTROLLER
+                && mode == Mode::Kueue
+                && obj(i.old_object.as_ref()).is_some_and(|o| !queued(o))
+                && obj(i.object.as_ref()).is_some_and(|n| !queued(n)) =>
+        {
+            Some("the controller, on a TrainJob Kueue does not manage")
+        }
         (Resource::TrainJob | Resource::Workload, Operation::Create)
             if i.user.username == CONTROLLER =>
         {
@@ -296,7 +318,13 @@ const ANN_KEYS: [&str; 10] = [
     "example.com/hold-instance",
     "team",
 ];
-const LABEL_KEYS: [&str; 4] = [SNAPSHOT_LABEL, MANAGED_LABEL, "app", "holdfast.dev/opened"];
+const LABEL_KEYS: [&str; 5] = [
+    SNAPSHOT_LABEL,
+    MANAGED_LABEL,
+    QUEUE_LABEL,
+    "app",
+    "holdfast.dev/opened",
+];
 const NAMES: [&str; 4] = [
     "mnist",
     "mnist-runtime-snapshot",
@@ -334,7 +362,7 @@ fn metadata() -> BoxedStrategy<Value> {
     (
         member(select(&NAMES[..]).prop_map(|s| Value::String(s.to_owned()))),
         member(string_map(&ANN_KEYS, &["1", "2", "true", ""])),
-        member(string_map(&LABEL_KEYS, &["true", "false"])),
+        member(string_map(&LABEL_KEYS, &["true", "false", ""])),
         member(Just(
             json!([{"kind": "TrainJob", "name": "mnist", "uid": "u", "controller": true}]),
         )),
@@ -923,6 +951,7 @@ fn oracle_covers_every_rule() {
     let who = who();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut allowed = 0;
+    let mut unqueued_suspend_flips_allowed = 0;
     for _ in 0..20_000 {
         let c = strategy.new_tree(&mut runner).unwrap().current();
         let patch = mutate(&c.input, &who, c.mode, c.admitted_rv.as_deref());
@@ -940,6 +969,20 @@ fn oracle_covers_every_rule() {
             *seen.entry(rule).or_default() += 1;
         } else if validate(&post, &who, c.mode).is_allowed() {
             allowed += 1;
+            if let (Mode::Kueue, Resource::TrainJob, Operation::Update, None, Some(o), Some(n)) = (
+                c.mode,
+                &post.resource,
+                post.operation,
+                &post.subresource,
+                obj(post.old_object.as_ref()),
+                obj(post.object.as_ref()),
+            ) && post.user.username != KUEUE
+                && !queued(o)
+                && !queued(n)
+                && suspended(o) != suspended(n)
+            {
+                unqueued_suspend_flips_allowed += 1;
+            }
         }
     }
     for rule in [
@@ -962,4 +1005,8 @@ fn oracle_covers_every_rule() {
         );
     }
     assert!(allowed > 1000, "too few allowed requests: {allowed}");
+    assert!(
+        unqueued_suspend_flips_allowed > 0,
+        "no allowed kueue-mode suspend flip of an unqueued TrainJob was generated"
+    );
 }

@@ -1,10 +1,17 @@
 //! Command-line flags (each also an environment variable).
 
 use holdfast_core::mode::Mode;
-use std::{net::SocketAddr, path::PathBuf};
+use holdfast_core::policy::Identities;
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use crate::review::Limits;
 
 #[derive(clap::Parser, Debug, Clone)]
-#[command(name = "holdfast-webhook", version, about = "holdfast's mutating and validating admission webhook")]
+#[command(
+    name = "holdfast-webhook",
+    version,
+    about = "holdfast's mutating and validating admission webhook"
+)]
 pub struct Args {
     /// plain or kueue: decides which spec.suspend / spec.active edits are refused.
     #[arg(long, env = "HOLDFAST_MODE", default_value = "plain")]
@@ -19,21 +26,95 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_ADMIN_ADDR", default_value = "0.0.0.0:9091")]
     pub admin_addr: SocketAddr,
     /// TLS certificate (PEM chain); re-read when the file's contents change.
-    #[arg(long, env = "HOLDFAST_TLS_CERT", default_value = "/etc/holdfast/tls/tls.crt")]
+    #[arg(
+        long,
+        env = "HOLDFAST_TLS_CERT",
+        default_value = "/etc/holdfast/tls/tls.crt"
+    )]
     pub tls_cert: PathBuf,
     /// TLS private key (PEM).
-    #[arg(long, env = "HOLDFAST_TLS_KEY", default_value = "/etc/holdfast/tls/tls.key")]
+    #[arg(
+        long,
+        env = "HOLDFAST_TLS_KEY",
+        default_value = "/etc/holdfast/tls/tls.key"
+    )]
     pub tls_key: PathBuf,
     /// Identities (user names) allowed to write controller-owned state.
-    #[arg(long, env = "HOLDFAST_CONTROLLER_USERS", value_delimiter = ',', default_value = "system:serviceaccount:holdfast-system:holdfast-controller")]
+    #[arg(
+        long,
+        env = "HOLDFAST_CONTROLLER_USERS",
+        value_delimiter = ',',
+        default_value = "system:serviceaccount:holdfast-system:holdfast-controller"
+    )]
     pub controller_users: Vec<String>,
     /// Identities allowed to create snapshot ConfigMaps besides the controller (Trainer's controller).
-    #[arg(long, env = "HOLDFAST_SNAPSHOT_CREATORS", value_delimiter = ',', default_value = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager")]
+    #[arg(
+        long,
+        env = "HOLDFAST_SNAPSHOT_CREATORS",
+        value_delimiter = ',',
+        default_value = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+    )]
     pub snapshot_creators: Vec<String>,
     /// Identities allowed to delete snapshot ConfigMaps (garbage collector, namespace controller).
-    #[arg(long, env = "HOLDFAST_SNAPSHOT_DELETERS", value_delimiter = ',', default_value = "system:serviceaccount:kube-system:generic-garbage-collector,system:serviceaccount:kube-system:namespace-controller")]
+    #[arg(
+        long,
+        env = "HOLDFAST_SNAPSHOT_DELETERS",
+        value_delimiter = ',',
+        default_value = "system:serviceaccount:kube-system:generic-garbage-collector,system:serviceaccount:kube-system:namespace-controller"
+    )]
     pub snapshot_deleters: Vec<String>,
-    /// Identities allowed to change a TrainJob's spec.suspend in kueue mode (Kueue's controller).
-    #[arg(long, env = "HOLDFAST_KUEUE_USERS", value_delimiter = ',', default_value = "system:serviceaccount:kueue-system:kueue-controller-manager")]
+    /// Identities allowed to change a queued TrainJob's spec.suspend in kueue mode (Kueue's controller).
+    #[arg(
+        long,
+        env = "HOLDFAST_KUEUE_USERS",
+        value_delimiter = ',',
+        default_value = "system:serviceaccount:kueue-system:kueue-controller-manager"
+    )]
     pub kueue_users: Vec<String>,
+    /// Largest AdmissionReview body accepted, in bytes (object and oldObject of an UPDATE);
+    /// larger ones get 413.
+    #[arg(long, env = "HOLDFAST_MAX_BODY_BYTES", default_value_t = Limits::DEFAULT.max_body_bytes)]
+    pub max_body_bytes: usize,
+    /// Admissions served at once; more are shed at once with 503 (the apiserver then applies
+    /// the webhook's failurePolicy).
+    #[arg(long, env = "HOLDFAST_MAX_CONCURRENT", default_value_t = Limits::DEFAULT.max_concurrent)]
+    pub max_concurrent: usize,
+    /// Longest time one admission may take, body read included, in milliseconds (keep it
+    /// below the webhook configurations' timeoutSeconds).
+    #[arg(long, env = "HOLDFAST_REQUEST_TIMEOUT_MS", default_value_t = 4000)]
+    pub request_timeout_ms: u64,
+    /// Longest time the runtime lookup at TrainJob admission may take, in milliseconds; on
+    /// timeout no admitted-runtime-resource-version is recorded.
+    #[arg(
+        long,
+        env = "HOLDFAST_RUNTIME_LOOKUP_TIMEOUT_MS",
+        default_value_t = 2000
+    )]
+    pub runtime_lookup_timeout_ms: u64,
+    /// On SIGTERM, how long to go on serving (not ready) before closing the listener, in
+    /// milliseconds: the apiserver sends admissions until it sees the endpoint removed.
+    #[arg(long, env = "HOLDFAST_SHUTDOWN_DELAY_MS", default_value_t = 5000)]
+    pub shutdown_delay_ms: u64,
+}
+
+impl Args {
+    /// The identities the policy trusts.
+    pub fn identities(&self) -> Identities {
+        Identities::new(
+            &self.controller_users,
+            &self.snapshot_creators,
+            &self.snapshot_deleters,
+            &self.kueue_users,
+        )
+    }
+
+    /// The request limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_body_bytes: self.max_body_bytes,
+            max_concurrent: self.max_concurrent.max(1),
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            runtime_lookup_timeout: Duration::from_millis(self.runtime_lookup_timeout_ms),
+        }
+    }
 }

@@ -1,15 +1,90 @@
 //! holdfast-webhook: the mutating and validating admission server.
+//!
+//! `main` wires; the modules decide:
+//!
+//! - [`review`]: the `/mutate` and `/validate` endpoints: limits, decoding, the policy of
+//!   `holdfast_core::policy`, the answer.
+//! - [`runtime_lookup`]: reading the runtime a TrainJob names at its admission.
+//! - [`registration`]: the Validating- and MutatingWebhookConfiguration to register (the chart
+//!   mirrors it).
+//! - [`server`]: TLS and admin ports, readiness, graceful drain.
+//! - [`metrics`], [`error`], [`args`].
 #![forbid(unsafe_code)]
 
 pub mod args;
-pub use args::Args;
+pub mod error;
+pub mod metrics;
+pub mod registration;
+pub mod review;
+pub mod runtime_lookup;
+pub mod server;
 
-/// Serve until SIGTERM.
+pub use args::Args;
+pub use error::WebhookError;
+pub use holdfast_serve::CertFiles;
+pub use review::{Admission, Limits};
+pub use server::{RunningWebhook, ServeOptions};
+
+use metrics::Metrics;
+use prometheus_client::registry::Registry;
+use runtime_lookup::KubeRuntimeLookup;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Log to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Serve until SIGTERM or SIGINT, then drain.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(async move {
-        tracing::info!(mode = %args.mode, "holdfast-webhook starting");
-        tokio::signal::ctrl_c().await?;
-        Ok(())
-    })
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    tracing::info!(mode = %args.mode, "holdfast-webhook starting");
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let admission = Arc::new(Admission::new(
+        args.mode,
+        args.identities(),
+        Arc::new(KubeRuntimeLookup::new(client)),
+        metrics,
+        args.limits(),
+    ));
+    let options = ServeOptions {
+        addr: args.addr,
+        admin_addr: args.admin_addr,
+        cert: CertFiles {
+            cert: args.tls_cert.clone(),
+            key: args.tls_key.clone(),
+        },
+    };
+    let hook = RunningWebhook::start(options, admission, registry).await?;
+    server::shutdown_signal().await;
+    tracing::info!("shutdown requested");
+    hook.stop_after(std::time::Duration::from_millis(args.shutdown_delay_ms))
+        .await
+}
+
+/// A client from `kubeconfig`, else from the environment (in-cluster or `~/.kube/config`).
+pub async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
 }

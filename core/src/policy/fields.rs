@@ -127,6 +127,16 @@ pub(crate) fn managed(obj: &Map<String, Value>) -> bool {
     label_true(obj, LABEL_MANAGED)
 }
 
+/// Queued for Kueue: label `kueue.x-k8s.io/queue-name` with a non-empty string value (Kueue,
+/// with its default `manageJobsWithoutQueueName: false`, manages exactly these jobs; an empty
+/// queue name counts as none, as in Kueue's own `QueueName`).
+pub(crate) fn queued(obj: &Map<String, Value>) -> bool {
+    metadata_map(obj, "labels")
+        .and_then(|l| l.get(super::QUEUE_NAME_LABEL))
+        .and_then(Value::as_str)
+        .is_some_and(|q| !q.is_empty())
+}
+
 pub(crate) fn snapshot_label(obj: &Map<String, Value>) -> bool {
     label_true(obj, LABEL_RUNTIME_SNAPSHOT)
 }

@@ -1,7 +1,7 @@
 //! The validating webhook's verdict.
 
 use super::fields::{self, Doc};
-use super::{AdmissionInput, Identities, Operation, Resource, Verdict};
+use super::{AdmissionInput, Identities, Operation, QUEUE_NAME_LABEL, Resource, Verdict};
 use crate::mode::Mode;
 use crate::names::{
     ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, ANN_OPENED, LABEL_MANAGED,
@@ -34,10 +34,15 @@ use serde_json::{Map, Value};
 /// - An annotation dropped by a non-controller UPDATE is restored by [`mutate`](super::mutate)
 ///   before this runs, so a denial for "remove" means the mutating side did not run or a later
 ///   mutating webhook removed it again.
-/// - kueue mode: every change of a TrainJob's `spec.suspend` (absent = false) by anyone not in
-///   the Kueue list is refused, the controller's included (SPEC: holdfast never writes it in
-///   kueue mode). Any change of `spec.active` (absent = true) on a Workload whose stored
-///   object carries `hold-instance` is refused for all but the controller, Kueue included.
+/// - kueue mode: every change of the `spec.suspend` (absent = false) of a TrainJob Kueue
+///   manages, one labelled `kueue.x-k8s.io/queue-name` (non-empty) on the old or the new
+///   object, by anyone not in the Kueue list is refused, the controller's included (SPEC:
+///   holdfast never writes it in kueue mode). Adding or removing the label in the same update
+///   does not escape: either side carrying it is enough. A TrainJob without a queue name is
+///   not Kueue's (Kueue's default `manageJobsWithoutQueueName: false`): its `spec.suspend` is
+///   not protected by this rule. Any change of `spec.active` (absent = true) on a Workload
+///   whose stored object carries `hold-instance` is refused for all but the controller, Kueue
+///   included.
 /// - plain mode, our extension of the start gate: a TrainJob labelled
 ///   `holdfast.dev/managed: "true"` (on the old or the new object) that has no `opened`
 ///   annotation may be unsuspended only by the controller (only Open opens the gate); while
@@ -316,8 +321,10 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     let user = input.user.username.as_str();
     let controller = who.is_controller(user);
     let trainjob = input.resource == Resource::TrainJob;
-    let kueue_owns_suspend = mode == Mode::Kueue && trainjob && !who.is_kueue(user);
-    if controller && !kueue_owns_suspend {
+    // Whether the kueue-mode suspend rule may apply; whether it does depends on the queue
+    // label, so the controller is let through early only where it cannot.
+    let kueue_may_own_suspend = mode == Mode::Kueue && trainjob && !who.is_kueue(user);
+    if controller && !kueue_may_own_suspend {
         return Verdict::Allow;
     }
     let new = Doc::of(input.object.as_ref());
@@ -343,11 +350,12 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     if !controller && let Some(v) = annotations_changed(input, who, o, n) {
         return v;
     }
+    let kueue_owns_suspend = kueue_may_own_suspend && (fields::queued(o) || fields::queued(n));
     if kueue_owns_suspend && fields::suspended(o) != fields::suspended(n) {
         return Verdict::deny(
             "spec.suspend",
             format!(
-                "spec.suspend of TrainJob {} is owned by Kueue in kueue mode and changed only by {}; user {user} may not change it from {} to {}",
+                "spec.suspend of TrainJob {} is owned by Kueue (the TrainJob is queued: label {QUEUE_NAME_LABEL}) in kueue mode and changed only by {}; user {user} may not change it from {} to {}",
                 input.object_ref(),
                 who.describe_kueue(),
                 fields::suspended(o),

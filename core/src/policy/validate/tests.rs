@@ -7,7 +7,7 @@ use crate::names::{
     ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT,
 };
 use crate::policy::testkit::*;
-use crate::policy::{Operation, Resource, Verdict};
+use crate::policy::{Operation, QUEUE_NAME_LABEL, Resource, Verdict};
 use serde_json::{Value, json};
 
 const BOTH: &[Mode] = &[Mode::Plain, Mode::Kueue];
@@ -19,6 +19,7 @@ const SNAP: &str = "mnist-runtime-snapshot";
 const SNAP_LABEL: (&str, &str) = (LABEL_RUNTIME_SNAPSHOT, "true");
 const MANAGED: (&str, &str) = (LABEL_MANAGED, "true");
 const HOLD: (&str, &str) = (ANN_HOLD_INSTANCE, "3");
+const QUEUED: (&str, &str) = (QUEUE_NAME_LABEL, "team-queue");
 
 /// One row: a request, run as every identity in `EVERYONE` in each of `modes`; allowed
 /// exactly for the identities in `allowed`.
@@ -96,6 +97,9 @@ fn table() -> Vec<Case> {
     let held_job = tj(&[HOLD, (ANN_HOLD_REASON, "node lost")], &[], Some(true));
     let gated = tj(&[], &[MANAGED], Some(true));
     let opened = tj(&[(ANN_OPENED, "true")], &[MANAGED], Some(true));
+    let queued = tj(&[], &[QUEUED], None);
+    let queued_gated = tj(&[], &[MANAGED, QUEUED], Some(true));
+    let queued_held = tj(&[HOLD, (ANN_HOLD_REASON, "node lost")], &[QUEUED], Some(true));
     let workload = wl(&[], None);
     let held_wl = wl(&[HOLD], Some(false));
 
@@ -155,12 +159,19 @@ fn table() -> Vec<Case> {
         case("create a Workload with admitted-runtime-resource-version", BOTH, WL, Create, None, Some(ann(&workload, ADMITTED, "1")), &[CONTROLLER]),
         case("create an ordinary Workload", BOTH, WL, Create, None, Some(workload.clone()), &EVERYONE),
         case("delete a held Workload", BOTH, WL, Delete, Some(held_wl.clone()), None, &EVERYONE),
-        // --- kueue mode: spec.suspend belongs to Kueue
-        case("kueue: suspend a TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(false))), Some(suspend(&job, Some(true))), &[KUEUE]),
-        case("kueue: unsuspend a TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&job, Some(false))), &[KUEUE]),
-        case("kueue: suspend absent to true", KUEUE_MODE, TJ, Update, Some(job.clone()), Some(suspend(&job, Some(true))), &[KUEUE]),
-        case("kueue: suspend absent to false is no change", KUEUE_MODE, TJ, Update, Some(job.clone()), Some(suspend(&job, Some(false))), &EVERYONE),
-        case("kueue: unsuspend a managed TrainJob at its gate", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(suspend(&gated, Some(false))), &[KUEUE]),
+        // --- kueue mode: spec.suspend of a queued TrainJob belongs to Kueue
+        case("kueue: suspend a queued TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(false))), Some(suspend(&queued, Some(true))), &[KUEUE]),
+        case("kueue: unsuspend a queued TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&queued, Some(false))), &[KUEUE]),
+        case("kueue: suspend absent to true", KUEUE_MODE, TJ, Update, Some(queued.clone()), Some(suspend(&queued, Some(true))), &[KUEUE]),
+        case("kueue: suspend absent to false is no change", KUEUE_MODE, TJ, Update, Some(queued.clone()), Some(suspend(&queued, Some(false))), &EVERYONE),
+        case("kueue: unsuspend a queued managed TrainJob at its gate", KUEUE_MODE, TJ, Update, Some(queued_gated.clone()), Some(suspend(&queued_gated, Some(false))), &[KUEUE]),
+        case("kueue: queue the TrainJob while unsuspending it", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&queued, Some(false))), &[KUEUE]),
+        case("kueue: drop the queue label while unsuspending", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&job, Some(false))), &[KUEUE]),
+        case("kueue: drop the queue label without touching suspend", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&job, Some(true))), &EVERYONE),
+        case("kueue: suspend an unqueued TrainJob (not Kueue's)", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(false))), Some(suspend(&job, Some(true))), &EVERYONE),
+        case("kueue: unsuspend an unqueued TrainJob (not Kueue's)", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&job, Some(false))), &EVERYONE),
+        case("kueue: an empty queue name is no queue", KUEUE_MODE, TJ, Update, Some(tj(&[], &[(QUEUE_NAME_LABEL, "")], Some(true))), Some(tj(&[], &[(QUEUE_NAME_LABEL, "")], Some(false))), &EVERYONE),
+        case("kueue: unsuspend an unqueued managed TrainJob at its gate (the gate is plain mode's)", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(suspend(&gated, Some(false))), &EVERYONE),
         case("kueue: create an unsuspended TrainJob", KUEUE_MODE, TJ, Create, None, Some(suspend(&job, Some(false))), &EVERYONE),
         case("kueue: create an unsuspended managed TrainJob", KUEUE_MODE, TJ, Create, None, Some(suspend(&gated, Some(false))), &EVERYONE),
         case("kueue: controller writes opened without touching suspend", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(ann(&gated, ANN_OPENED, "true")), &[CONTROLLER]),
@@ -171,7 +182,7 @@ fn table() -> Vec<Case> {
         case("kueue: other spec edits of a held Workload", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(with(&held_wl, |v| v["spec"]["priority"] = json!(5))), &EVERYONE),
         case("kueue: reactivate a Workload Kueue deactivated itself", KUEUE_MODE, WL, Update, Some(active(&workload, Some(false))), Some(active(&workload, Some(true))), &EVERYONE),
         case("kueue: deactivate a Workload", KUEUE_MODE, WL, Update, Some(workload.clone()), Some(active(&workload, Some(false))), &EVERYONE),
-        case("kueue: suspend a held TrainJob in plain terms is Kueue's", KUEUE_MODE, TJ, Update, Some(held_job.clone()), Some(suspend(&held_job, Some(false))), &[KUEUE]),
+        case("kueue: suspend a held TrainJob in plain terms is Kueue's", KUEUE_MODE, TJ, Update, Some(queued_held.clone()), Some(suspend(&queued_held, Some(false))), &[KUEUE]),
         // --- plain mode: holds and the start gate
         case("plain: unsuspend a held TrainJob", PLAIN, TJ, Update, Some(held_job.clone()), Some(suspend(&held_job, Some(false))), &[CONTROLLER]),
         case("plain: unsuspend a held TrainJob by dropping spec.suspend", PLAIN, TJ, Update, Some(held_job.clone()), Some(suspend(&held_job, None)), &[CONTROLLER]),
@@ -528,8 +539,8 @@ fn dropped_annotation_that_was_not_restored_is_denied_as_removal() {
 
 #[test]
 fn kueue_mode_user_cannot_flip_suspend() {
-    let old = tj(&[], &[], Some(true));
-    let new = tj(&[], &[], Some(false));
+    let old = tj(&[], &[QUEUED], Some(true));
+    let new = tj(&[], &[QUEUED], Some(false));
     let (field, message) = denied(&verdict(
         Resource::TrainJob,
         Operation::Update,
@@ -547,8 +558,8 @@ fn kueue_mode_user_cannot_flip_suspend() {
 
 #[test]
 fn kueue_mode_controller_cannot_flip_suspend() {
-    let old = tj(&[], &[], Some(false));
-    let new = tj(&[], &[], Some(true));
+    let old = tj(&[], &[QUEUED], Some(false));
+    let new = tj(&[], &[QUEUED], Some(true));
     assert!(
         !verdict(
             Resource::TrainJob,
@@ -564,8 +575,8 @@ fn kueue_mode_controller_cannot_flip_suspend() {
 
 #[test]
 fn kueue_may_flip_suspend() {
-    let old = tj(&[], &[MANAGED], Some(true));
-    let new = tj(&[], &[MANAGED], Some(false));
+    let old = tj(&[], &[MANAGED, QUEUED], Some(true));
+    let new = tj(&[], &[MANAGED, QUEUED], Some(false));
     assert!(
         verdict(
             Resource::TrainJob,
@@ -592,8 +603,8 @@ fn kueue_may_flip_suspend() {
 
 #[test]
 fn kueue_may_not_touch_hold_annotations_while_flipping_suspend() {
-    let old = tj(&[HOLD], &[], Some(false));
-    let new = tj(&[], &[], Some(true));
+    let old = tj(&[HOLD], &[QUEUED], Some(false));
+    let new = tj(&[], &[QUEUED], Some(true));
     assert!(
         !verdict(
             Resource::TrainJob,
@@ -605,6 +616,44 @@ fn kueue_may_not_touch_hold_annotations_while_flipping_suspend() {
         )
         .is_allowed()
     );
+}
+
+#[test]
+fn kueue_mode_suspend_of_an_unqueued_trainjob_is_not_kueues() {
+    // Kueue (manageJobsWithoutQueueName: false) ignores a TrainJob without a queue name, so
+    // the rule that gives Kueue its spec.suspend does not apply to it.
+    let old = tj(&[], &[], Some(true));
+    let new = tj(&[], &[], Some(false));
+    for user in [ALICE, CONTROLLER, KUEUE] {
+        assert!(
+            verdict(
+                Resource::TrainJob,
+                Operation::Update,
+                user,
+                Mode::Kueue,
+                Some(&old),
+                Some(&new)
+            )
+            .is_allowed(),
+            "{user}"
+        );
+    }
+    // Queued on either side, it is Kueue's.
+    for (o, n) in [
+        (tj(&[], &[QUEUED], Some(true)), new.clone()),
+        (old.clone(), tj(&[], &[QUEUED], Some(false))),
+    ] {
+        let (field, message) = denied(&verdict(
+            Resource::TrainJob,
+            Operation::Update,
+            ALICE,
+            Mode::Kueue,
+            Some(&o),
+            Some(&n),
+        ));
+        assert_eq!(field, "spec.suspend");
+        assert!(message.contains(QUEUE_NAME_LABEL), "{message}");
+    }
 }
 
 #[test]

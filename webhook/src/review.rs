@@ -1,0 +1,418 @@
+//! The admission endpoints: `POST /mutate` and `POST /validate`, AdmissionReview v1 in and out.
+//!
+//! Each request goes through, in order:
+//!
+//! 1. **Load shedding.** At most [`Limits::max_concurrent`] admissions are answered at once;
+//!    one more is refused at once with `503` and `Retry-After: 1` (a `v1 Status` body saying
+//!    so). The apiserver counts that as a failed call and applies the webhook's
+//!    `failurePolicy` (`Fail`: the write is refused and the client retries).
+//! 2. **Timeout.** The whole answer, body read included, must take less than
+//!    [`Limits::request_timeout`] (below the configurations' `timeoutSeconds`), else `504`.
+//! 3. **Content type** `application/json` (parameters such as `charset` allowed), else `415`.
+//! 4. **Body limit** [`Limits::max_body_bytes`], checked against `Content-Length` before
+//!    reading and while reading, else `413`.
+//! 5. **Decoding** with [`decode_review`]. A body that is not an AdmissionReview v1 gets a
+//!    clear error: an AdmissionReview with `allowed: false` and status 400 naming the problem
+//!    when its `request.uid` could be read (so the apiserver shows the message), else an HTTP
+//!    `400` with a `v1 Status` body.
+//! 6. **The decision**, by `holdfast_core::policy`: at `/mutate` the JSON patch of [`mutate`]
+//!    (never a denial), at `/validate` the verdict of [`validate`] (never a patch). A dry run
+//!    gets exactly the answer the real request would get; the only I/O is the runtime read
+//!    below, which has no side effect.
+//!
+//! At a TrainJob's CREATE, `/mutate` reads the runtime its `spec.runtimeRef` names
+//! ([`RuntimeLookup`], bounded by [`Limits::runtime_lookup_timeout`]) and records its
+//! resourceVersion as `holdfast.dev/admitted-runtime-resource-version`. A runtime that is
+//! missing, unreadable or slow to read gets no annotation, and the TrainJob is admitted: the
+//! snapshot is still taken later and the controller flags what it cannot prove.
+//!
+//! When `/mutate` restores controller annotations a non-controller update dropped, or closes
+//! the start gate, the answer carries a `warnings` entry saying so (kubectl prints it): the
+//! apiserver presents a PATCH that removes an annotation and a whole-object replace that
+//! omits it identically, so an explicit removal is undone, not refused, and the warning is how
+//! its author learns that.
+
+use crate::error::WebhookError;
+use crate::metrics::{Endpoint, LookupResult, Metrics, Outcome};
+use crate::runtime_lookup::RuntimeLookup;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use holdfast_core::mode::Mode;
+use holdfast_core::names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION;
+use holdfast_core::policy::request::{decode_review, error_response, response};
+use holdfast_core::policy::{
+    AdmissionInput, Identities, Operation, Resource, Verdict, mutate, validate,
+};
+use holdfast_core::snapshot::runtime_ref;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use json_patch::PatchOperation;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+/// The bounds every admission request is held to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request body. An UPDATE review carries the object twice (object and oldObject);
+    /// each is at most what the apiserver accepts as a request body (3 MiB of JSON), so
+    /// 6 MiB admits the largest ConfigMap update the apiserver can send.
+    pub max_body_bytes: usize,
+    /// Admissions answered at once; the next is shed with 503.
+    pub max_concurrent: usize,
+    /// Longest time to answer one admission, body read included.
+    pub request_timeout: Duration,
+    /// Longest time to read the runtime at a TrainJob's admission.
+    pub runtime_lookup_timeout: Duration,
+}
+
+impl Limits {
+    pub const DEFAULT: Limits = Limits {
+        max_body_bytes: 6 * 1024 * 1024,
+        max_concurrent: 64,
+        request_timeout: Duration::from_secs(4),
+        runtime_lookup_timeout: Duration::from_secs(2),
+    };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Everything an admission decision needs; shared by every request.
+pub struct Admission {
+    mode: Mode,
+    identities: Identities,
+    runtimes: Arc<dyn RuntimeLookup>,
+    metrics: Metrics,
+    limits: Limits,
+    permits: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("mode", &self.mode)
+            .field("identities", &self.identities)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admission {
+    pub fn new(
+        mode: Mode,
+        identities: Identities,
+        runtimes: Arc<dyn RuntimeLookup>,
+        metrics: Metrics,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            mode,
+            identities,
+            runtimes,
+            metrics,
+            permits: Arc::new(Semaphore::new(limits.max_concurrent.max(1))),
+            limits,
+        }
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The router serving `/mutate` and `/validate`; anything else is a JSON 404 or 405.
+    pub fn router(self: Arc<Self>) -> Router {
+        Router::new()
+            .route("/mutate", post(mutate_endpoint))
+            .route("/validate", post(validate_endpoint))
+            .fallback(|| async { WebhookError::NotFound })
+            .method_not_allowed_fallback(|method: Method| async move {
+                WebhookError::MethodNotAllowed(method.to_string())
+            })
+            .with_state(self)
+    }
+
+    /// Answer one admission request at `endpoint`.
+    pub async fn admit(&self, endpoint: Endpoint, req: Request) -> Response {
+        let started = Instant::now();
+        let answer = match self.permits.clone().try_acquire_owned() {
+            Err(_) => Err(WebhookError::Overloaded {
+                limit: self.limits.max_concurrent,
+            }),
+            Ok(_permit) => {
+                let _in_flight = self.metrics.in_flight();
+                match tokio::time::timeout(self.limits.request_timeout, self.answer(endpoint, req))
+                    .await
+                {
+                    Ok(answer) => answer,
+                    Err(_) => Err(WebhookError::Timeout(self.limits.request_timeout)),
+                }
+            }
+        };
+        let response = match answer {
+            Ok(r) => r,
+            Err(e) => {
+                self.metrics.error(endpoint, &e);
+                match &e {
+                    WebhookError::Overloaded { .. } => {
+                        tracing::debug!(endpoint = endpoint.as_str(), "admission shed")
+                    }
+                    _ => {
+                        tracing::warn!(endpoint = endpoint.as_str(), error = %e, "admission request failed")
+                    }
+                }
+                e.into_response()
+            }
+        };
+        self.metrics.observe(endpoint, started.elapsed());
+        response
+    }
+
+    async fn answer(&self, endpoint: Endpoint, req: Request) -> Result<Response, WebhookError> {
+        check_content_type(req.headers())?;
+        let body = read_body(req, self.limits.max_body_bytes).await?;
+        let (uid, input) = match decode_review(&body) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                let Some(review) = error_response(&e) else {
+                    return Err(WebhookError::Malformed(e));
+                };
+                tracing::warn!(endpoint = endpoint.as_str(), uid = ?e.uid, error = %e, "malformed AdmissionReview refused");
+                self.metrics
+                    .admission(endpoint, None, None, Outcome::Invalid);
+                return json_ok(&review);
+            }
+        };
+        let review = match endpoint {
+            Endpoint::Mutate => self.mutate_review(&uid, &input).await,
+            Endpoint::Validate => self.validate_review(&uid, &input),
+        };
+        json_ok(&review)
+    }
+
+    fn validate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
+        let verdict = validate(input, &self.identities, self.mode);
+        if let Verdict::Deny { field, message } = &verdict {
+            tracing::info!(
+                uid,
+                kind = input.resource.kind(),
+                operation = %input.operation,
+                object = %input.object_ref(),
+                user = %input.user.username,
+                dry_run = input.dry_run,
+                field,
+                message,
+                "admission denied"
+            );
+        }
+        self.metrics.admission(
+            Endpoint::Validate,
+            Some(&input.resource),
+            Some(input.operation),
+            Outcome::of(&verdict, false),
+        );
+        response(uid, &verdict, &[])
+    }
+
+    async fn mutate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
+        let admitted = if input.resource == Resource::TrainJob
+            && input.operation == Operation::Create
+            && input.subresource.is_none()
+        {
+            self.admitted_runtime_version(input).await
+        } else {
+            None
+        };
+        let patch = mutate(input, &self.identities, self.mode, admitted.as_deref());
+        let mut review = response(uid, &Verdict::Allow, &patch);
+        let warnings = warnings(input, &patch);
+        if !warnings.is_empty() {
+            tracing::info!(
+                uid,
+                kind = input.resource.kind(),
+                operation = %input.operation,
+                object = %input.object_ref(),
+                user = %input.user.username,
+                warnings = ?warnings,
+                "admission patched"
+            );
+            if let Some(r) = review.get_mut("response").and_then(Value::as_object_mut) {
+                r.insert("warnings".to_owned(), json!(warnings));
+            }
+        }
+        self.metrics.admission(
+            Endpoint::Mutate,
+            Some(&input.resource),
+            Some(input.operation),
+            Outcome::of(&Verdict::Allow, !patch.is_empty()),
+        );
+        review
+    }
+
+    /// The resourceVersion of the runtime the TrainJob being created names, if it can be read.
+    async fn admitted_runtime_version(&self, input: &AdmissionInput) -> Option<String> {
+        let object = input.object.as_ref()?;
+        let runtime = match runtime_ref(object) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(object = %input.object_ref(), error = %e, "no runtime to look up");
+                self.metrics.lookup(LookupResult::InvalidRef);
+                return None;
+            }
+        };
+        let lookup = self
+            .runtimes
+            .resource_version(input.namespace.as_deref(), &runtime);
+        match tokio::time::timeout(self.limits.runtime_lookup_timeout, lookup).await {
+            Ok(Ok(Some(rv))) => {
+                self.metrics.lookup(LookupResult::Found);
+                Some(rv)
+            }
+            Ok(Ok(None)) => {
+                tracing::info!(object = %input.object_ref(), %runtime, "runtime not found at admission; no admitted version recorded");
+                self.metrics.lookup(LookupResult::Missing);
+                None
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(object = %input.object_ref(), %runtime, error = %e, "runtime not read at admission; no admitted version recorded");
+                self.metrics.lookup(e.result());
+                None
+            }
+            Err(_) => {
+                tracing::warn!(object = %input.object_ref(), %runtime, timeout = ?self.limits.runtime_lookup_timeout, "runtime read timed out at admission; no admitted version recorded");
+                self.metrics.lookup(LookupResult::Timeout);
+                None
+            }
+        }
+    }
+}
+
+async fn mutate_endpoint(State(a): State<Arc<Admission>>, req: Request) -> Response {
+    a.admit(Endpoint::Mutate, req).await
+}
+
+async fn validate_endpoint(State(a): State<Arc<Admission>>, req: Request) -> Response {
+    a.admit(Endpoint::Validate, req).await
+}
+
+fn json_ok(review: &Value) -> Result<Response, WebhookError> {
+    let bytes = serde_json::to_vec(review).map_err(|e| WebhookError::Encode(e.to_string()))?;
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response())
+}
+
+/// Longest excerpt of a bad header quoted in an error.
+const QUOTE_MAX: usize = 64;
+
+fn check_content_type(headers: &HeaderMap) -> Result<(), WebhookError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Err(WebhookError::UnsupportedMediaType("none".to_owned()));
+    };
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(WebhookError::UnsupportedMediaType(
+            text.chars().take(QUOTE_MAX).collect(),
+        ))
+    }
+}
+
+async fn read_body(req: Request, limit: usize) -> Result<Bytes, WebhookError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(WebhookError::BodyTooLarge { limit });
+    }
+    let body: Body = req.into_body();
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(WebhookError::BodyTooLarge { limit })
+        }
+        Err(e) => Err(WebhookError::Body(e.to_string())),
+    }
+}
+
+/// Decodes one JSON pointer token (RFC 6901).
+fn unescape(token: &str) -> String {
+    token.replace("~1", "/").replace("~0", "~")
+}
+
+/// What the user should be told about `patch`: annotations restored, a start gate closed.
+/// The admitted runtime version is set silently (it is not the user's to write).
+fn warnings(input: &AdmissionInput, patch: &[PatchOperation]) -> Vec<String> {
+    let mut restored: Vec<String> = Vec::new();
+    let mut gate_closed = false;
+    for op in patch {
+        let PatchOperation::Add(add) = op else {
+            continue;
+        };
+        let path = add.path.to_string();
+        let tokens: Vec<String> = path.split('/').skip(1).map(unescape).collect();
+        let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
+        let added: Vec<String> = match tokens.as_slice() {
+            ["spec"] | ["spec", "suspend"] => {
+                gate_closed = true;
+                Vec::new()
+            }
+            ["metadata", "annotations", key] => vec![(*key).to_owned()],
+            ["metadata", "annotations"] => keys(&add.value),
+            ["metadata"] => add.value.get("annotations").map(keys).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        restored.extend(
+            added
+                .into_iter()
+                .filter(|k| k != ANN_ADMITTED_RUNTIME_RESOURCE_VERSION),
+        );
+    }
+    let mut out = Vec::new();
+    if !restored.is_empty() && input.operation == Operation::Update {
+        out.push(format!(
+            "holdfast kept annotation(s) {} on {} {}: this update removed them, and they are written only by the holdfast controller",
+            restored.join(", "),
+            input.resource.kind(),
+            input.object_ref()
+        ));
+    }
+    if gate_closed {
+        out.push(format!(
+            "holdfast set spec.suspend: true on TrainJob {}: a TrainJob labelled holdfast.dev/managed=true starts at its closed start gate, opened by the holdfast controller",
+            input.object_ref()
+        ));
+    }
+    out
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    v.as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! The running webhook: the admission router over TLS (holdfast-serve: rustls, TLS 1.2+, h2
+//! and http/1.1, header-read timeout, certificate files re-read every 5 s, graceful drain) and
+//! the admin port (`/livez`, `/healthz`, `/readyz`, `/metrics`, plain HTTP).
+//!
+//! `/readyz` turns true once the serving certificate is loaded (binding fails otherwise) and
+//! false again as soon as shutdown begins. On SIGTERM the webhook keeps serving for the
+//! shutdown delay (`--shutdown-delay-ms`, 5 s) so the endpoint is taken out of the Service
+//! before the listener closes; in-flight admissions then get [`holdfast_serve::tls::DRAIN`]
+//! (15 s) to finish. The pod's `terminationGracePeriodSeconds` must exceed both together.
+
+use crate::review::Admission;
+use holdfast_serve::{CertFiles, Readiness, TlsServer, admin::serve_admin, admin_router};
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Where to listen, and the serving certificate.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The admission endpoints (HTTPS).
+    pub addr: SocketAddr,
+    /// The admin endpoints (HTTP).
+    pub admin_addr: SocketAddr,
+    pub cert: CertFiles,
+}
+
+/// A webhook serving in the background until [`RunningWebhook::stop`].
+#[derive(Debug)]
+pub struct RunningWebhook {
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+    ready: Readiness,
+    shutdown: CancellationToken,
+    admin_shutdown: CancellationToken,
+    serving: JoinHandle<anyhow::Result<()>>,
+    admin: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningWebhook {
+    /// Load the certificate, bind both ports and start serving. Fails if the certificate
+    /// cannot be loaded or a port cannot be bound.
+    pub async fn start(
+        options: ServeOptions,
+        admission: Arc<Admission>,
+        registry: Registry,
+    ) -> anyhow::Result<Self> {
+        let tls = TlsServer::bind(options.addr, options.cert).await?;
+        let addr = tls.local_addr()?;
+        let admin_listener = TcpListener::bind(options.admin_addr).await?;
+        let admin_addr = admin_listener.local_addr()?;
+        let ready = Readiness::default();
+        let shutdown = CancellationToken::new();
+        let admin_shutdown = CancellationToken::new();
+        let admin = tokio::spawn(serve_admin(
+            admin_listener,
+            admin_router(Arc::new(registry), ready.clone()),
+            admin_shutdown.clone(),
+        ));
+        let serving = tokio::spawn(tls.serve(admission.router(), shutdown.clone()));
+        // The certificate is loaded (bind checked it): ready.
+        ready.set(true);
+        tracing::info!(%addr, %admin_addr, "holdfast-webhook serving");
+        Ok(Self {
+            addr,
+            admin_addr,
+            ready,
+            shutdown,
+            admin_shutdown,
+            serving,
+            admin,
+        })
+    }
+
+    /// The address of `/mutate` and `/validate`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address of the admin endpoints.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    pub fn ready(&self) -> bool {
+        self.ready.get()
+    }
+
+    /// Stop gracefully, as on SIGTERM: not ready at once, so the endpoint leaves the
+    /// webhook's Service, but still serving for `delay`, because the apiserver keeps sending
+    /// admissions to it until the endpoint change reaches it (closing at once would fail those
+    /// calls, and with `failurePolicy: Fail` refuse the writes); then [`stop`](Self::stop).
+    pub async fn stop_after(self, delay: Duration) -> anyhow::Result<()> {
+        self.ready.set(false);
+        tracing::info!(
+            ?delay,
+            "not ready; serving on until the endpoint is removed"
+        );
+        tokio::time::sleep(delay).await;
+        self.stop().await
+    }
+
+    /// Stop: not ready at once, stop accepting, drain in-flight admissions, then close the
+    /// admin port.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.ready.set(false);
+        self.shutdown.cancel();
+        let served = self.serving.await;
+        self.admin_shutdown.cancel();
+        let admin = self.admin.await;
+        served??;
+        admin??;
+        tracing::info!("holdfast-webhook stopped");
+        Ok(())
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; waiting for SIGINT only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
