@@ -22,6 +22,14 @@ pub const ANN_HOLD_REASON: &str = "holdfast.dev/hold-reason";
 pub const ANN_HOLD_PLACED_AT: &str = "holdfast.dev/hold-placed-at";
 /// Prefix shared by every hold annotation.
 pub const HOLD_ANNOTATION_PREFIX: &str = "holdfast.dev/hold-";
+/// Kueue mode: on a terminating held Workload, the name of the Workload its hold is being
+/// transferred to. Written by the readmission controller before it copies the hold, so that
+/// a hold call decided on an older read of the terminating Workload fails its precondition.
+pub const ANN_HOLD_TRANSFER_TO: &str = "holdfast.dev/hold-transfer-to";
+/// Kueue mode: the finalizer a held Workload carries, added and removed in the same update
+/// as the hold. A held Workload that is deleted (by Kueue replacing it, or by a user) stays,
+/// terminating and still held, until its hold is transferred to the replacement or released.
+pub const HOLD_FINALIZER: &str = "holdfast.dev/hold";
 /// The start gate was opened.
 pub const ANN_OPENED: &str = "holdfast.dev/opened";
 /// A: the execution counter.

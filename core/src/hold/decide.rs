@@ -70,12 +70,14 @@ pub enum Decision {
 ///   `StaleHold`. After a conflict, an instance in force other than the one the previous
 ///   read saw → `StaleHold`. Otherwise (none in force, an older one, or an unreadable one)
 ///   → one update: stop, and set `hold-instance`, `hold-placed-at` and `hold-reason` (or
-///   remove a leftover reason). Never touches `opened` or A.
+///   remove a leftover reason); in Kueue mode also add the hold finalizer. Never touches
+///   `opened` or A.
 /// - **Release(m)**: `m` not in force (another instance, none, or an unreadable one) →
 ///   `StaleHold`. Plain mode: remove the hold annotations; if the TrainJob was opened and has
 ///   not ended, also unsuspend it and raise A in the same update, but only if no pod of it
 ///   remains, else `PodsRemain` and nothing written. Kueue mode: remove the annotations and
-///   set `active: true` in one update; the readmission gate checks pods and raises A.
+///   the hold finalizer and set `active: true` in one update; the readmission gate checks
+///   pods and raises A.
 /// - **Open**: already opened → done. Otherwise write the opened mark on the TrainJob; in
 ///   plain mode, if no hold is in force and the job has not ended, unsuspend it and raise A
 ///   in the same update. A hold in force is never lifted by Open.
@@ -120,6 +122,7 @@ fn decide_hold(
             }
             let mut w = Write::new(target, &read.resource_version, Outcome::AlreadyInForce);
             w.stop = Some(true);
+            w.hold_finalizer = hold_finalizer(read.mode, true);
             return Decision::Write(w);
         }
         Seen::Instance(k) if k > m => {
@@ -140,6 +143,7 @@ fn decide_hold(
     }
     let mut w = Write::new(target, &read.resource_version, Outcome::Held);
     w.stop = Some(true);
+    w.hold_finalizer = hold_finalizer(read.mode, true);
     w.set(ANN_HOLD_INSTANCE, m.to_string());
     w.set(ANN_HOLD_PLACED_AT, placed_at);
     match reason {
@@ -181,10 +185,17 @@ fn decide_release(m: u64, read: &HeldView) -> Decision {
         }
         Mode::Kueue => {
             w.stop = Some(false);
+            w.hold_finalizer = hold_finalizer(read.mode, false);
             w.outcome = Outcome::Released { resumed: true };
         }
     }
     Decision::Write(w)
+}
+
+/// Kueue mode: the hold finalizer goes on and off the Workload with the hold, in the same
+/// update (`holdfast.dev/hold`, see [`crate::names::HOLD_FINALIZER`]). Plain mode: none.
+fn hold_finalizer(mode: Mode, add: bool) -> Option<bool> {
+    (mode == Mode::Kueue).then_some(add)
 }
 
 fn decide_open(read: &HeldView) -> Decision {

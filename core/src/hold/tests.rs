@@ -190,6 +190,33 @@ fn kueue_hold_deactivates_the_workload_and_never_touches_the_trainjob() {
     let wl = sim.workload.as_ref().expect("workload");
     assert_eq!(wl["spec"]["active"], false);
     assert_eq!(object::annotation(wl, ANN_HOLD_INSTANCE), Some("1"));
+    assert_eq!(
+        wl["metadata"]["finalizers"],
+        json!([crate::names::HOLD_FINALIZER]),
+        "the hold finalizer goes on with the hold, in the same update"
+    );
+}
+
+#[test]
+fn only_kueue_holds_carry_the_hold_finalizer() {
+    for mode in MODES {
+        let w = expect_write(decide(&hold(1), &view(mode), None));
+        let r = expect_write(decide(&release(3), &held_view(mode, 3), None));
+        match mode {
+            Mode::Kueue => {
+                assert_eq!(w.hold_finalizer, Some(true));
+                assert_eq!(r.hold_finalizer, Some(false));
+            }
+            Mode::Plain => {
+                assert_eq!(w.hold_finalizer, None);
+                assert_eq!(r.hold_finalizer, None);
+            }
+        }
+        let open = decide(&Call::Open, &view(mode), None);
+        if let Decision::Write(o) = open {
+            assert_eq!(o.hold_finalizer, None, "{mode}: Open never touches it");
+        }
+    }
 }
 
 #[test]
@@ -576,6 +603,10 @@ fn kueue_release_sets_active_and_removes_annotations_in_one_update() {
     let wl = sim.workload.as_ref().expect("workload");
     assert_eq!(wl["spec"]["active"], true);
     assert_eq!(wl["metadata"]["annotations"], json!({}));
+    assert!(
+        wl["metadata"].get("finalizers").is_none(),
+        "the hold finalizer went with the hold: {wl}"
+    );
     assert_eq!(sim.trainjob, trainjob, "the TrainJob (and A) untouched");
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use super::{HeldObject, HoldError, Outcome};
-use crate::mode::Mode;
+use crate::{mode::Mode, names::HOLD_FINALIZER};
 
 /// One update of one object, preconditioned on the resourceVersion of the read it was
 /// decided on. The executor GETs `target`, [`apply`]s this to it and PUTs the result: a
@@ -26,6 +26,10 @@ pub struct Write {
     pub set_annotations: BTreeMap<String, String>,
     /// Annotations to remove (absent ones are fine).
     pub remove_annotations: BTreeSet<String>,
+    /// Kueue mode: `Some(true)` adds the hold finalizer ([`HOLD_FINALIZER`]) to the Workload,
+    /// `Some(false)` removes it, in the same update as the hold. `None` leaves the
+    /// finalizers alone. Never `Some` for a TrainJob.
+    pub hold_finalizer: Option<bool>,
     /// What the call reports once this write has landed.
     pub outcome: Outcome,
 }
@@ -39,6 +43,7 @@ impl Write {
             stop: None,
             set_annotations: BTreeMap::new(),
             remove_annotations: BTreeSet::new(),
+            hold_finalizer: None,
             outcome,
         }
     }
@@ -64,6 +69,12 @@ pub enum ApplyError {
     /// A write that would set a TrainJob's `spec.suspend` in Kueue mode.
     #[error("holdfast never writes a TrainJob's spec.suspend in Kueue mode: Kueue owns it")]
     SuspendInKueueMode,
+    /// A write that would change a TrainJob's finalizers: only a held Workload carries one.
+    #[error("the hold finalizer belongs on a Kueue Workload, never on a TrainJob")]
+    FinalizerOnTrainJob,
+    /// The object read has a `metadata.finalizers` that is not a list of strings.
+    #[error("metadata.finalizers of the object read is not a list of strings")]
+    MalformedFinalizers,
 }
 
 impl From<ApplyError> for HoldError {
@@ -74,8 +85,9 @@ impl From<ApplyError> for HoldError {
 
 /// Renders `write` onto `obj`, the object as read (JSON), so that PUTting `obj` makes
 /// exactly this update: sets `metadata.resourceVersion` to the precondition, removes and
-/// sets the annotations, and sets `spec.suspend` (TrainJob) or `spec.active` (Workload).
-/// Everything else in `obj` is left as read.
+/// sets the annotations, sets `spec.suspend` (TrainJob) or `spec.active` (Workload), and
+/// adds or removes the hold finalizer. Everything else in `obj` is left as read; other
+/// finalizers keep their order.
 ///
 /// Checks everything before changing anything: on error `obj` is untouched.
 pub fn apply(write: &Write, obj: &mut Value, mode: Mode) -> Result<(), ApplyError> {
@@ -89,6 +101,16 @@ pub fn apply(write: &Write, obj: &mut Value, mode: Mode) -> Result<(), ApplyErro
     }
     if write.stop.is_some() {
         check_object_or_absent(root, "spec", "spec")?;
+    }
+    if write.hold_finalizer.is_some() {
+        if write.target == HeldObject::TrainJob {
+            return Err(ApplyError::FinalizerOnTrainJob);
+        }
+        match root.get("metadata").and_then(|m| m.get("finalizers")) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => {}
+            Some(_) => return Err(ApplyError::MalformedFinalizers),
+        }
     }
 
     let root = obj
@@ -107,6 +129,23 @@ pub fn apply(write: &Write, obj: &mut Value, mode: Mode) -> Result<(), ApplyErro
         }
         for (key, value) in &write.set_annotations {
             ann.insert(key.clone(), Value::String(value.clone()));
+        }
+    }
+    if let Some(add) = write.hold_finalizer {
+        let mut finalizers: Vec<Value> = match meta.remove("finalizers") {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        };
+        let present = finalizers
+            .iter()
+            .any(|f| f.as_str() == Some(HOLD_FINALIZER));
+        if add && !present {
+            finalizers.push(Value::String(HOLD_FINALIZER.to_owned()));
+        } else if !add {
+            finalizers.retain(|f| f.as_str() != Some(HOLD_FINALIZER));
+        }
+        if !finalizers.is_empty() {
+            meta.insert("finalizers".to_owned(), Value::Array(finalizers));
         }
     }
     if let Some(stop) = write.stop {
@@ -198,6 +237,58 @@ mod tests {
         assert_eq!(wl["spec"]["active"], true);
         assert_eq!(wl["metadata"]["annotations"], json!({}));
         assert_eq!(wl["metadata"]["resourceVersion"], "6");
+    }
+
+    #[test]
+    fn apply_adds_and_removes_the_hold_finalizer_keeping_others() {
+        let mut wl = json!({"metadata": {"resourceVersion": "5",
+            "finalizers": ["kueue.x-k8s.io/resource-in-use"]}, "spec": {"active": true}});
+        let mut hold = hold_write(HeldObject::Workload);
+        hold.hold_finalizer = Some(true);
+        apply(&hold, &mut wl, Mode::Kueue).expect("apply");
+        assert_eq!(
+            wl["metadata"]["finalizers"],
+            json!(["kueue.x-k8s.io/resource-in-use", HOLD_FINALIZER])
+        );
+        apply(&hold, &mut wl, Mode::Kueue).expect("apply again");
+        assert_eq!(
+            wl["metadata"]["finalizers"],
+            json!(["kueue.x-k8s.io/resource-in-use", HOLD_FINALIZER]),
+            "never twice"
+        );
+        let mut release = Write::new(
+            HeldObject::Workload,
+            "6",
+            Outcome::Released { resumed: true },
+        );
+        release.hold_finalizer = Some(false);
+        apply(&release, &mut wl, Mode::Kueue).expect("apply");
+        assert_eq!(
+            wl["metadata"]["finalizers"],
+            json!(["kueue.x-k8s.io/resource-in-use"])
+        );
+        let mut bare = json!({"metadata": {"finalizers": [HOLD_FINALIZER]}});
+        apply(&release, &mut bare, Mode::Kueue).expect("apply");
+        assert!(bare["metadata"].get("finalizers").is_none(), "{bare}");
+    }
+
+    #[test]
+    fn apply_refuses_a_finalizer_on_a_trainjob_or_malformed_finalizers() {
+        let mut w = Write::new(HeldObject::TrainJob, "1", Outcome::Held);
+        w.hold_finalizer = Some(true);
+        let mut tj = json!({"metadata": {}});
+        assert_eq!(
+            apply(&w, &mut tj, Mode::Plain),
+            Err(ApplyError::FinalizerOnTrainJob)
+        );
+        w.target = HeldObject::Workload;
+        let mut wl = json!({"metadata": {"finalizers": [1]}});
+        let before = wl.clone();
+        assert_eq!(
+            apply(&w, &mut wl, Mode::Kueue),
+            Err(ApplyError::MalformedFinalizers)
+        );
+        assert_eq!(wl, before);
     }
 
     #[test]
