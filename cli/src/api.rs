@@ -1,0 +1,143 @@
+//! The hold API's client.
+
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use serde_json::{Value, json};
+
+use crate::args::{Command, Target};
+
+/// A request to the hold API.
+#[derive(Debug, PartialEq)]
+pub struct ApiRequest {
+    pub post: bool,
+    pub path: String,
+    pub body: Option<Value>,
+}
+
+fn call_path(t: &Target, call: &str) -> String {
+    format!("/v1/namespaces/{}/trainjobs/{}/{call}", t.namespace, t.name)
+}
+
+fn deadline(within: Duration) -> String {
+    let within = chrono::Duration::from_std(within).unwrap_or(chrono::Duration::MAX);
+    (Utc::now() + within).to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+impl ApiRequest {
+    /// The request a command makes.
+    pub fn of(command: &Command) -> ApiRequest {
+        match command {
+            Command::Hold {
+                target,
+                instance,
+                reason,
+                deadline_in,
+            } => {
+                let mut body = json!({"instance": instance, "deadline": deadline(*deadline_in)});
+                if let Some(r) = reason {
+                    body["reason"] = json!(r);
+                }
+                ApiRequest {
+                    post: true,
+                    path: call_path(target, "hold"),
+                    body: Some(body),
+                }
+            }
+            Command::Release {
+                target,
+                instance,
+                deadline_in,
+            } => ApiRequest {
+                post: true,
+                path: call_path(target, "release"),
+                body: Some(json!({"instance": instance, "deadline": deadline(*deadline_in)})),
+            },
+            Command::Open {
+                target,
+                deadline_in,
+            } => ApiRequest {
+                post: true,
+                path: call_path(target, "open"),
+                body: Some(json!({"deadline": deadline(*deadline_in)})),
+            },
+            Command::Status { target } => ApiRequest {
+                post: false,
+                path: call_path(target, "status"),
+                body: None,
+            },
+            Command::Preflight { target } => ApiRequest {
+                post: false,
+                path: match target {
+                    Some(t) => format!("/v1/preflight?namespace={}&name={}", t.namespace, t.name),
+                    None => "/v1/preflight".to_owned(),
+                },
+                body: None,
+            },
+        }
+    }
+
+    /// Sends it; the answer's status and JSON body.
+    pub async fn send(
+        &self,
+        http: &reqwest::Client,
+        server: &str,
+        token: &str,
+    ) -> anyhow::Result<(u16, Value)> {
+        let url = format!("{}{}", server.trim_end_matches('/'), self.path);
+        let req = if self.post {
+            http.post(&url)
+                .json(self.body.as_ref().unwrap_or(&Value::Null))
+        } else {
+            http.get(&url)
+        };
+        let resp = req.bearer_auth(token).send().await?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok((status, body))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target {
+            namespace: "team-a".into(),
+            name: "mnist".into(),
+        }
+    }
+
+    #[test]
+    fn commands_become_api_requests() {
+        let req = ApiRequest::of(&Command::Hold {
+            target: target(),
+            instance: 3,
+            reason: Some("node lost".into()),
+            deadline_in: Duration::from_secs(30),
+        });
+        assert!(req.post);
+        assert_eq!(req.path, "/v1/namespaces/team-a/trainjobs/mnist/hold");
+        let body = req.body.expect("body");
+        assert_eq!(body["instance"], 3);
+        assert_eq!(body["reason"], "node lost");
+        let deadline =
+            chrono::DateTime::parse_from_rfc3339(body["deadline"].as_str().expect("deadline"))
+                .expect("RFC 3339");
+        let left = deadline.with_timezone(&Utc) - Utc::now();
+        assert!(left > chrono::Duration::seconds(25) && left <= chrono::Duration::seconds(30));
+
+        let req = ApiRequest::of(&Command::Open {
+            target: target(),
+            deadline_in: Duration::from_secs(5),
+        });
+        assert!(req.body.expect("body").get("instance").is_none());
+        let req = ApiRequest::of(&Command::Preflight {
+            target: Some(target()),
+        });
+        assert_eq!(req.path, "/v1/preflight?namespace=team-a&name=mnist");
+        assert!(!req.post);
+    }
+}

@@ -1,0 +1,40 @@
+//! The hold API: the calls over HTTPS as JSON.
+//!
+//! ```text
+//! POST /v1/namespaces/{ns}/trainjobs/{name}/hold      {"instance":3,"deadline":"...","reason":"node lost"}
+//! POST /v1/namespaces/{ns}/trainjobs/{name}/release   {"instance":3,"deadline":"..."}
+//! POST /v1/namespaces/{ns}/trainjobs/{name}/open      {"deadline":"..."}
+//! GET  /v1/namespaces/{ns}/trainjobs/{name}/status
+//! GET  /v1/preflight[?namespace=NS&name=NAME]
+//! ```
+//!
+//! Every request is authenticated (TokenReview of its bearer token) and authorised
+//! (SubjectAccessReview: `holdfast.dev` `trainjobs/<call>`, verb `create` for the POSTs and
+//! `get` for status and preflight) before anything else is read or written. A success is
+//! `200 {"result":"Ok", ...}`; a call's failure is its `HoldError` status with
+//! `HoldError::body`; a refusal is 401 `Unauthenticated` or 403 `Forbidden` in the same
+//! shape.
+
+pub mod auth;
+mod routes;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use holdfast_serve::{CertFiles, TlsServer};
+use tokio_util::sync::CancellationToken;
+
+pub use auth::{Access, Caller, KubeAuth, Refusal};
+pub use routes::{ApiState, MAX_BODY_BYTES, router};
+
+/// Serves `router` over TLS on `addr` until `shutdown` is cancelled.
+pub async fn serve(
+    addr: SocketAddr,
+    files: CertFiles,
+    router: Router,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let server = TlsServer::bind(addr, files).await?;
+    tracing::info!(addr = %server.local_addr()?, "hold API listening");
+    server.serve(router, shutdown).await
+}

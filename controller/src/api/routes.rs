@@ -1,0 +1,194 @@
+//! The routes of the hold API.
+
+use axum::{
+    Json, Router,
+    body::Body,
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use chrono::Utc;
+use holdfast_core::hold::{CallKind, CallMeta, CallRequest, ErrorBody, HoldError};
+use serde::Deserialize;
+
+use super::auth::{Access, KubeAuth, Refusal, bearer_token};
+use crate::hold::{HoldExecutor, MetricCall};
+
+/// The largest request body accepted: a call's body is a few hundred bytes (a reason is at
+/// most 1 KiB).
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// What the routes share.
+#[derive(Clone)]
+pub struct ApiState {
+    pub executor: HoldExecutor,
+    pub auth: KubeAuth,
+}
+
+/// The hold API's router.
+pub fn router(state: ApiState) -> Router {
+    let call = |kind: CallKind| {
+        post(
+            move |State(s): State<ApiState>,
+                  Path((ns, name)): Path<(String, String)>,
+                  headers: HeaderMap,
+                  body: Body| async move {
+                hold_call(s, kind, ns, name, headers, body).await
+            },
+        )
+    };
+    Router::new()
+        .route(
+            "/v1/namespaces/{ns}/trainjobs/{name}/hold",
+            call(CallKind::Hold),
+        )
+        .route(
+            "/v1/namespaces/{ns}/trainjobs/{name}/release",
+            call(CallKind::Release),
+        )
+        .route(
+            "/v1/namespaces/{ns}/trainjobs/{name}/open",
+            call(CallKind::Open),
+        )
+        .route("/v1/namespaces/{ns}/trainjobs/{name}/status", get(status))
+        .route("/v1/preflight", get(preflight))
+        .with_state(state)
+}
+
+async fn hold_call(
+    s: ApiState,
+    kind: CallKind,
+    ns: String,
+    name: String,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let access = Access {
+        verb: "create",
+        subresource: kind.as_str(),
+        namespace: Some(ns.clone()),
+        name: Some(name.clone()),
+    };
+    let metric = MetricCall::from(kind);
+    if let Err(refusal) = admit(&s, &headers, &access).await {
+        return refused(&s, metric, refusal);
+    }
+    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => {
+            let e = HoldError::invalid(format!(
+                "the request body is larger than {MAX_BODY_BYTES} bytes"
+            ));
+            s.executor.metrics().record_result(metric, e.metric_label());
+            return error_response(StatusCode::PAYLOAD_TOO_LARGE, &e.body());
+        }
+    };
+    let meta =
+        CallRequest::from_json(&body).and_then(|req| CallMeta::validate(kind, req, Utc::now()));
+    let meta = match meta {
+        Ok(m) => m,
+        Err(e) => {
+            s.executor.metrics().record_result(metric, e.metric_label());
+            return hold_error(&e);
+        }
+    };
+    match s.executor.call(kind, &ns, &name, meta).await {
+        Ok(outcome) => (StatusCode::OK, Json(outcome.body())).into_response(),
+        Err(e) => hold_error(&e),
+    }
+}
+
+async fn status(
+    State(s): State<ApiState>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let access = Access {
+        verb: "get",
+        subresource: "status",
+        namespace: Some(ns.clone()),
+        name: Some(name.clone()),
+    };
+    if let Err(refusal) = admit(&s, &headers, &access).await {
+        return refused(&s, MetricCall::status, refusal);
+    }
+    match s.executor.status(&ns, &name).await {
+        Ok(status) => (StatusCode::OK, Json(status.body())).into_response(),
+        Err(e) => hold_error(&e),
+    }
+}
+
+/// `?namespace=NS&name=NAME`: the TrainJob to dry-run a hold on.
+#[derive(Debug, Deserialize)]
+struct PreflightTarget {
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+async fn preflight(
+    State(s): State<ApiState>,
+    Query(target): Query<PreflightTarget>,
+    headers: HeaderMap,
+) -> Response {
+    let access = Access {
+        verb: "get",
+        subresource: "preflight",
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    };
+    if let Err(refusal) = admit(&s, &headers, &access).await {
+        return refused(&s, MetricCall::preflight, refusal);
+    }
+    let target = match (&target.namespace, &target.name) {
+        (Some(ns), Some(name)) => Some((ns.as_str(), name.as_str())),
+        (None, None) => None,
+        _ => {
+            return hold_error(&HoldError::invalid(
+                "preflight: give both namespace and name, or neither",
+            ));
+        }
+    };
+    let report = s.executor.preflight(target).await;
+    (StatusCode::OK, Json(report.body())).into_response()
+}
+
+/// TokenReview, then SubjectAccessReview.
+async fn admit(s: &ApiState, headers: &HeaderMap, access: &Access) -> Result<(), Refusal> {
+    let header = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let token = bearer_token(header)?;
+    let caller = s.auth.authenticate(token).await?;
+    s.auth.authorize(&caller, access).await
+}
+
+fn refused(s: &ApiState, metric: MetricCall, refusal: Refusal) -> Response {
+    s.executor
+        .metrics()
+        .record_result(metric, refusal.metric_label());
+    tracing::info!(status = refusal.status(), reason = %refusal, "hold API call refused");
+    let body = ErrorBody {
+        error: refusal.kind().to_owned(),
+        cause: None,
+        message: refusal.to_string(),
+    };
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
+    let mut response = error_response(status, &body);
+    if matches!(refusal, Refusal::Unauthenticated(_)) {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+    }
+    response
+}
+
+fn hold_error(e: &HoldError) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    error_response(status, &e.body())
+}
+
+fn error_response(status: StatusCode, body: &ErrorBody) -> Response {
+    (status, Json(body)).into_response()
+}

@@ -1,0 +1,553 @@
+//! The executor: read, decide (holdfast-core), write with a precondition; on a 409 read
+//! again and decide again.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use holdfast_core::{
+    hold::{
+        Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView, HoldError, Outcome,
+        RejectCause, Status, apply, decide,
+    },
+    mode::Mode,
+    readmission::{Selected, select_workload},
+};
+use kube::core::params::ListParams;
+use serde_json::Value;
+
+use super::{
+    hooks::{Hooks, WritePoint},
+    metrics::{CallMetrics, MetricCall},
+    pods,
+    requests::{CallRequests, ReadRequest, RequestError},
+    resources::{self, WORKLOAD_JOB_UID_LABEL},
+};
+use crate::preflight::{self, Capability, PreflightReport};
+
+/// How the executor talks to the apiserver.
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    /// The apiserver's `--request-timeout` (chart value `timeouts.apiserverRequest`):
+    /// CallBound is this plus a margin ([`holdfast_core::hold::call_bound`]).
+    pub apiserver_request_timeout: Duration,
+    /// The transit margin: a call's requests act as though its deadline were this much
+    /// earlier. A request is sent only while more than this is left, and abandoned (if not
+    /// yet written, never written) this long before the deadline, so that it reaches the
+    /// apiserver before the deadline, not merely leaves before it, even when a connection
+    /// must be opened or the client's runtime or the apiserver is slow to get to it.
+    pub transit_margin: Duration,
+    /// The deadline of Status and Preflight, which carry none of their own.
+    pub read_timeout: Duration,
+    /// The product part of every request's User-Agent.
+    pub user_agent: String,
+    /// The first pause before reading again after a transient failure (it doubles, up to a
+    /// second), and between reads while Open waits for a Kueue Workload.
+    pub transient_backoff: Duration,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            apiserver_request_timeout: Duration::from_secs(60),
+            transit_margin: Duration::from_millis(50),
+            read_timeout: Duration::from_secs(10),
+            user_agent: concat!("holdfast-controller/", env!("CARGO_PKG_VERSION")).to_owned(),
+            transient_backoff: Duration::from_millis(50),
+        }
+    }
+}
+
+impl ExecutorConfig {
+    /// The configuration the controller's flags ask for.
+    pub fn from_args(args: &crate::Args) -> Self {
+        ExecutorConfig {
+            apiserver_request_timeout: Duration::from_secs(args.apiserver_request_timeout_secs),
+            transit_margin: Duration::from_millis(args.hold_transit_margin_ms),
+            ..ExecutorConfig::default()
+        }
+    }
+}
+
+/// A kube client for the executor: kube's own retry of 429/503/504 is off, because it would
+/// resend a request without checking the call's deadline. The executor decides itself what
+/// to send again.
+pub fn client_without_retry(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    kube::Client::try_from(config)
+}
+
+/// Hold, Release, Open, Status and Preflight against one cluster, in one mode. Cheap to clone.
+#[derive(Clone)]
+pub struct HoldExecutor {
+    client: kube::Client,
+    mode: Mode,
+    config: std::sync::Arc<ExecutorConfig>,
+    capability: Capability,
+    hooks: Hooks,
+    metrics: CallMetrics,
+}
+
+/// What one read saw: the TrainJob and, in Kueue mode, its Workload.
+struct Read {
+    trainjob: Value,
+    workload: Option<Value>,
+}
+
+impl HoldExecutor {
+    /// An executor acting through `client`, which must not retry on its own (see
+    /// [`client_without_retry`]).
+    pub fn new(client: kube::Client, mode: Mode, config: ExecutorConfig) -> Self {
+        HoldExecutor {
+            client,
+            mode,
+            config: std::sync::Arc::new(config),
+            capability: Capability::default(),
+            hooks: Hooks::default(),
+            metrics: CallMetrics::default(),
+        }
+    }
+
+    /// Installs test hooks.
+    pub fn with_hooks(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Records calls in `metrics` (see [`CallMetrics::register`]).
+    pub fn with_metrics(mut self, metrics: CallMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Shares `capability` (the last preflight result) with other executors.
+    pub fn with_capability(mut self, capability: Capability) -> Self {
+        self.capability = capability;
+        self
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.config
+    }
+
+    /// The CallBound declared to dispatch.
+    pub fn call_bound(&self) -> Duration {
+        holdfast_core::hold::call_bound(self.config.apiserver_request_timeout)
+    }
+
+    /// The last preflight result, which Hold and Release consult.
+    pub fn capability(&self) -> &Capability {
+        &self.capability
+    }
+
+    pub fn metrics(&self) -> &CallMetrics {
+        &self.metrics
+    }
+
+    pub(crate) fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Hold(m): place hold `m.instance` on TrainJob `namespace/name`.
+    pub async fn hold(
+        &self,
+        namespace: &str,
+        name: &str,
+        meta: CallMeta,
+    ) -> Result<Outcome, HoldError> {
+        self.call(CallKind::Hold, namespace, name, meta).await
+    }
+
+    /// Release(m): lift hold `m.instance` if it is the one in force.
+    pub async fn release(
+        &self,
+        namespace: &str,
+        name: &str,
+        meta: CallMeta,
+    ) -> Result<Outcome, HoldError> {
+        self.call(CallKind::Release, namespace, name, meta).await
+    }
+
+    /// Open(m): open the start gate.
+    pub async fn open(
+        &self,
+        namespace: &str,
+        name: &str,
+        meta: CallMeta,
+    ) -> Result<Outcome, HoldError> {
+        self.call(CallKind::Open, namespace, name, meta).await
+    }
+
+    /// Any of Hold, Release and Open.
+    pub async fn call(
+        &self,
+        kind: CallKind,
+        namespace: &str,
+        name: &str,
+        meta: CallMeta,
+    ) -> Result<Outcome, HoldError> {
+        let started = Instant::now();
+        let mut reqs = CallRequests::new(
+            &self.client,
+            &meta,
+            self.config.transit_margin,
+            &self.config.user_agent,
+            kind.as_str(),
+        );
+        let result = self.run(kind, namespace, name, &meta, &mut reqs).await;
+        self.metrics
+            .record(MetricCall::from(kind), &result, started.elapsed());
+        match &result {
+            Ok(outcome) => tracing::info!(
+                call = %kind, call_id = reqs.id(), namespace, name, instance = meta.instance,
+                requests = reqs.sent(), ?outcome, "hold call succeeded"
+            ),
+            Err(error) => tracing::info!(
+                call = %kind, call_id = reqs.id(), namespace, name, instance = meta.instance,
+                requests = reqs.sent(), error = %error, "hold call failed"
+            ),
+        }
+        result
+    }
+
+    async fn run(
+        &self,
+        kind: CallKind,
+        namespace: &str,
+        name: &str,
+        meta: &CallMeta,
+        reqs: &mut CallRequests<'_>,
+    ) -> Result<Outcome, HoldError> {
+        resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
+        let call = Call::new(kind, meta, Utc::now())?;
+        self.capability.check(kind)?;
+        reqs.time_left()?;
+        let mut attempts = Attempts::new();
+        let mut pause = self.config.transient_backoff;
+        loop {
+            let read = self.read(reqs, namespace, name).await?;
+            let view = match HeldView::read(
+                &call,
+                self.mode,
+                &read.trainjob,
+                read.workload.as_ref(),
+                false,
+            ) {
+                Ok(view) => view,
+                // Kueue mode: Open waits for the Workload (every started object has one).
+                Err(e) if kind == CallKind::Open && e.cause() == Some(RejectCause::NoWorkload) => {
+                    reqs.pause(
+                        self.config
+                            .transient_backoff
+                            .max(Duration::from_millis(200)),
+                    )
+                    .await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut decision = attempts.decide(&call, &view);
+            if let Decision::Write(w) = &decision
+                && kind == CallKind::Release
+                && self.mode == Mode::Plain
+                && w.stop == Some(false)
+            {
+                // Only a Release that would let the TrainJob run looks for pods: the
+                // decision is then remade knowing whether any remain. (Release does not read
+                // `after_conflict`; that is Hold's alone.)
+                let remaining = self.remaining_pods(reqs, namespace, name).await?;
+                if !remaining.is_empty() {
+                    tracing::info!(namespace, name, pods = ?remaining, "release refused: pods of the held execution remain");
+                    decision = decide(
+                        &call,
+                        &HeldView {
+                            pods_remain: true,
+                            ..view
+                        },
+                        None,
+                    );
+                }
+            }
+            let write = match decision {
+                Decision::Done(outcome) => return Ok(outcome),
+                Decision::Fail(error) => return Err(error),
+                Decision::Write(write) => write,
+            };
+            let (ar, read_object) = match write.target {
+                HeldObject::TrainJob => (resources::trainjob(), Some(&read.trainjob)),
+                HeldObject::Workload => (resources::workload(), read.workload.as_ref()),
+            };
+            let mut object = read_object
+                .cloned()
+                .ok_or_else(|| HoldError::no_workload("the TrainJob has no Kueue Workload"))?;
+            apply(&write, &mut object, self.mode)?;
+            let object_name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or(name)
+                .to_owned();
+            if let Some(hook) = &self.hooks.between_read_and_write {
+                hook(WritePoint {
+                    kind,
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    conflicts: attempts.conflicts(),
+                })
+                .await;
+            }
+            match reqs
+                .replace(&ar, namespace, &object_name, &object, false)
+                .await
+            {
+                Ok(_) => return Ok(write.outcome),
+                Err(e) if e.is_conflict() => attempts.conflicted()?,
+                // The write's outcome is unknown: it may have landed. Reading again and
+                // deciding as after a conflict is safe either way: a landed write is seen as
+                // this instance in force.
+                Err(e) if e.is_transient() => {
+                    tracing::debug!(error = %e, "write failed transiently; reading again");
+                    attempts.conflicted()?;
+                    reqs.pause(pause).await.map_err(|d| last_error(d, &e))?;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e.into_hold_error(&format!("updating {object_name}"))),
+            }
+        }
+    }
+
+    /// Status: the hold in force, the opened mark, A, and the state classified.
+    pub async fn status(&self, namespace: &str, name: &str) -> Result<Status, HoldError> {
+        let started = Instant::now();
+        let result = async {
+            resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
+            let meta = self.read_meta();
+            let mut reqs = CallRequests::new(
+                &self.client,
+                &meta,
+                self.config.transit_margin,
+                &self.config.user_agent,
+                "status",
+            );
+            let read = self.read(&mut reqs, namespace, name).await?;
+            Status::read(self.mode, &read.trainjob, read.workload.as_ref())
+        }
+        .await;
+        self.metrics
+            .record(MetricCall::status, &result, started.elapsed());
+        result
+    }
+
+    /// Preflight: probes RBAC, the CRDs and a server-side dry-run hold, on TrainJob `target`
+    /// if given (else on any one TrainJob the controller can see), and records the result
+    /// for Hold and Release to consult.
+    pub async fn preflight(&self, target: Option<(&str, &str)>) -> PreflightReport {
+        let started = Instant::now();
+        let report = preflight::run(self, target).await;
+        self.capability.record(report.clone());
+        self.metrics
+            .record::<()>(MetricCall::preflight, &Ok(()), started.elapsed());
+        report
+    }
+
+    /// The deadline of a Status or Preflight.
+    pub(crate) fn read_meta(&self) -> CallMeta {
+        CallMeta {
+            instance: None,
+            deadline: Utc::now()
+                + chrono::Duration::from_std(self.config.read_timeout)
+                    .unwrap_or(chrono::Duration::seconds(10)),
+            reason: None,
+        }
+    }
+
+    /// Reads the TrainJob and, in Kueue mode, its Workload.
+    async fn read(
+        &self,
+        reqs: &mut CallRequests<'_>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Read, HoldError> {
+        let trainjob = self
+            .retrying_read(
+                reqs,
+                &format!("reading TrainJob {namespace}/{name}"),
+                &ReadRequest::Get {
+                    ar: resources::trainjob(),
+                    namespace,
+                    name,
+                },
+            )
+            .await?;
+        let workload = match self.mode {
+            Mode::Plain => None,
+            Mode::Kueue => self.workload_of(reqs, namespace, &trainjob).await?,
+        };
+        Ok(Read { trainjob, workload })
+    }
+
+    /// The TrainJob's Workload: among those labelled with its UID, the one
+    /// [`select_workload`] chooses (the newest live one; a held one being deleted when
+    /// nothing replaces it), or `None`. While a held Workload being deleted still carries
+    /// its hold next to its replacement, the readmission controller is moving the hold:
+    /// read again until it is done or the deadline passes.
+    pub(crate) async fn workload_of(
+        &self,
+        reqs: &mut CallRequests<'_>,
+        namespace: &str,
+        trainjob: &Value,
+    ) -> Result<Option<Value>, HoldError> {
+        let uid = trainjob
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .ok_or_else(|| HoldError::invalid("the TrainJob read has no metadata.uid"))?;
+        let params = ListParams::default().labels(&format!("{WORKLOAD_JOB_UID_LABEL}={uid}"));
+        let mut pause = self.config.transient_backoff;
+        loop {
+            let list = self
+                .retrying_read(
+                    reqs,
+                    "listing the TrainJob's Workloads",
+                    &ReadRequest::List {
+                        ar: resources::workload(),
+                        namespace: Some(namespace),
+                        params: params.clone(),
+                    },
+                )
+                .await?;
+            let items = list
+                .get("items")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            match select_workload(items) {
+                Selected::None => return Ok(None),
+                Selected::Workload(w) => return Ok(Some(w.clone())),
+                Selected::TransferPending => {
+                    tracing::debug!(
+                        namespace,
+                        "a hold is being moved to a new Workload; reading again"
+                    );
+                    reqs.pause(pause).await?;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+    }
+
+    async fn remaining_pods(
+        &self,
+        reqs: &mut CallRequests<'_>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<String>, HoldError> {
+        let params = ListParams::default().labels(&pods::execution_selector(name));
+        let list = self
+            .retrying_read(
+                reqs,
+                "listing the TrainJob's pods",
+                &ReadRequest::List {
+                    ar: resources::pod(),
+                    namespace: Some(namespace),
+                    params,
+                },
+            )
+            .await?;
+        Ok(pods::remaining(&list))
+    }
+
+    /// Makes a read, again after a transient failure (with a doubling pause) until it
+    /// answers or the deadline passes.
+    pub(crate) async fn retrying_read(
+        &self,
+        reqs: &mut CallRequests<'_>,
+        what: &str,
+        request: &ReadRequest<'_>,
+    ) -> Result<Value, HoldError> {
+        let mut pause = self.config.transient_backoff;
+        loop {
+            match reqs.read(request).await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_transient() => {
+                    tracing::debug!(error = %e, what, "read failed transiently; reading again");
+                    reqs.pause(pause).await.map_err(|d| last_error(d, &e))?;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e.into_hold_error(what)),
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for HoldExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HoldExecutor")
+            .field("mode", &self.mode)
+            .field("config", &self.config)
+            .field("hooks", &self.hooks)
+            .finish()
+    }
+}
+
+/// A deadline error that names the transient failure that used the time up.
+fn last_error(deadline: HoldError, last: &RequestError) -> HoldError {
+    match deadline {
+        HoldError::Rejected { cause, message } => HoldError::Rejected {
+            cause,
+            message: format!("{message}; the last request failed: {last}"),
+        },
+        other => other,
+    }
+}
+
+/// The newest item of a list (by `creationTimestamp`, then name), if any.
+#[cfg(test)]
+fn newest(list: &Value) -> Option<Value> {
+    let items = list.get("items")?.as_array()?;
+    let key = |o: &Value| {
+        (
+            o.pointer("/metadata/creationTimestamp")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            o.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    items.iter().max_by_key(|o| key(o)).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_newest_workload_is_taken() {
+        let list = json!({"items": [
+            {"metadata": {"name": "a", "creationTimestamp": "2026-11-29T11:00:00Z"}},
+            {"metadata": {"name": "b", "creationTimestamp": "2026-11-29T12:00:00Z"}},
+        ]});
+        assert_eq!(
+            newest(&list).and_then(|w| w["metadata"]["name"].as_str().map(str::to_owned)),
+            Some("b".to_owned())
+        );
+        assert_eq!(newest(&json!({"items": []})), None);
+    }
+
+    #[test]
+    fn a_deadline_error_names_the_last_failure() {
+        let e = last_error(
+            HoldError::deadline_passed("late"),
+            &RequestError::Transport("connection refused".into()),
+        );
+        assert!(
+            matches!(&e, HoldError::Rejected { message, .. } if message.contains("connection refused")),
+            "{e:?}"
+        );
+    }
+}

@@ -1,0 +1,21 @@
+//! The hold executor: Hold, Release, Open and Status against the apiserver.
+//!
+//! The decisions are `holdfast_core::hold`'s ([`decide`](holdfast_core::hold::decide) through
+//! [`Attempts`](holdfast_core::hold::Attempts)); this module is their I/O. Every call reads the
+//! object it acts on, decides, and makes at most one update per read, preconditioned on the
+//! read's resourceVersion. On a 409 it reads again and decides again (never a blind retry),
+//! at most [`MAX_TRIES`](holdfast_core::hold::MAX_TRIES) writes. Every request first checks
+//! the call's deadline, and carries the time left as its own timeout, on the client and at
+//! the apiserver (`?timeout=`), so nothing is sent after the deadline.
+
+mod executor;
+mod hooks;
+mod metrics;
+pub mod pods;
+mod requests;
+pub mod resources;
+
+pub use executor::{ExecutorConfig, HoldExecutor, client_without_retry};
+pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};
+pub use metrics::{CallMetrics, MetricCall};
+pub use requests::{CallRequests, ReadRequest, RequestError, deadline_in_user_agent, user_agent};

@@ -1,0 +1,92 @@
+//! The kinds a hold call reads and writes, as kube `ApiResource`s.
+
+use holdfast_core::names::{KUEUE_GROUP, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_KIND};
+use kube::core::{ApiResource, GroupVersionKind};
+
+/// The Kueue API version holdfast reads and writes Workloads in. Kueue v0.19's Workload CRD
+/// serves `v1beta1` and `v1beta2`, and stores `v1beta2`.
+pub const KUEUE_VERSION: &str = "v1beta2";
+
+/// The label Kueue puts on a job's Workload: the job's UID.
+pub const WORKLOAD_JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
+
+/// `trainer.kubeflow.org/v1alpha1` TrainJobs.
+pub fn trainjob() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_KIND),
+        "trainjobs",
+    )
+}
+
+/// `kueue.x-k8s.io/v1beta2` Workloads.
+pub fn workload() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, "Workload"),
+        "workloads",
+    )
+}
+
+/// Core `v1` Pods.
+pub fn pod() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
+}
+
+/// Whether `name` is a DNS-1123 subdomain (a TrainJob's name) and `namespace` a DNS-1123
+/// label: checked before either goes into a request path, so that a name like `a%2Fb` from
+/// the hold API cannot address another resource.
+pub fn check_object_name(namespace: &str, name: &str) -> Result<(), String> {
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    if !label(namespace) {
+        return Err(format!("namespace {namespace:?} is not a DNS-1123 label"));
+    }
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label) {
+        return Err(format!("name {name:?} is not a DNS-1123 subdomain"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::{DynamicObject, Resource};
+
+    #[test]
+    fn paths_are_the_served_versions() {
+        assert_eq!(
+            DynamicObject::url_path(&trainjob(), Some("ns")),
+            "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs"
+        );
+        assert_eq!(
+            DynamicObject::url_path(&workload(), Some("ns")),
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads"
+        );
+        assert_eq!(
+            DynamicObject::url_path(&pod(), Some("ns")),
+            "/api/v1/namespaces/ns/pods"
+        );
+    }
+
+    #[test]
+    fn names_that_could_escape_the_path_are_refused() {
+        assert!(check_object_name("team-a", "mnist.v2").is_ok());
+        for (ns, name) in [
+            ("team-a", "a/b"),
+            ("team-a", ".."),
+            ("team-a", ""),
+            ("team-a", "Mnist"),
+            ("team/a", "mnist"),
+            ("", "mnist"),
+            ("-a", "mnist"),
+        ] {
+            assert!(check_object_name(ns, name).is_err(), "{ns}/{name}");
+        }
+        assert!(check_object_name("a", &"x".repeat(254)).is_err());
+    }
+}

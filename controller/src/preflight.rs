@@ -1,0 +1,659 @@
+//! Preflight: which hold calls this cluster supports, and the CallBound.
+//!
+//! Hold is a probed capability. Preflight asks the apiserver whether the controller may do
+//! what each call needs (SelfSubjectAccessReview), whether the CRDs are served (discovery),
+//! and makes a hold round trip for real but without effect: the hold write, rendered on a real
+//! object exactly as Hold would render it, PUT with `dryRun=All`, so that admission (the
+//! webhook included) and validation judge it. A failed probe makes the calls it gates answer
+//! `Unsupported` with the reason, until a later preflight passes ([`Capability`]).
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, RwLock},
+};
+
+use chrono::{SecondsFormat, Utc};
+use holdfast_core::{
+    hold::{Call, CallKind, Decision, HeldView, HoldError, apply, decide},
+    mode::Mode,
+};
+use kube::core::params::ListParams;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::hold::{CallRequests, HoldExecutor, ReadRequest, resources};
+
+/// What preflight probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Probe {
+    /// RBAC: get TrainJobs.
+    GetTrainjobs,
+    /// RBAC: update TrainJobs.
+    UpdateTrainjobs,
+    /// RBAC: list pods (plain-mode Release looks for the held execution's pods).
+    ListPods,
+    /// RBAC: list Workloads (Kueue mode).
+    ListWorkloads,
+    /// RBAC: update Workloads (Kueue mode).
+    UpdateWorkloads,
+    /// RBAC: create TokenReviews (the hold API authenticates callers).
+    CreateTokenreviews,
+    /// RBAC: create SubjectAccessReviews (the hold API authorises callers).
+    CreateSubjectaccessreviews,
+    /// Discovery: `trainer.kubeflow.org/v1alpha1` serves `trainjobs`.
+    TrainjobsServed,
+    /// Discovery: `kueue.x-k8s.io/v1beta2` serves `workloads` (Kueue mode).
+    WorkloadsServed,
+    /// Kueue mode: an AdmissionCheck whose controller is holdfast's readmission gate
+    /// (`controllerName: holdfast.dev/readmission`) exists. Without it a released job would
+    /// run without the gate's pod check.
+    ReadmissionCheck,
+    /// A server-side dry-run hold: the hold write PUT with `dryRun=All`.
+    HoldRoundTrip,
+}
+
+impl Probe {
+    /// The probes made in `mode`.
+    pub fn all(mode: Mode) -> Vec<Probe> {
+        let mut probes = vec![
+            Probe::GetTrainjobs,
+            Probe::UpdateTrainjobs,
+            Probe::ListPods,
+            Probe::CreateTokenreviews,
+            Probe::CreateSubjectaccessreviews,
+            Probe::TrainjobsServed,
+        ];
+        if mode == Mode::Kueue {
+            probes.extend([
+                Probe::ListWorkloads,
+                Probe::UpdateWorkloads,
+                Probe::WorkloadsServed,
+                Probe::ReadmissionCheck,
+            ]);
+        }
+        probes.push(Probe::HoldRoundTrip);
+        probes
+    }
+
+    /// The calls that cannot work in `mode` when this probe fails. The access reviews gate
+    /// only the HTTP API's authentication, not a call: they gate none here.
+    pub fn gates(self, mode: Mode) -> &'static [Gated] {
+        use Gated::*;
+        match (self, mode) {
+            (Probe::GetTrainjobs | Probe::TrainjobsServed, _) => &[Hold, Release, Open, Status],
+            (Probe::UpdateTrainjobs, Mode::Plain) => &[Hold, Release, Open],
+            (Probe::UpdateTrainjobs, Mode::Kueue) => &[Open],
+            (Probe::ListPods, Mode::Plain) => &[Release],
+            (Probe::ListWorkloads | Probe::WorkloadsServed, Mode::Kueue) => {
+                &[Hold, Release, Open, Status]
+            }
+            (Probe::UpdateWorkloads | Probe::ReadmissionCheck, Mode::Kueue) => &[Hold, Release],
+            (Probe::HoldRoundTrip, _) => &[Hold, Release],
+            _ => &[],
+        }
+    }
+
+    /// `(group, resource, verb)` of an RBAC probe.
+    fn access(self) -> Option<(&'static str, &'static str, &'static str)> {
+        Some(match self {
+            Probe::GetTrainjobs => ("trainer.kubeflow.org", "trainjobs", "get"),
+            Probe::UpdateTrainjobs => ("trainer.kubeflow.org", "trainjobs", "update"),
+            Probe::ListPods => ("", "pods", "list"),
+            Probe::ListWorkloads => ("kueue.x-k8s.io", "workloads", "list"),
+            Probe::UpdateWorkloads => ("kueue.x-k8s.io", "workloads", "update"),
+            Probe::CreateTokenreviews => ("authentication.k8s.io", "tokenreviews", "create"),
+            Probe::CreateSubjectaccessreviews => {
+                ("authorization.k8s.io", "subjectaccessreviews", "create")
+            }
+            Probe::TrainjobsServed
+            | Probe::WorkloadsServed
+            | Probe::ReadmissionCheck
+            | Probe::HoldRoundTrip => return None,
+        })
+    }
+}
+
+/// A call, as preflight reports its support.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Gated {
+    Hold,
+    Release,
+    Open,
+    Status,
+}
+
+impl From<CallKind> for Gated {
+    fn from(k: CallKind) -> Self {
+        match k {
+            CallKind::Hold => Gated::Hold,
+            CallKind::Release => Gated::Release,
+            CallKind::Open => Gated::Open,
+        }
+    }
+}
+
+/// How a probe went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckResult {
+    Passed,
+    Failed,
+    /// The probe could not be made (e.g. no TrainJob to dry-run a hold on); it gates nothing.
+    NotChecked,
+}
+
+/// One probe's result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub probe: Probe,
+    pub result: CheckResult,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Check {
+    fn new(probe: Probe, result: CheckResult, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        Check {
+            probe,
+            result,
+            detail: (!detail.is_empty()).then_some(detail),
+        }
+    }
+}
+
+/// Whether a call is supported, and if not why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallSupport {
+    pub supported: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `GET /v1/preflight`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightReport {
+    pub mode: Mode,
+    /// CallBound: how long after a call's deadline a request already sent may still land.
+    pub call_bound_seconds: f64,
+    /// The apiserver request timeout CallBound was computed from.
+    pub apiserver_request_timeout_seconds: f64,
+    pub checked_at: String,
+    pub checks: Vec<Check>,
+    /// Per call (`hold`, `release`, `open`, `status`): supported, or why not.
+    pub calls: BTreeMap<Gated, CallSupport>,
+}
+
+impl PreflightReport {
+    /// A report of `checks` in `mode`: each call is supported unless a probe gating it failed.
+    pub fn new(
+        mode: Mode,
+        call_bound: std::time::Duration,
+        request_timeout: std::time::Duration,
+        checks: Vec<Check>,
+    ) -> Self {
+        let mut calls = BTreeMap::new();
+        for call in [Gated::Hold, Gated::Release, Gated::Open, Gated::Status] {
+            let failed: Vec<String> = checks
+                .iter()
+                .filter(|c| c.result == CheckResult::Failed && c.probe.gates(mode).contains(&call))
+                .map(|c| match &c.detail {
+                    Some(d) => format!("{}: {d}", probe_name(c.probe)),
+                    None => probe_name(c.probe),
+                })
+                .collect();
+            calls.insert(
+                call,
+                CallSupport {
+                    supported: failed.is_empty(),
+                    reason: (!failed.is_empty())
+                        .then(|| format!("preflight failed: {}", failed.join("; "))),
+                },
+            );
+        }
+        PreflightReport {
+            mode,
+            call_bound_seconds: call_bound.as_secs_f64(),
+            apiserver_request_timeout_seconds: request_timeout.as_secs_f64(),
+            checked_at: Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
+            checks,
+            calls,
+        }
+    }
+
+    /// `Unsupported` with the reason, if a probe gating `call` failed.
+    pub fn check(&self, call: Gated) -> Result<(), HoldError> {
+        match self.calls.get(&call) {
+            Some(CallSupport {
+                supported: false,
+                reason,
+            }) => Err(HoldError::unsupported(
+                reason
+                    .clone()
+                    .unwrap_or_else(|| "preflight failed".to_owned()),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The success body: `{"result":"Ok", ...}`.
+    pub fn body(&self) -> Value {
+        let mut body = json!({"result": "Ok"});
+        if let (Some(b), Ok(Value::Object(o))) = (body.as_object_mut(), serde_json::to_value(self))
+        {
+            b.extend(o);
+        }
+        body
+    }
+}
+
+fn probe_name(p: Probe) -> String {
+    serde_json::to_value(p)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The last preflight result, shared by the executor (which consults it) and whoever runs
+/// preflight. Before any preflight has run every call is allowed: only a failed probe
+/// refuses.
+#[derive(Clone, Debug, Default)]
+pub struct Capability(Arc<RwLock<Option<PreflightReport>>>);
+
+impl Capability {
+    pub fn record(&self, report: PreflightReport) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(report);
+    }
+
+    pub fn report(&self) -> Option<PreflightReport> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `Unsupported` with the reason if the last preflight says `call` cannot work.
+    pub fn check(&self, call: CallKind) -> Result<(), HoldError> {
+        match &*self.0.read().unwrap_or_else(|e| e.into_inner()) {
+            Some(report) => report.check(Gated::from(call)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs every probe of the executor's mode.
+pub(crate) async fn run(exec: &HoldExecutor, target: Option<(&str, &str)>) -> PreflightReport {
+    let mode = exec.mode();
+    let meta = exec.read_meta();
+    let config = exec.config();
+    let mut reqs = CallRequests::new(
+        exec.client(),
+        &meta,
+        config.transit_margin,
+        &config.user_agent,
+        "preflight",
+    );
+    let mut checks = Vec::new();
+    for probe in Probe::all(mode) {
+        let check = match probe {
+            Probe::TrainjobsServed => {
+                served(
+                    &mut reqs,
+                    probe,
+                    "/apis/trainer.kubeflow.org/v1alpha1",
+                    "trainjobs",
+                )
+                .await
+            }
+            Probe::WorkloadsServed => {
+                served(
+                    &mut reqs,
+                    probe,
+                    &format!("/apis/kueue.x-k8s.io/{}", resources::KUEUE_VERSION),
+                    "workloads",
+                )
+                .await
+            }
+            Probe::ReadmissionCheck => readmission_check(&mut reqs).await,
+            Probe::HoldRoundTrip => round_trip(exec, &mut reqs, target).await,
+            _ => access(&mut reqs, probe).await,
+        };
+        checks.push(check);
+    }
+    PreflightReport::new(
+        mode,
+        exec.call_bound(),
+        config.apiserver_request_timeout,
+        checks,
+    )
+}
+
+/// A SelfSubjectAccessReview of the probe's access, cluster-wide.
+async fn access(reqs: &mut CallRequests<'_>, probe: Probe) -> Check {
+    let Some((group, resource, verb)) = probe.access() else {
+        return Check::new(probe, CheckResult::NotChecked, "not an access probe");
+    };
+    let review = json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"group": group, "resource": resource, "verb": verb}}
+    });
+    match reqs
+        .create(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            &review,
+        )
+        .await
+    {
+        Ok(answer) if answer.pointer("/status/allowed") == Some(&Value::Bool(true)) => {
+            Check::new(probe, CheckResult::Passed, "")
+        }
+        Ok(answer) => Check::new(
+            probe,
+            CheckResult::Failed,
+            format!(
+                "the controller may not {verb} {resource}{}",
+                answer
+                    .pointer("/status/reason")
+                    .and_then(Value::as_str)
+                    .filter(|r| !r.is_empty())
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            ),
+        ),
+        Err(e) => Check::new(probe, CheckResult::NotChecked, e.to_string()),
+    }
+}
+
+/// Whether an AdmissionCheck served by holdfast's readmission gate exists.
+async fn readmission_check(reqs: &mut CallRequests<'_>) -> Check {
+    let probe = Probe::ReadmissionCheck;
+    let path = format!(
+        "/apis/kueue.x-k8s.io/{}/admissionchecks",
+        resources::KUEUE_VERSION
+    );
+    match reqs.get_path(&path).await {
+        Ok(list) => {
+            let ours: Vec<&str> = list
+                .get("items")
+                .and_then(Value::as_array)
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter(|c| holdfast_core::readmission::is_our_check(c))
+                        .filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if ours.is_empty() {
+                Check::new(
+                    probe,
+                    CheckResult::Failed,
+                    format!(
+                        "no AdmissionCheck has controllerName {}: create one and require it \
+                         in the ClusterQueues of held jobs",
+                        holdfast_core::names::READMISSION_CONTROLLER
+                    ),
+                )
+            } else {
+                Check::new(probe, CheckResult::Passed, ours.join(", "))
+            }
+        }
+        Err(e) if e.code() == Some(404) => Check::new(
+            probe,
+            CheckResult::Failed,
+            format!("{path} is not served: are Kueue's CRDs installed?"),
+        ),
+        Err(e) if e.code() == Some(403) => Check::new(
+            probe,
+            CheckResult::Failed,
+            format!("the controller may not list admissionchecks: {e}"),
+        ),
+        Err(e) => Check::new(probe, CheckResult::NotChecked, e.to_string()),
+    }
+}
+
+/// Whether the API group version at `path` serves `resource`.
+async fn served(reqs: &mut CallRequests<'_>, probe: Probe, path: &str, resource: &str) -> Check {
+    match reqs.get_path(path).await {
+        Ok(list) => {
+            let found = list
+                .get("resources")
+                .and_then(Value::as_array)
+                .is_some_and(|rs| {
+                    rs.iter()
+                        .any(|r| r.get("name").and_then(Value::as_str) == Some(resource))
+                });
+            if found {
+                Check::new(probe, CheckResult::Passed, "")
+            } else {
+                Check::new(
+                    probe,
+                    CheckResult::Failed,
+                    format!("{path} does not serve {resource}"),
+                )
+            }
+        }
+        Err(e) if e.code() == Some(404) => Check::new(
+            probe,
+            CheckResult::Failed,
+            format!("{path} is not served: is the CRD installed?"),
+        ),
+        Err(e) => Check::new(probe, CheckResult::NotChecked, e.to_string()),
+    }
+}
+
+/// The hold write of a probe Hold, rendered on a real object and PUT with `dryRun=All`.
+async fn round_trip(
+    exec: &HoldExecutor,
+    reqs: &mut CallRequests<'_>,
+    target: Option<(&str, &str)>,
+) -> Check {
+    let probe = Probe::HoldRoundTrip;
+    let not_checked = |d: String| Check::new(probe, CheckResult::NotChecked, d);
+    let trainjob = match target {
+        Some((ns, name)) => {
+            if let Err(e) = resources::check_object_name(ns, name) {
+                return not_checked(e);
+            }
+            exec.retrying_read(
+                reqs,
+                "reading the preflight TrainJob",
+                &ReadRequest::Get {
+                    ar: resources::trainjob(),
+                    namespace: ns,
+                    name,
+                },
+            )
+            .await
+        }
+        None => exec
+            .retrying_read(
+                reqs,
+                "listing TrainJobs",
+                &ReadRequest::List {
+                    ar: resources::trainjob(),
+                    namespace: None,
+                    params: ListParams::default().limit(1),
+                },
+            )
+            .await
+            .map(|list| {
+                list.get("items")
+                    .and_then(Value::as_array)
+                    .and_then(|items| items.first())
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            }),
+    };
+    let trainjob = match trainjob {
+        Ok(Value::Null) => {
+            return not_checked(
+                "no TrainJob to dry-run a hold on; name one (GET /v1/preflight?namespace=NS&name=NAME)"
+                    .to_owned(),
+            );
+        }
+        Ok(tj) => tj,
+        Err(HoldError::Unsupported { reason }) => {
+            return Check::new(probe, CheckResult::Failed, reason);
+        }
+        Err(e) => return not_checked(e.to_string()),
+    };
+    let namespace = trainjob
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let workload = match exec.mode() {
+        Mode::Plain => None,
+        Mode::Kueue => match exec.workload_of(reqs, &namespace, &trainjob).await {
+            Ok(Some(w)) => Some(w),
+            Ok(None) => return not_checked("the TrainJob has no Kueue Workload".to_owned()),
+            Err(e) => return not_checked(e.to_string()),
+        },
+    };
+    let mode = exec.mode();
+    let held = workload.as_ref().unwrap_or(&trainjob);
+    let instance = holdfast_core::hold::object::hold_state(held)
+        .instance()
+        .map_or(1, |k| k.saturating_add(1));
+    let call = Call::Hold {
+        instance,
+        reason: Some("holdfast preflight (dry run)".to_owned()),
+        placed_at: Utc::now(),
+    };
+    let view = match HeldView::read(&call, mode, &trainjob, workload.as_ref(), false) {
+        Ok(v) => v,
+        Err(e) => return not_checked(e.to_string()),
+    };
+    let write = match decide(&call, &view, None) {
+        Decision::Write(w) => w,
+        other => return not_checked(format!("no hold write to probe: {other:?}")),
+    };
+    let mut object = held.clone();
+    if let Err(e) = apply(&write, &mut object, mode) {
+        return not_checked(e.to_string());
+    }
+    let ar = match write.target {
+        holdfast_core::hold::HeldObject::TrainJob => resources::trainjob(),
+        holdfast_core::hold::HeldObject::Workload => resources::workload(),
+    };
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let what = format!("{}/{name}", namespace);
+    match reqs.replace(&ar, &namespace, &name, &object, true).await {
+        Ok(_) => Check::new(
+            probe,
+            CheckResult::Passed,
+            format!("a dry-run hold of {what} was accepted"),
+        ),
+        Err(e) if e.is_conflict() || e.is_transient() => {
+            not_checked(format!("the dry-run hold of {what} did not complete: {e}"))
+        }
+        Err(e) => Check::new(
+            probe,
+            CheckResult::Failed,
+            format!("the dry-run hold of {what} was refused: {e}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn report(mode: Mode, failed: &[Probe]) -> PreflightReport {
+        let checks = Probe::all(mode)
+            .into_iter()
+            .map(|p| {
+                if failed.contains(&p) {
+                    Check::new(p, CheckResult::Failed, "no")
+                } else {
+                    Check::new(p, CheckResult::Passed, "")
+                }
+            })
+            .collect();
+        PreflightReport::new(
+            mode,
+            Duration::from_secs(66),
+            Duration::from_secs(60),
+            checks,
+        )
+    }
+
+    #[test]
+    fn a_failed_round_trip_makes_hold_and_release_unsupported() {
+        let r = report(Mode::Plain, &[Probe::HoldRoundTrip]);
+        for call in [Gated::Hold, Gated::Release] {
+            let err = r.check(call).expect_err("unsupported");
+            assert!(
+                matches!(&err, HoldError::Unsupported { reason } if reason.contains("hold-round-trip: no")),
+                "{err:?}"
+            );
+        }
+        assert!(r.check(Gated::Open).is_ok());
+        assert!(r.check(Gated::Status).is_ok());
+        let cap = Capability::default();
+        assert!(cap.check(CallKind::Hold).is_ok(), "nothing probed yet");
+        cap.record(r);
+        assert_eq!(
+            cap.check(CallKind::Hold).map_err(|e| e.kind()),
+            Err("Unsupported")
+        );
+    }
+
+    #[test]
+    fn kueue_mode_needs_workload_updates_but_not_trainjob_updates_to_hold() {
+        let r = report(Mode::Kueue, &[Probe::UpdateWorkloads]);
+        assert!(r.check(Gated::Hold).is_err());
+        assert!(r.check(Gated::Open).is_ok());
+        let r = report(Mode::Kueue, &[Probe::UpdateTrainjobs]);
+        assert!(r.check(Gated::Hold).is_ok());
+        assert!(r.check(Gated::Open).is_err());
+        let r = report(Mode::Plain, &[Probe::ListPods]);
+        assert!(r.check(Gated::Hold).is_ok());
+        assert!(r.check(Gated::Release).is_err());
+    }
+
+    #[test]
+    fn kueue_mode_without_the_readmission_check_cannot_hold_or_release() {
+        assert!(!Probe::all(Mode::Plain).contains(&Probe::ReadmissionCheck));
+        let r = report(Mode::Kueue, &[Probe::ReadmissionCheck]);
+        for call in [Gated::Hold, Gated::Release] {
+            let err = r.check(call).expect_err("unsupported");
+            assert!(
+                matches!(&err, HoldError::Unsupported { reason } if reason.contains("readmission-check")),
+                "{err:?}"
+            );
+        }
+        assert!(r.check(Gated::Open).is_ok());
+        assert!(r.check(Gated::Status).is_ok());
+    }
+
+    #[test]
+    fn not_checked_gates_nothing_and_the_report_serialises() {
+        let mut r = report(Mode::Plain, &[]);
+        r.checks.push(Check::new(
+            Probe::HoldRoundTrip,
+            CheckResult::NotChecked,
+            "no TrainJob",
+        ));
+        r = PreflightReport::new(
+            Mode::Plain,
+            Duration::from_secs(66),
+            Duration::from_secs(60),
+            r.checks,
+        );
+        assert!(r.check(Gated::Hold).is_ok());
+        let body = r.body();
+        assert_eq!(body["result"], "Ok");
+        assert_eq!(body["callBoundSeconds"], 66.0);
+        assert_eq!(body["calls"]["hold"]["supported"], true);
+        assert_eq!(body["checks"][0]["probe"], "get-trainjobs");
+        let back: PreflightReport = serde_json::from_value(body).expect("parse");
+        assert_eq!(back.calls, r.calls);
+    }
+}

@@ -1,0 +1,161 @@
+//! Hold and Release latency against the local control plane, as a ratio to a raw GET+UPDATE
+//! pair on the same object in the same run, and how many requests each call sends (from the
+//! apiserver's audit log; the ideal is one read and one write).
+//!
+//! `cargo run --release -p holdfast-tests --example hold_bench` (`HOLDFAST_BENCH_ITERS`, default
+//! 300).
+
+#[path = "../tests/hold_support/mod.rs"]
+mod hold_support;
+
+use std::time::{Duration, Instant};
+
+use hold_support::*;
+use holdfast_core::hold::Outcome;
+use holdfast_tests::{ControlPlane, Identity};
+use kube::api::PostParams;
+use serde_json::Value;
+
+const WARMUP: usize = 20;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+struct Series {
+    name: &'static str,
+    samples: Vec<Duration>,
+}
+
+impl Series {
+    fn new(name: &'static str) -> Self {
+        Series {
+            name,
+            samples: Vec::new(),
+        }
+    }
+    fn p(&self, p: f64) -> Duration {
+        let mut s = self.samples.clone();
+        s.sort();
+        percentile(&s, p)
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let iters: usize = std::env::var("HOLDFAST_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("bench").await?;
+    create_trainjob(cp, &ns, "bench", true).await;
+    let exec = executor(cp).await;
+    exec.open(&ns, "bench", meta(None, Duration::from_secs(30)))
+        .await
+        .map_err(|e| anyhow::anyhow!("open: {e}"))?;
+    let raw = trainjobs(&client_without_retries(cp, Identity::Controller).await, &ns);
+
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client_without_retries(cp, Identity::Controller).await, &ns);
+    let selector = holdfast_controller::hold::pods::execution_selector("bench");
+    let mut pair = Series::new("raw GET+UPDATE");
+    let mut list = Series::new("raw LIST pods");
+    let mut hold = Series::new("Hold");
+    let mut release = Series::new("Release");
+    for i in 0..(WARMUP + iters) {
+        let instance = i as u64 + 1;
+        let t = Instant::now();
+        let mut tj = raw.get("bench").await?;
+        tj.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("bench.holdfast.dev/n".into(), i.to_string());
+        raw.replace("bench", &PostParams::default(), &tj).await?;
+        let took_pair = t.elapsed();
+
+        let t = Instant::now();
+        pods.list(&kube::api::ListParams::default().labels(&selector))
+            .await?;
+        let took_list = t.elapsed();
+
+        let t = Instant::now();
+        let held = exec
+            .hold(&ns, "bench", meta(Some(instance), Duration::from_secs(30)))
+            .await;
+        let took_hold = t.elapsed();
+        anyhow::ensure!(held == Ok(Outcome::Held), "hold {instance}: {held:?}");
+
+        let t = Instant::now();
+        let released = exec
+            .release(&ns, "bench", meta(Some(instance), Duration::from_secs(30)))
+            .await;
+        let took_release = t.elapsed();
+        anyhow::ensure!(
+            released == Ok(Outcome::Released { resumed: true }),
+            "release {instance}: {released:?}"
+        );
+        if i >= WARMUP {
+            pair.samples.push(took_pair);
+            list.samples.push(took_list);
+            hold.samples.push(took_hold);
+            release.samples.push(took_release);
+        }
+    }
+
+    let events = settled_audit(cp).await;
+    let mine = controller_requests(&events, &ns);
+    let count = |call: &str, verb_name: Option<&str>| {
+        mine.iter()
+            .filter(|e| user_agent(e).contains(&format!("({call};")))
+            .filter(|e| verb_name.is_none_or(|v| verb(e) == v))
+            .count()
+    };
+    let calls = (WARMUP + iters) as f64;
+
+    println!(
+        "hold_bench: {iters} iterations (after {WARMUP} warm-up) on one TrainJob, local control plane"
+    );
+    println!(
+        "{:<16} {:>10} {:>10} {:>12} {:>12}",
+        "", "p50", "p99", "p50 / raw", "p99 / raw"
+    );
+    for s in [&pair, &list, &hold, &release] {
+        println!(
+            "{:<16} {:>10.2?} {:>10.2?} {:>12.2} {:>12.2}",
+            s.name,
+            s.p(50.0),
+            s.p(99.0),
+            s.p(50.0).as_secs_f64() / pair.p(50.0).as_secs_f64(),
+            s.p(99.0).as_secs_f64() / pair.p(99.0).as_secs_f64(),
+        );
+    }
+    println!(
+        "Release / (raw GET+UPDATE + raw LIST pods): p50 {:.2}, p99 {:.2}",
+        release.p(50.0).as_secs_f64() / (pair.p(50.0) + list.p(50.0)).as_secs_f64(),
+        release.p(99.0).as_secs_f64() / (pair.p(99.0) + list.p(99.0)).as_secs_f64(),
+    );
+    for call in ["hold", "release"] {
+        let total = count(call, None) as f64 / calls;
+        let by_verb: Vec<String> = ["get", "list", "update"]
+            .iter()
+            .map(|v| format!("{v} {:.2}", count(call, Some(v)) as f64 / calls))
+            .collect();
+        println!("requests per {call}: {total:.2} ({})", by_verb.join(", "));
+    }
+    let untagged: Vec<&Value> = mine
+        .iter()
+        .copied()
+        .filter(|e| !user_agent(e).contains("call="))
+        .collect();
+    println!(
+        "requests per raw pair (+ its LIST): {:.2}",
+        untagged.len() as f64 / calls
+    );
+    cp.stop();
+    Ok(())
+}

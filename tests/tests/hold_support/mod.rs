@@ -1,0 +1,193 @@
+//! What the hold tests, the race test and the hold benchmark share: an executor acting as the
+//! controller, TrainJobs, a status writer acting as Trainer, and the apiserver's audit log.
+#![allow(dead_code)]
+
+pub mod race;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry, resources};
+use holdfast_core::{hold::CallMeta, mode::Mode};
+use holdfast_tests::{ControlPlane, Identity, control_plane::APISERVER_REQUEST_TIMEOUT};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    api::{Api, DynamicObject, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde_json::{Value, json};
+
+/// A client acting as `id` with kube's own retries off, as the controller's is.
+pub async fn client_without_retries(cp: &ControlPlane, id: Identity) -> kube::Client {
+    let kc = Kubeconfig::read_from(cp.kubeconfig(id)).expect("kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    client_without_retry(cfg).expect("client")
+}
+
+/// The executor's configuration against the local control plane.
+pub fn config() -> ExecutorConfig {
+    ExecutorConfig {
+        apiserver_request_timeout: APISERVER_REQUEST_TIMEOUT,
+        ..ExecutorConfig::default()
+    }
+}
+
+/// A plain-mode executor acting as holdfast's controller.
+pub async fn executor(cp: &ControlPlane) -> HoldExecutor {
+    HoldExecutor::new(
+        client_without_retries(cp, Identity::Controller).await,
+        Mode::Plain,
+        config(),
+    )
+}
+
+/// A call's meta: `instance` (None for Open), deadline `within` from now.
+pub fn meta(instance: Option<u64>, within: Duration) -> CallMeta {
+    CallMeta {
+        instance,
+        deadline: Utc::now() + chrono::Duration::from_std(within).expect("duration"),
+        reason: None,
+    }
+}
+
+pub fn trainjobs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &resources::trainjob())
+}
+
+/// Creates TrainJob `ns/name`, suspended at its start gate or not.
+pub async fn create_trainjob(cp: &ControlPlane, ns: &str, name: &str, suspended: bool) -> Value {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let tj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": {"holdfast.dev/managed": "true"}},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "suspend": suspended}
+    }))
+    .expect("trainjob json");
+    let created = trainjobs(&admin, ns)
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create TrainJob");
+    serde_json::to_value(created).expect("json")
+}
+
+/// The TrainJob as it is now.
+pub async fn read_trainjob(cp: &ControlPlane, ns: &str, name: &str) -> Value {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    serde_json::to_value(trainjobs(&admin, ns).get(name).await.expect("get TrainJob"))
+        .expect("json")
+}
+
+pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+}
+
+pub fn hold_annotations(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .map(|a| {
+            a.keys()
+                .filter(|k| k.starts_with("holdfast.dev/hold-"))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn suspended(obj: &Value) -> bool {
+    obj.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+}
+
+pub fn resource_version(obj: &Value) -> String {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A status update of the TrainJob as Trainer makes it (a real write: the resourceVersion
+/// moves). `step` must differ from the last one written.
+pub async fn write_status(trainer: &kube::Client, ns: &str, name: &str, step: u64) {
+    let patch = json!({"status": {"trainerStatus": {
+        "lastUpdatedTime": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "progressPercentage": step % 101,
+        "metrics": [{"name": "step", "value": step.to_string()}]
+    }}});
+    trainjobs(trainer, ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("status update as Trainer");
+}
+
+/// Every audit event written so far, once every request made before this call has been
+/// logged: a sentinel request is made and awaited in the log.
+pub async fn settled_audit(cp: &ControlPlane) -> Vec<Value> {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let sentinel = format!("audit-sentinel-{}", rand::random::<u64>());
+    let _ = Api::<ConfigMap>::namespaced(admin, "default")
+        .get_opt(&sentinel)
+        .await;
+    let start = std::time::Instant::now();
+    loop {
+        let events = cp.audit_events().expect("audit log");
+        if events
+            .iter()
+            .any(|e| e.pointer("/objectRef/name").and_then(Value::as_str) == Some(&sentinel))
+        {
+            return events;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the audit log did not show the sentinel request"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The audit events of requests holdfast's controller made in namespace `ns`.
+pub fn controller_requests<'a>(events: &'a [Value], ns: &str) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| {
+            e.pointer("/user/username").and_then(Value::as_str)
+                == Some(Identity::Controller.username())
+                && e.pointer("/objectRef/namespace").and_then(Value::as_str) == Some(ns)
+        })
+        .collect()
+}
+
+pub fn verb(e: &Value) -> &str {
+    e.get("verb").and_then(Value::as_str).unwrap_or_default()
+}
+
+pub fn code(e: &Value) -> i64 {
+    e.pointer("/responseStatus/code")
+        .and_then(Value::as_i64)
+        .unwrap_or_default()
+}
+
+pub fn resource(e: &Value) -> &str {
+    e.pointer("/objectRef/resource")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+pub fn received_at(e: &Value) -> DateTime<Utc> {
+    let t = e
+        .get("requestReceivedTimestamp")
+        .and_then(Value::as_str)
+        .expect("requestReceivedTimestamp");
+    DateTime::parse_from_rfc3339(t)
+        .expect("RFC 3339")
+        .with_timezone(&Utc)
+}
+
+pub fn user_agent(e: &Value) -> &str {
+    e.get("userAgent")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}

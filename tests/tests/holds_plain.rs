@@ -1,0 +1,981 @@
+//! Holds in plain mode against the real apiserver, one test per rule of the seed
+//! (holds-are-workload-deactivation), and the hold API over HTTPS.
+
+mod hold_support;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::FutureExt;
+use hold_support::*;
+use holdfast_controller::{
+    api::{ApiState, KubeAuth, router},
+    hold::{HoldExecutor, Hooks, MetricCall, WritePoint},
+};
+use holdfast_core::{
+    hold::{HoldError, Outcome, RejectCause},
+    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED},
+};
+use holdfast_serve::{CertFiles, TlsServer};
+use holdfast_tests::{ControlPlane, Identity};
+use k8s_openapi::api::{
+    authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec},
+    core::v1::Pod,
+    rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject},
+};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// The controller's requests on TrainJob `name` (not its pods).
+fn on_trainjob<'a>(events: &'a [Value], ns: &str, name: &str) -> Vec<&'a Value> {
+    controller_requests(events, ns)
+        .into_iter()
+        .filter(|e| {
+            resource(e) == "trainjobs"
+                && e.pointer("/objectRef/name").and_then(Value::as_str) == Some(name)
+        })
+        .collect()
+}
+
+fn updates<'a>(events: &[&'a Value]) -> Vec<&'a Value> {
+    events
+        .iter()
+        .copied()
+        .filter(|e| matches!(verb(e), "update" | "patch"))
+        .collect()
+}
+
+/// An executor whose hook runs `f` between each read and its write.
+fn with_hook<F, Fut>(exec: HoldExecutor, f: F) -> HoldExecutor
+where
+    F: Fn(WritePoint) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    exec.with_hooks(Hooks {
+        between_read_and_write: Some(Arc::new(move |p| f(p).boxed())),
+    })
+}
+
+#[tokio::test]
+async fn hold_lands_with_all_annotations_in_one_update() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("hold-one").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let exec = executor(cp).await;
+
+    let mut m = meta(Some(3), MINUTE);
+    m.reason = Some("node lost".into());
+    let before = chrono::Utc::now();
+    let outcome = exec.hold(&ns, "mnist", m).await.expect("hold");
+    assert_eq!(outcome, Outcome::Held);
+
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(suspended(&tj), "the hold is spec.suspend: true");
+    assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("3"));
+    assert_eq!(annotation(&tj, ANN_HOLD_REASON), Some("node lost"));
+    let placed = annotation(&tj, ANN_HOLD_PLACED_AT).expect("placed-at");
+    let placed = chrono::DateTime::parse_from_rfc3339(placed).expect("RFC 3339");
+    assert!(placed.timestamp() >= before.timestamp() - 1, "{placed}");
+
+    let events = settled_audit(cp).await;
+    let mine = on_trainjob(&events, &ns, "mnist");
+    let writes = updates(&mine);
+    assert_eq!(
+        writes.len(),
+        1,
+        "exactly one update by the controller: {writes:#?}"
+    );
+    assert_eq!(verb(writes[0]), "update", "a PUT, preconditioned");
+    assert_eq!(code(writes[0]), 200);
+    assert_eq!(mine.len(), 2, "one read and one write: {mine:#?}");
+}
+
+#[tokio::test]
+async fn release_removes_all_hold_annotations() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("release").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+
+    assert_eq!(
+        exec.open(&ns, "mnist", meta(None, MINUTE)).await,
+        Ok(Outcome::Opened { started: true })
+    );
+    let mut m = meta(Some(1), MINUTE);
+    m.reason = Some("node lost".into());
+    exec.hold(&ns, "mnist", m).await.expect("hold");
+    let held = read_trainjob(cp, &ns, "mnist").await;
+    assert_eq!(hold_annotations(&held).len(), 3, "{held:#}");
+
+    let outcome = exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    assert_eq!(outcome, Ok(Outcome::Released { resumed: true }));
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(
+        hold_annotations(&tj).is_empty(),
+        "every hold annotation is gone: {tj:#}"
+    );
+    assert!(!suspended(&tj), "opened and not ended: it runs again");
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"), "A rose with it");
+    assert_eq!(annotation(&tj, ANN_OPENED), Some("true"));
+
+    // The release was one update, with A, the stop and the annotations together.
+    let events = settled_audit(cp).await;
+    let writes = updates(&on_trainjob(&events, &ns, "mnist"));
+    assert_eq!(writes.len(), 3, "open, hold, release: {writes:#?}");
+}
+
+#[tokio::test]
+async fn delayed_stale_hold_is_rejected() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("stale").await.expect("namespace");
+    let exec = executor(cp).await;
+
+    // Hold 1 arrives after hold 2 has landed.
+    create_trainjob(cp, &ns, "late", false).await;
+    exec.hold(&ns, "late", meta(Some(2), MINUTE))
+        .await
+        .expect("hold 2");
+    let before = read_trainjob(cp, &ns, "late").await;
+    let err = exec
+        .hold(&ns, "late", meta(Some(1), MINUTE))
+        .await
+        .expect_err("hold 1 is stale");
+    assert_eq!(err.cause(), Some(RejectCause::StaleHold), "{err}");
+    assert_eq!(err.http_status(), 409);
+    let after = read_trainjob(cp, &ns, "late").await;
+    assert_eq!(annotation(&after, ANN_HOLD_INSTANCE), Some("2"));
+    assert_eq!(
+        resource_version(&after),
+        resource_version(&before),
+        "nothing was written"
+    );
+
+    // Hold 1 is delayed between its read and its write, and hold 2 lands in between: the
+    // precondition fails, and the re-read sees another instance.
+    create_trainjob(cp, &ns, "between", false).await;
+    let newer = exec.clone();
+    let (ns2, fired) = (ns.clone(), Arc::new(AtomicBool::new(false)));
+    let delayed = with_hook(exec.clone(), move |p| {
+        let (newer, ns, fired) = (newer.clone(), ns2.clone(), fired.clone());
+        async move {
+            if p.kind == holdfast_core::hold::CallKind::Hold && !fired.swap(true, Ordering::SeqCst)
+            {
+                newer
+                    .hold(&ns, "between", meta(Some(2), MINUTE))
+                    .await
+                    .expect("hold 2 lands in between");
+            }
+        }
+    });
+    let err = delayed
+        .hold(&ns, "between", meta(Some(1), MINUTE))
+        .await
+        .expect_err("hold 1 lost the race");
+    assert_eq!(err.cause(), Some(RejectCause::StaleHold), "{err}");
+    let tj = read_trainjob(cp, &ns, "between").await;
+    assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("2"));
+    let events = settled_audit(cp).await;
+    let codes: Vec<i64> = updates(&on_trainjob(&events, &ns, "between"))
+        .iter()
+        .map(|e| code(e))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![200, 409],
+        "hold 2 landed, hold 1's write was refused by its precondition"
+    );
+}
+
+#[tokio::test]
+async fn conflict_caused_by_a_status_writer_is_retried_and_succeeds() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("status-conflict").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let trainer = cp.client(Identity::Trainer).await.expect("trainer");
+    let ns2 = ns.clone();
+    let exec = with_hook(executor(cp).await, move |p| {
+        let (trainer, ns) = (trainer.clone(), ns2.clone());
+        async move {
+            if p.conflicts == 0 {
+                write_status(&trainer, &ns, "mnist", 1).await;
+            }
+        }
+    });
+
+    let outcome = exec.hold(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    assert_eq!(outcome, Ok(Outcome::Held));
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
+    assert!(suspended(&tj));
+    assert_eq!(
+        tj.pointer("/status/trainerStatus/metrics/0/value"),
+        Some(&json!("1")),
+        "Trainer's status update is kept"
+    );
+
+    let events = settled_audit(cp).await;
+    let mine = on_trainjob(&events, &ns, "mnist");
+    let codes: Vec<i64> = updates(&mine).iter().map(|e| code(e)).collect();
+    assert_eq!(codes, vec![409, 200], "a real 409, then the retry landed");
+    assert_eq!(
+        mine.iter().filter(|e| verb(e) == "get").count(),
+        2,
+        "read again after the conflict"
+    );
+}
+
+#[tokio::test]
+async fn eight_conflicts_fail_with_conflict() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("conflicts").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let trainer = cp.client(Identity::Trainer).await.expect("trainer");
+    let step = Arc::new(AtomicU64::new(0));
+    let ns2 = ns.clone();
+    let exec = with_hook(executor(cp).await, move |_| {
+        let (trainer, ns, step) = (trainer.clone(), ns2.clone(), step.clone());
+        async move {
+            let n = step.fetch_add(1, Ordering::SeqCst) + 1;
+            write_status(&trainer, &ns, "mnist", n).await;
+        }
+    });
+
+    let err = exec
+        .hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect_err("every write loses");
+    assert_eq!(err, HoldError::Conflict { tries: 8 });
+    assert_eq!(err.http_status(), 503);
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(hold_annotations(&tj).is_empty(), "nothing was written");
+    assert!(!suspended(&tj));
+
+    let events = settled_audit(cp).await;
+    let mine = on_trainjob(&events, &ns, "mnist");
+    let writes = updates(&mine);
+    assert_eq!(writes.len(), 8, "eight tries, no more");
+    assert!(writes.iter().all(|e| code(e) == 409), "{writes:#?}");
+    assert_eq!(mine.len(), 16, "each try read first");
+}
+
+#[tokio::test]
+async fn call_past_its_deadline_sends_nothing() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("deadline").await.expect("namespace");
+    create_trainjob(cp, &ns, "expired", false).await;
+    create_trainjob(cp, &ns, "slow", false).await;
+    let exec = executor(cp).await;
+
+    // A call whose deadline has passed sends nothing at all.
+    let mut m = meta(Some(1), MINUTE);
+    m.deadline = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let err = exec.hold(&ns, "expired", m).await.expect_err("too late");
+    assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
+
+    // A call whose deadline passes between its read and its write sends no write.
+    let slow = with_hook(exec.clone(), |_| async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    });
+    let m = meta(Some(1), Duration::from_millis(1000));
+    let deadline = m.deadline;
+    let err = slow
+        .hold(&ns, "slow", m)
+        .await
+        .expect_err("the deadline passed");
+    assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
+    assert!(chrono::Utc::now() > deadline);
+
+    let events = settled_audit(cp).await;
+    assert!(
+        on_trainjob(&events, &ns, "expired").is_empty(),
+        "no request for the expired call"
+    );
+    let slow_requests = on_trainjob(&events, &ns, "slow");
+    assert_eq!(
+        slow_requests.len(),
+        1,
+        "only the read, made in time: {slow_requests:#?}"
+    );
+    assert_eq!(verb(slow_requests[0]), "get");
+    let after_deadline: Vec<_> = controller_requests(&events, &ns)
+        .into_iter()
+        .filter(|e| received_at(e) > deadline)
+        .collect();
+    assert!(
+        after_deadline.is_empty(),
+        "requests received after the deadline: {after_deadline:#?}"
+    );
+    let tj = read_trainjob(cp, &ns, "slow").await;
+    assert!(hold_annotations(&tj).is_empty());
+}
+
+fn pod(name: &str, trainjob: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {"jobset.sigs.k8s.io/jobset-name": trainjob},
+            "finalizers": ["holdfast.dev/test-keeps-it"]
+        },
+        "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
+    }))
+    .expect("pod json")
+}
+
+#[tokio::test]
+async fn release_with_pods_remaining_writes_nothing_and_returns_pods_remain() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("pods").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(&ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+
+    // A pod of the held execution, being deleted (a finalizer keeps it), and a finished one.
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let pods: Api<Pod> = Api::namespaced(admin, &ns);
+    pods.create(&PostParams::default(), &pod("mnist-node-0-0", "mnist"))
+        .await
+        .expect("pod");
+    pods.delete("mnist-node-0-0", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    let terminating = pods.get("mnist-node-0-0").await.expect("still there");
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    let mut done = pod("mnist-node-0-1", "mnist");
+    done.metadata.finalizers = None;
+    pods.create(&PostParams::default(), &done)
+        .await
+        .expect("pod");
+    pods.patch_status(
+        "mnist-node-0-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+    )
+    .await
+    .expect("pod finished");
+
+    let before = read_trainjob(cp, &ns, "mnist").await;
+    let err = exec
+        .release(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect_err("a pod remains");
+    assert_eq!(err, HoldError::PodsRemain);
+    assert_eq!(err.http_status(), 423);
+    let after = read_trainjob(cp, &ns, "mnist").await;
+    assert_eq!(
+        resource_version(&after),
+        resource_version(&before),
+        "nothing was written"
+    );
+    assert_eq!(annotation(&after, ANN_HOLD_INSTANCE), Some("1"));
+
+    // Once the pod is gone, the same release lifts the hold and resumes the job.
+    pods.patch(
+        "mnist-node-0-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("drop the finalizer");
+    let start = std::time::Instant::now();
+    while pods
+        .get_opt("mnist-node-0-0")
+        .await
+        .expect("get pod")
+        .is_some()
+    {
+        assert!(start.elapsed() < MINUTE, "the pod was not removed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true }),
+        "a finished pod does not hold the release back"
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(!suspended(&tj));
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+}
+
+#[tokio::test]
+async fn held_before_opened_stays_suspended_after_release() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("gate").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+
+    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: false })
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(suspended(&tj), "back at its start gate");
+    assert!(hold_annotations(&tj).is_empty());
+    assert_eq!(annotation(&tj, ANN_OPENED), None);
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), None, "A did not rise");
+
+    assert_eq!(
+        exec.open(&ns, "mnist", meta(None, MINUTE)).await,
+        Ok(Outcome::Opened { started: true }),
+        "Open lets it through"
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(!suspended(&tj));
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("1"));
+}
+
+#[tokio::test]
+async fn stale_open_does_not_unsuspend_a_held_job() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("open").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+
+    exec.hold(&ns, "mnist", meta(Some(4), MINUTE))
+        .await
+        .expect("hold");
+    assert_eq!(
+        exec.open(&ns, "mnist", meta(None, MINUTE)).await,
+        Ok(Outcome::Opened { started: false })
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(suspended(&tj), "the hold still stops it");
+    assert_eq!(
+        annotation(&tj, ANN_OPENED),
+        Some("true"),
+        "only the mark was written"
+    );
+    assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("4"));
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), None);
+
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(4), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true }),
+        "the release, not the Open, lets it run"
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(!suspended(&tj));
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("1"));
+}
+
+/// The hold API on a loopback port, with a serving certificate from the control plane's CA.
+struct HoldApi {
+    base: String,
+    http: reqwest::Client,
+    stop: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for HoldApi {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn start_api(cp: &ControlPlane, exec: HoldExecutor) -> HoldApi {
+    holdfast_serve::install_crypto_provider();
+    let cert = cp
+        .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
+        .expect("cert");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = CertFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
+    std::fs::write(&files.key, &cert.key_pem).expect("write key");
+    let server = TlsServer::bind("127.0.0.1:0".parse().expect("addr"), files)
+        .await
+        .expect("bind");
+    let port = server.local_addr().expect("addr").port();
+    let auth = KubeAuth::new(cp.client(Identity::Controller).await.expect("client"));
+    let stop = CancellationToken::new();
+    tokio::spawn(server.serve(
+        router(ApiState {
+            executor: exec,
+            auth,
+        }),
+        stop.clone(),
+    ));
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cp.ca_pem().as_bytes()).expect("CA"))
+        .build()
+        .expect("http client");
+    HoldApi {
+        base: format!("https://127.0.0.1:{port}"),
+        http,
+        stop,
+        _dir: dir,
+    }
+}
+
+impl HoldApi {
+    async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+        let mut req = self.http.post(format!("{}{path}", self.base)).json(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("send");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("JSON body"))
+    }
+
+    async fn get(&self, path: &str, token: &str) -> (u16, Value) {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("send");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("JSON body"))
+    }
+}
+
+/// Lets alice make `subresources` calls in `ns`, and waits until the authorizer says so.
+async fn grant_alice(cp: &ControlPlane, ns: &str, subresources: &[&str], verbs: &[&str]) {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some("holdfast-caller".into()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["holdfast.dev".into()]),
+            resources: Some(
+                subresources
+                    .iter()
+                    .map(|s| format!("trainjobs/{s}"))
+                    .collect(),
+            ),
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+            ..Default::default()
+        }]),
+    };
+    Api::<Role>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("role");
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("holdfast-caller".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "holdfast-caller".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: Identity::User.username().into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(admin, ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("role binding");
+    // The authorizer's cache catches up with the new binding: await it.
+    let alice = cp.client(Identity::User).await.expect("alice");
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("holdfast.dev".into()),
+                resource: Some("trainjobs".into()),
+                subresource: Some(subresources[0].into()),
+                verb: Some(verbs[0].into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(alice);
+    let start = std::time::Instant::now();
+    loop {
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .expect("review");
+        if answer.status.is_some_and(|s| s.allowed) {
+            return;
+        }
+        assert!(start.elapsed() < MINUTE, "the grant never took effect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn api_refuses_anonymous_and_unauthorised_callers() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("api-auth").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let exec = executor(cp).await;
+    let metrics = exec.metrics().clone();
+    let api = start_api(cp, exec).await;
+    let path = format!("/v1/namespaces/{ns}/trainjobs/mnist/hold");
+    let body = json!({"instance": 1, "deadline": (chrono::Utc::now() + chrono::Duration::minutes(5)).to_rfc3339(), "reason": "node lost"});
+    let before = read_trainjob(cp, &ns, "mnist").await;
+
+    let (status, answer) = api.post(&path, None, &body).await;
+    assert_eq!(status, 401, "{answer}");
+    assert_eq!(answer["error"], "Unauthenticated");
+    let (status, answer) = api.post(&path, Some("not-a-token"), &body).await;
+    assert_eq!(status, 401, "{answer}");
+    let alice = cp.token(Identity::User);
+    let (status, answer) = api.post(&path, Some(alice), &body).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"], "Forbidden");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("alice") && m.contains("trainjobs/hold")),
+        "{answer}"
+    );
+    assert_eq!(metrics.count(MetricCall::hold, "unauthenticated"), 2);
+    assert_eq!(metrics.count(MetricCall::hold, "forbidden"), 1);
+
+    let after = read_trainjob(cp, &ns, "mnist").await;
+    assert_eq!(
+        resource_version(&after),
+        resource_version(&before),
+        "nothing written on refusal"
+    );
+    let events = settled_audit(cp).await;
+    assert!(
+        on_trainjob(&events, &ns, "mnist").is_empty(),
+        "not even read on refusal"
+    );
+
+    grant_alice(cp, &ns, &["hold"], &["create"]).await;
+    let (status, answer) = api.post(&path, Some(alice), &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, json!({"result": "Ok", "outcome": "Held"}));
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
+    // Hold was granted, release was not.
+    let (status, _) = api
+        .post(
+            &format!("/v1/namespaces/{ns}/trainjobs/mnist/release"),
+            Some(alice),
+            &body,
+        )
+        .await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn api_hold_and_release_round_trip() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("api").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(&ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let metrics = exec.metrics().clone();
+    let api = start_api(cp, exec).await;
+    grant_alice(
+        cp,
+        &ns,
+        &["hold", "release", "status", "open"],
+        &["create", "get"],
+    )
+    .await;
+    let alice = cp.token(Identity::User);
+    let base = format!("/v1/namespaces/{ns}/trainjobs/mnist");
+    let deadline = (chrono::Utc::now() + chrono::Duration::minutes(5)).to_rfc3339();
+
+    let (status, answer) = api
+        .post(
+            &format!("{base}/hold"),
+            Some(alice),
+            &json!({"instance": 7, "deadline": deadline, "reason": "node lost"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &answer),
+        (200, &json!({"result": "Ok", "outcome": "Held"}))
+    );
+
+    let (status, answer) = api.get(&format!("{base}/status"), alice).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["hold"]["instance"], 7);
+    assert_eq!(answer["hold"]["reason"], "node lost");
+    assert_eq!(answer["state"], json!({"kind": "HeldByUs", "instance": 7}));
+    assert_eq!(answer["opened"], true);
+    assert_eq!(answer["attempt"], 1);
+
+    // Errors are the closed set, with their statuses.
+    let (status, answer) = api
+        .post(
+            &format!("{base}/release"),
+            Some(alice),
+            &json!({"instance": 7}),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"], "Invalid");
+    let (status, answer) = api
+        .post(
+            &format!("{base}/release"),
+            Some(alice),
+            &json!({"instance": 6, "deadline": deadline}),
+        )
+        .await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(
+        (answer["error"].as_str(), answer["cause"].as_str()),
+        (Some("Rejected"), Some("StaleHold"))
+    );
+    let big = json!({"instance": 7, "deadline": deadline, "reason": "x".repeat(20_000)});
+    let (status, answer) = api.post(&format!("{base}/hold"), Some(alice), &big).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(answer["error"], "Invalid");
+
+    let (status, answer) = api
+        .post(
+            &format!("{base}/release"),
+            Some(alice),
+            &json!({"instance": 7, "deadline": deadline}),
+        )
+        .await;
+    assert_eq!(
+        (status, &answer),
+        (
+            200,
+            &json!({"result": "Ok", "outcome": "Released", "resumed": true})
+        )
+    );
+    let (_, answer) = api.get(&format!("{base}/status"), alice).await;
+    assert_eq!(answer["hold"], Value::Null);
+    assert_eq!(answer["state"]["kind"], "Running");
+    assert_eq!(answer["attempt"], 2);
+
+    // Preflight, as the admin (alice was not granted it).
+    let admin = cp.token(Identity::Admin);
+    let (status, answer) = api
+        .get(&format!("/v1/preflight?namespace={ns}&name=mnist"), admin)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["callBoundSeconds"], 66.0);
+    assert_eq!(answer["calls"]["hold"]["supported"], true, "{answer:#}");
+    let round_trip = answer["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["probe"] == "hold-round-trip"))
+        .expect("round trip check");
+    assert_eq!(round_trip["result"], "Passed", "{round_trip}");
+    let (status, _) = api.get("/v1/preflight", alice).await;
+    assert_eq!(status, 403);
+
+    assert_eq!(metrics.count(MetricCall::hold, "ok"), 1);
+    assert_eq!(metrics.count(MetricCall::release, "ok"), 1);
+    assert_eq!(metrics.count(MetricCall::release, "invalid"), 1);
+    assert_eq!(metrics.count(MetricCall::release, "rejected_stale_hold"), 1);
+}
+
+/// A ValidatingAdmissionPolicy refusing any TrainJob update in `ns` that carries a hold:
+/// the cluster does not allow holds there, and only a real write (or a dry run) can tell.
+async fn refuse_holds_in(cp: &ControlPlane, ns: &str) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let name = format!("no-holds-{ns}");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["trainer.kubeflow.org"], "apiVersions": ["*"],
+                "operations": ["UPDATE"], "resources": ["trainjobs"]
+            }]},
+            "validations": [{
+                "expression": "!has(object.metadata.annotations) || !('holdfast.dev/hold-instance' in object.metadata.annotations)",
+                "message": "holds are not allowed here"
+            }]
+        }
+    }))
+    .expect("policy");
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create policy");
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+        }
+    }))
+    .expect("binding");
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create binding");
+    // Await the policy taking effect: a dry-run hold by the admin is refused.
+    let tjs = trainjobs(&admin, ns);
+    let start = std::time::Instant::now();
+    loop {
+        let mut tj = tjs.get("mnist").await.expect("get");
+        tj.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANN_HOLD_INSTANCE.into(), "1".into());
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        if tjs.replace("mnist", &dry, &tj).await.is_err() {
+            return;
+        }
+        assert!(start.elapsed() < MINUTE, "the policy never took effect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn failed_preflight_makes_hold_and_release_unsupported() {
+    use holdfast_controller::preflight::{CheckResult, Gated, Probe};
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("preflight").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let exec = executor(cp).await;
+
+    let report = exec.preflight(Some((&ns, "mnist"))).await;
+    assert!(report.calls.values().all(|c| c.supported), "{report:#?}");
+    refuse_holds_in(cp, &ns).await;
+
+    let report = exec.preflight(Some((&ns, "mnist"))).await;
+    let round_trip = report
+        .checks
+        .iter()
+        .find(|c| c.probe == Probe::HoldRoundTrip)
+        .expect("round trip");
+    assert_eq!(round_trip.result, CheckResult::Failed, "{round_trip:?}");
+    assert!(
+        report
+            .checks
+            .iter()
+            .filter(|c| c.probe != Probe::HoldRoundTrip)
+            .all(|c| c.result == CheckResult::Passed),
+        "RBAC and CRDs are fine: {report:#?}"
+    );
+    assert!(!report.calls[&Gated::Hold].supported);
+    assert!(!report.calls[&Gated::Release].supported);
+    assert!(report.calls[&Gated::Open].supported);
+
+    for result in [
+        exec.hold(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+    ] {
+        let err = result.expect_err("unsupported");
+        assert_eq!(err.kind(), "Unsupported", "{err}");
+        assert_eq!(err.http_status(), 501);
+        assert!(
+            err.to_string().contains("holds are not allowed here"),
+            "{err}"
+        );
+    }
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(hold_annotations(&tj).is_empty(), "nothing written");
+
+    // A controller without cluster-wide rights (alice's) is told so by the RBAC probes.
+    let alice = client_without_retries(cp, Identity::User).await;
+    let weak = HoldExecutor::new(alice, holdfast_core::mode::Mode::Plain, config());
+    let report = weak.preflight(None).await;
+    let get = report
+        .checks
+        .iter()
+        .find(|c| c.probe == Probe::GetTrainjobs)
+        .expect("rbac check");
+    assert_eq!(get.result, CheckResult::Failed, "{report:#?}");
+    assert!(!report.calls[&Gated::Status].supported);
+}
+
+/// Not plain mode, but the I/O it shares: in Kueue mode the executor finds the Workload by
+/// `kueue.x-k8s.io/job-uid` and holds it (v1beta2), never touching the TrainJob; without a
+/// Workload, Hold is `Rejected { cause: NoWorkload }`. (No Kueue controller runs here: the
+/// Workload is made by hand. The Kueue-mode suite with the real Kueue is its own issue.)
+#[tokio::test]
+async fn kueue_mode_holds_the_workload_found_by_job_uid() {
+    use holdfast_controller::hold::resources;
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("kueue-io").await.expect("namespace");
+    let tj = create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = HoldExecutor::new(
+        client_without_retries(cp, Identity::Controller).await,
+        holdfast_core::mode::Mode::Kueue,
+        config(),
+    );
+
+    let err = exec
+        .hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect_err("no Workload yet");
+    assert_eq!(err.cause(), Some(RejectCause::NoWorkload), "{err}");
+
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let workloads: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(admin, &ns, &resources::workload());
+    let uid = tj["metadata"]["uid"].as_str().expect("uid");
+    let wl: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "trainjob-mnist", "labels": {"kueue.x-k8s.io/job-uid": uid}},
+        "spec": {"queueName": "default", "podSets": [{"name": "node", "count": 1,
+            "template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}]}
+    }))
+    .expect("workload json");
+    workloads
+        .create(&PostParams::default(), &wl)
+        .await
+        .expect("create Workload");
+    let tj_before = read_trainjob(cp, &ns, "mnist").await;
+
+    let mut m = meta(Some(1), MINUTE);
+    m.reason = Some("node lost".into());
+    assert_eq!(exec.hold(&ns, "mnist", m).await, Ok(Outcome::Held));
+    let held =
+        serde_json::to_value(workloads.get("trainjob-mnist").await.expect("get")).expect("json");
+    assert_eq!(held["spec"]["active"], false);
+    assert_eq!(annotation(&held, ANN_HOLD_INSTANCE), Some("1"));
+    assert_eq!(annotation(&held, ANN_HOLD_REASON), Some("node lost"));
+    let status = exec.status(&ns, "mnist").await.expect("status");
+    assert_eq!(status.hold.and_then(|h| h.instance), Some(1));
+
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let released =
+        serde_json::to_value(workloads.get("trainjob-mnist").await.expect("get")).expect("json");
+    assert_eq!(released["spec"]["active"], true);
+    assert!(hold_annotations(&released).is_empty());
+    let tj_after = read_trainjob(cp, &ns, "mnist").await;
+    assert_eq!(
+        resource_version(&tj_after),
+        resource_version(&tj_before),
+        "the TrainJob is not touched"
+    );
+}
