@@ -7,4 +7,5 @@ pub mod hold;
 pub mod mode;
 pub mod names;
 pub mod policy;
+pub mod readmission;
 pub mod snapshot;

@@ -1,0 +1,55 @@
+//! Prometheus metrics of the readmission gate. Labels are bounded: a step name, a wait
+//! reason, an error label. No object name is ever a label.
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    step: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    error: &'static str,
+}
+
+/// The gate's metrics. Cheap to clone; clones share the series.
+#[derive(Clone, Debug, Default)]
+pub struct ReadmissionMetrics {
+    writes: Family<StepLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+}
+
+impl ReadmissionMetrics {
+    /// Registers the metrics (`holdfast_readmission_*`) into `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "holdfast_readmission_writes",
+            "Writes of the readmission gate and the hold transfer, by step (claim, raise_attempt, \
+             ready, wait_<reason>, transfer_mark, transfer_hold, transfer_release, check_active)",
+            self.writes.clone(),
+        );
+        registry.register(
+            "holdfast_readmission_errors",
+            "Failed readmission reconciles, by error",
+            self.errors.clone(),
+        );
+    }
+
+    pub(crate) fn wrote(&self, step: &'static str) {
+        self.writes.get_or_create(&StepLabels { step }).inc();
+    }
+
+    pub(crate) fn failed(&self, error: &'static str) {
+        self.errors.get_or_create(&ErrorLabels { error }).inc();
+    }
+
+    /// How many writes of `step` were made (for tests).
+    pub fn writes(&self, step: &'static str) -> u64 {
+        self.writes.get_or_create(&StepLabels { step }).get()
+    }
+}

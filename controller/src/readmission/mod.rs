@@ -1,0 +1,260 @@
+//! Kueue mode: the readmission gate, and holds that survive the replacement of their
+//! Workload. The decisions are `holdfast_core::readmission`'s (read its module docs for the
+//! design: the gate's conditions, how A rises exactly once per admission, how a hold moves
+//! to a replacement Workload); this module is their I/O.
+//!
+//! # What it runs
+//!
+//! - **AdmissionChecks** ([`checks`]): a controller over `kueue.x-k8s.io` AdmissionChecks.
+//!   On those whose `spec.controllerName` is `holdfast.dev/readmission` it keeps the
+//!   `Active` condition true (status subresource); their names are the entries of
+//!   `status.admissionChecks` the gate serves. A change of that set reconciles every
+//!   TrainJob.
+//! - **The TrainJob reconcile** ([`reconcile`]): kube-runtime's `Controller` over TrainJobs,
+//!   triggered also by their Workloads (through the TrainJob owner reference) and by the
+//!   pods of their executions (metadata-only watch, through the JobSet name label), with
+//!   bounded concurrency and per-TrainJob exponential backoff. Each reconcile first moves
+//!   holds off Workloads being deleted, then serves the gate on each live Workload.
+//! - **The orphan sweep** ([`sweep`]): held Workloads being deleted whose TrainJob is gone
+//!   lose the hold finalizer.
+//!
+//! Only the leader may run this: every write assumes it is the only gate. Run it under
+//! [`crate::leader`]; [`run`] does no leader election itself.
+
+mod backoff;
+mod checks;
+mod error;
+mod metrics;
+mod reconcile;
+mod sweep;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector;
+use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use checks::admission_check_resource;
+pub use error::Error;
+pub use metrics::ReadmissionMetrics;
+
+use crate::hold::{pods::JOBSET_NAME_LABEL, resources};
+
+/// How the gate runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// TrainJobs, Workloads and pods of this namespace only; all namespaces when `None`.
+    /// AdmissionChecks are cluster-scoped and watched cluster-wide.
+    pub namespace: Option<String>,
+    /// At most this many TrainJobs reconciled at once.
+    pub concurrency: u16,
+    /// The field manager of every write.
+    pub field_manager: String,
+    /// First retry delay of a failed TrainJob; doubles per failure up to `retry_max`.
+    pub retry_min: Duration,
+    pub retry_max: Duration,
+    /// Every TrainJob is looked at again this often even without an event.
+    pub resync: Duration,
+    /// How often held Workloads of TrainJobs that are gone are swept.
+    pub sweep_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            namespace: None,
+            concurrency: 8,
+            field_manager: "holdfast-readmission".to_owned(),
+            retry_min: Duration::from_millis(200),
+            retry_max: Duration::from_secs(60),
+            resync: Duration::from_secs(300),
+            sweep_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Config {
+    /// The configuration the command-line flags ask for.
+    pub fn from_args(args: &crate::Args) -> Self {
+        Config {
+            namespace: args.watch_namespace.clone(),
+            ..Config::default()
+        }
+    }
+}
+
+/// Runs the readmission gate with fresh metrics until `shutdown` is cancelled. Does no leader
+/// election: run it only on the leader.
+pub async fn run(
+    client: kube::Client,
+    config: Config,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    ReadmissionGate::new(client, config, ReadmissionMetrics::default())
+        .run(shutdown)
+        .await
+}
+
+/// The readmission gate. Cheap to clone.
+#[derive(Clone)]
+pub struct ReadmissionGate {
+    client: kube::Client,
+    config: Config,
+    metrics: ReadmissionMetrics,
+}
+
+impl ReadmissionGate {
+    /// A gate that writes as `client`'s identity and counts into `metrics`.
+    pub fn new(client: kube::Client, config: Config, metrics: ReadmissionMetrics) -> Self {
+        ReadmissionGate {
+            client,
+            config,
+            metrics,
+        }
+    }
+
+    pub fn metrics(&self) -> &ReadmissionMetrics {
+        &self.metrics
+    }
+
+    /// Runs until `shutdown` is cancelled.
+    pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let client = &self.client;
+        let config = &self.config;
+        let namespace = config.namespace.as_deref();
+        let namespaced = |ar: &kube::core::ApiResource| -> Api<DynamicObject> {
+            match namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+                None => Api::all_with(client.clone(), ar),
+            }
+        };
+        let mut tasks = JoinSet::new();
+
+        // AdmissionChecks: keep ours Active, and know their names.
+        let (checks_changed, checks_changed_rx) = futures::channel::mpsc::unbounded();
+        let check_ar = admission_check_resource();
+        let check_controller = Controller::new_with(
+            Api::<DynamicObject>::all_with(client.clone(), &check_ar),
+            watcher::Config::default().any_semantic(),
+            check_ar,
+        )
+        .with_config(controller::Config::default().concurrency(2));
+        let check_names = checks::CheckNames(check_controller.store());
+        let check_ctx = Arc::new(checks::CheckContext {
+            client: client.clone(),
+            field_manager: config.field_manager.clone(),
+            metrics: self.metrics.clone(),
+            names: check_names.clone(),
+            announced: Mutex::default(),
+            changed: checks_changed,
+            retry: config.retry_min.max(Duration::from_secs(1)),
+        });
+        tasks.spawn(
+            check_controller
+                .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+                .run(checks::reconcile, checks::error_policy, check_ctx)
+                .for_each(|_| futures::future::ready(())),
+        );
+
+        // Workloads, cached and triggering their TrainJob; held ones being deleted poke the
+        // orphan sweep.
+        let workload_ar = resources::workload();
+        let workload_writer = reflector::store::Writer::new(workload_ar.clone());
+        let workloads = workload_writer.as_reader();
+        let (poke, poked) = futures::channel::mpsc::unbounded();
+        let workload_stream = watcher(
+            namespaced(&workload_ar),
+            watcher::Config::default().any_semantic(),
+        )
+        .modify(|w: &mut DynamicObject| w.metadata.managed_fields = None)
+        .default_backoff()
+        .reflect(workload_writer)
+        .touched_objects()
+        .inspect(move |w| {
+            if let Ok(w) = w
+                && w.metadata.deletion_timestamp.is_some()
+            {
+                let _ = poke.unbounded_send(());
+            }
+        });
+
+        // Pods of executions: metadata only, for their deletions.
+        let pods_api: Api<PartialObjectMeta<Pod>> = match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let pod_stream = watcher(
+            pods_api,
+            watcher::Config::default()
+                .labels(JOBSET_NAME_LABEL)
+                .any_semantic(),
+        )
+        .default_backoff()
+        .touched_objects();
+
+        // TrainJobs.
+        let trainjob_ar = resources::trainjob();
+        let trainjob_writer = reflector::store::Writer::new(trainjob_ar.clone());
+        let trainjobs = trainjob_writer.as_reader();
+        let trainjob_stream = watcher(
+            namespaced(&trainjob_ar),
+            watcher::Config::default().any_semantic(),
+        )
+        .modify(|t: &mut DynamicObject| t.metadata.managed_fields = None)
+        .default_backoff()
+        .reflect(trainjob_writer)
+        .applied_objects();
+
+        let ctx = Arc::new(reconcile::Context {
+            client: client.clone(),
+            config: config.clone(),
+            metrics: self.metrics.clone(),
+            workloads: workloads.clone(),
+            checks: check_names,
+            backoff: backoff::Backoffs::new(config.retry_min, config.retry_max),
+        });
+        tasks.spawn(sweep::run(
+            ctx.clone(),
+            trainjobs.clone(),
+            poked,
+            config.sweep_interval,
+            shutdown.child_token(),
+        ));
+
+        tracing::info!(
+            namespace = namespace.unwrap_or("(all)"),
+            concurrency = config.concurrency,
+            "readmission gate starting"
+        );
+        Controller::for_stream_with(trainjob_stream, trainjobs, trainjob_ar)
+            .watches_stream_with(
+                workload_stream,
+                |w: DynamicObject| reconcile::trainjob_of(&w),
+                workload_ar,
+            )
+            .watches_stream(pod_stream, |p| reconcile::trainjob_of_pod(&p))
+            .reconcile_all_on(checks_changed_rx)
+            .with_config(controller::Config::default().concurrency(config.concurrency))
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+            .run(reconcile::reconcile, reconcile::error_policy, ctx)
+            .for_each(|outcome| {
+                match outcome {
+                    Ok(_)
+                    | Err(controller::Error::ObjectNotFound(_))
+                    | Err(controller::Error::ReconcilerFailed(..)) => {}
+                    Err(e) => tracing::warn!(error = %e, "readmission controller"),
+                }
+                futures::future::ready(())
+            })
+            .await;
+        tasks.abort_all();
+        tracing::info!("readmission gate stopped");
+        Ok(())
+    }
+}

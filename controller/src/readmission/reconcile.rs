@@ -1,0 +1,483 @@
+//! One TrainJob's reconcile: move holds off its Workloads being deleted, and serve the gate
+//! on its live Workloads.
+//!
+//! The cached objects (watches) only say whether there is anything to do. Every write is
+//! decided on a fresh read from the apiserver (the TrainJob, its Workloads, and before the
+//! gate lets an execution through, its pods) and preconditioned on that read's
+//! resourceVersion; after each write the reconcile reads again and decides again, so a 409
+//! costs one more round and never a wrong write.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use holdfast_core::{
+    hold::{Write, apply},
+    mode::Mode,
+    readmission::{
+        CHECK_PENDING, CHECK_READY, CLAIM_TEXT, GateStep, Pods, READY_TEXT, TrainJobView,
+        TransferStep, WaitReason, WorkloadView, check_message, decide_gate, decide_transfer,
+        raise_attempt, set_checks,
+    },
+};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use super::{Config, Error, ReadmissionMetrics, backoff::Backoffs, checks::CheckNames};
+use crate::hold::{
+    pods,
+    resources::{self, WORKLOAD_JOB_UID_LABEL},
+};
+
+/// At most this many writes per reconcile; then the TrainJob is requeued.
+const MAX_ROUNDS: u32 = 12;
+
+pub(crate) struct Context {
+    pub(crate) client: kube::Client,
+    pub(crate) config: Config,
+    pub(crate) metrics: ReadmissionMetrics,
+    pub(crate) workloads: Store<DynamicObject>,
+    pub(crate) checks: CheckNames,
+    pub(crate) backoff: Backoffs,
+}
+
+impl Context {
+    pub(crate) fn pp(&self) -> PostParams {
+        PostParams {
+            dry_run: false,
+            field_manager: Some(self.config.field_manager.clone()),
+        }
+    }
+
+    /// The cached Workloads of TrainJob `uid` in `namespace`.
+    fn cached_workloads(&self, namespace: &str, uid: &str) -> Vec<Value> {
+        self.workloads
+            .state()
+            .iter()
+            .filter(|w| w.metadata.namespace.as_deref() == Some(namespace) && belongs(w, uid))
+            .filter_map(|w| serde_json::to_value(&**w).ok())
+            .collect()
+    }
+}
+
+/// Whether Workload `w` is TrainJob `uid`'s: Kueue's job-uid label, or its owner.
+fn belongs(w: &DynamicObject, uid: &str) -> bool {
+    w.labels().get(WORKLOAD_JOB_UID_LABEL).map(String::as_str) == Some(uid)
+        || w.owner_references()
+            .iter()
+            .any(|o| o.uid == uid && o.kind == holdfast_core::names::TRAINJOB_KIND)
+}
+
+/// Whether anything is to be done for this TrainJob, judged from cached objects. A wait
+/// whose message is already written is nothing; pods to look at are something.
+pub(crate) fn needs_work(trainjob: &Value, workloads: &[Value], ours: &BTreeSet<String>) -> bool {
+    let tj = TrainJobView::read(trainjob);
+    let views: Vec<WorkloadView> = workloads
+        .iter()
+        .map(|w| WorkloadView::read(w, ours))
+        .collect();
+    if matches!(
+        decide_transfer(Some(&tj), &views),
+        TransferStep::Write { .. }
+    ) {
+        return true;
+    }
+    views.iter().any(|w| {
+        !matches!(
+            decide_gate(&tj, w, &views, Pods::Unknown),
+            GateStep::Idle | GateStep::Wait { message: None, .. }
+        )
+    })
+}
+
+pub(crate) async fn reconcile(
+    trainjob: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let namespace = trainjob.namespace().unwrap_or_default();
+    let name = trainjob.name_any();
+    let uid = trainjob.uid().unwrap_or_default();
+    let ours = ctx.checks.names();
+    let cached = serde_json::to_value(&*trainjob)?;
+    let cached_workloads = ctx.cached_workloads(&namespace, &uid);
+    let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob());
+    if !needs_work(&cached, &cached_workloads, &ours) {
+        ctx.backoff.reset(&key);
+        return Ok(Action::requeue(ctx.config.resync));
+    }
+    let action = drive(&ctx, &namespace, &name, &uid, &ours).await?;
+    ctx.backoff.reset(&key);
+    Ok(action)
+}
+
+pub(crate) fn error_policy(
+    trainjob: Arc<DynamicObject>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    ctx.metrics.failed(error.metric_label());
+    let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob());
+    let delay = ctx.backoff.next(&key);
+    tracing::warn!(
+        namespace = trainjob.namespace().unwrap_or_default(),
+        name = trainjob.name_any(),
+        %error,
+        retry_in = ?delay,
+        "readmission reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+/// What one fresh read saw.
+struct Read {
+    trainjob: Value,
+    workloads: Vec<Value>,
+}
+
+/// Reads, decides, writes one step, and again, until there is nothing to write.
+async fn drive(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    ours: &BTreeSet<String>,
+) -> Result<Action, Error> {
+    let mut stale = 0u32;
+    for _ in 0..MAX_ROUNDS {
+        let Some(read) = read(ctx, namespace, name, uid).await? else {
+            // Gone, or another TrainJob of the same name: nothing of this one to serve.
+            return Ok(Action::await_change());
+        };
+        let result = step(ctx, namespace, name, &read, ours).await;
+        match result {
+            Ok(true) => continue,
+            Ok(false) => return Ok(Action::requeue(ctx.config.resync)),
+            Err(e) if e.is_stale() => {
+                stale += 1;
+                tracing::debug!(namespace, name, error = %e, "write lost to another writer; reading again");
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if stale > 0 {
+        return Err(Error::Contended(stale));
+    }
+    Ok(Action::requeue(Duration::from_millis(200)))
+}
+
+/// A fresh read of TrainJob `namespace/name` (if it is still the one with `uid`) and its
+/// Workloads.
+async fn read(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<Option<Read>, Error> {
+    let trainjobs: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &resources::trainjob());
+    let Some(trainjob) = trainjobs.get_opt(name).await? else {
+        return Ok(None);
+    };
+    if trainjob.uid().as_deref() != Some(uid) {
+        return Ok(None);
+    }
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &resources::workload());
+    let list = workloads
+        .list(&ListParams::default().labels(&format!("{WORKLOAD_JOB_UID_LABEL}={uid}")))
+        .await?;
+    let workloads = list
+        .items
+        .into_iter()
+        .map(|w| workload_value(&w))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(Read {
+        trainjob: serde_json::to_value(&trainjob)?,
+        workloads,
+    }))
+}
+
+/// A Workload as JSON, with its apiVersion and kind (a LIST's items lack them, and a PUT
+/// needs them).
+fn workload_value(w: &DynamicObject) -> Result<Value, Error> {
+    let mut v = serde_json::to_value(w)?;
+    let ar = resources::workload();
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "apiVersion".to_owned(),
+            Value::String(ar.api_version.clone()),
+        );
+        o.insert("kind".to_owned(), Value::String(ar.kind.clone()));
+    }
+    Ok(v)
+}
+
+/// Makes the next write, if any. `Ok(true)`: a write landed (read again); `Ok(false)`:
+/// nothing to write.
+async fn step(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    read: &Read,
+    ours: &BTreeSet<String>,
+) -> Result<bool, Error> {
+    let tj = TrainJobView::read(&read.trainjob);
+    let views: Vec<WorkloadView> = read
+        .workloads
+        .iter()
+        .map(|w| WorkloadView::read(w, ours))
+        .collect();
+
+    match decide_transfer(Some(&tj), &views) {
+        TransferStep::Write { workload, write } => {
+            let label = transfer_label(&write);
+            put_workload(ctx, namespace, &workload, &read.workloads, &write).await?;
+            ctx.metrics.wrote(label);
+            tracing::info!(
+                namespace,
+                trainjob = name,
+                workload,
+                step = label,
+                "hold transfer"
+            );
+            return Ok(true);
+        }
+        TransferStep::AwaitReplacement { source } => {
+            tracing::debug!(
+                namespace,
+                trainjob = name,
+                source,
+                "a held Workload is being deleted; no replacement yet"
+            );
+        }
+        TransferStep::Idle => {}
+    }
+
+    for (i, view) in views.iter().enumerate() {
+        let mut gate = decide_gate(&tj, view, &views, Pods::Unknown);
+        if gate == GateStep::LookForPods {
+            let remaining = remaining_pods(ctx, namespace, name).await?;
+            let pods = if remaining.is_empty() {
+                Pods::Gone
+            } else {
+                Pods::Remain(remaining.len())
+            };
+            gate = decide_gate(&tj, view, &views, pods);
+        }
+        let now = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        let (state, message, label) = match gate {
+            GateStep::Idle | GateStep::LookForPods | GateStep::Wait { message: None, .. } => {
+                continue;
+            }
+            GateStep::Wait {
+                reason,
+                message: Some(m),
+            } => (CHECK_PENDING, m, wait_label(reason)),
+            GateStep::Claim { attempt } => (
+                CHECK_PENDING,
+                check_message(Some(attempt), CLAIM_TEXT),
+                "claim",
+            ),
+            GateStep::Ready { attempt } => (
+                CHECK_READY,
+                check_message(Some(attempt), READY_TEXT),
+                "ready",
+            ),
+            GateStep::RaiseAttempt { to } => {
+                let mut trainjob = read.trainjob.clone();
+                apply(
+                    &raise_attempt(&tj.resource_version, to),
+                    &mut trainjob,
+                    Mode::Kueue,
+                )?;
+                let object: DynamicObject = serde_json::from_value(trainjob)?;
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(ctx.client.clone(), namespace, &resources::trainjob());
+                api.replace(name, &ctx.pp(), &object).await?;
+                ctx.metrics.wrote("raise_attempt");
+                tracing::info!(
+                    namespace,
+                    trainjob = name,
+                    attempt = to,
+                    "readmission: A raised"
+                );
+                return Ok(true);
+            }
+        };
+        let Some(mut workload) = read.workloads.get(i).cloned() else {
+            continue;
+        };
+        if !set_checks(&mut workload, ours, state, &message, &now) {
+            continue;
+        }
+        let object: DynamicObject = serde_json::from_value(workload)?;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), namespace, &resources::workload());
+        api.replace_status(&view.name, &ctx.pp(), &object).await?;
+        ctx.metrics.wrote(label);
+        tracing::info!(
+            namespace,
+            trainjob = name,
+            workload = view.name,
+            state,
+            message,
+            "readmission check updated"
+        );
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// The metric label of a wait step.
+fn wait_label(reason: WaitReason) -> &'static str {
+    match reason {
+        WaitReason::StartGate => "wait_start_gate",
+        WaitReason::HoldElsewhere => "wait_hold_elsewhere",
+        WaitReason::PodsRemain => "wait_pods_remain",
+        WaitReason::UnreadableAttempt => "wait_unreadable_attempt",
+    }
+}
+
+/// The metric label of a transfer write.
+fn transfer_label(write: &Write) -> &'static str {
+    match (write.hold_finalizer, write.stop) {
+        (Some(false), _) => "transfer_release",
+        (_, Some(true)) => "transfer_hold",
+        _ => "transfer_mark",
+    }
+}
+
+/// PUTs `write` rendered on Workload `name` as read.
+async fn put_workload(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    workloads: &[Value],
+    write: &Write,
+) -> Result<(), Error> {
+    let Some(mut object) = workloads
+        .iter()
+        .find(|w| w.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
+        .cloned()
+    else {
+        return Ok(());
+    };
+    apply(write, &mut object, Mode::Kueue)?;
+    let object: DynamicObject = serde_json::from_value(object)?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &resources::workload());
+    api.replace(name, &ctx.pp(), &object).await?;
+    Ok(())
+}
+
+/// The pods of TrainJob `name`'s previous execution that remain, listed live.
+async fn remaining_pods(ctx: &Context, namespace: &str, name: &str) -> Result<Vec<String>, Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &resources::pod());
+    let list = api
+        .list(&ListParams::default().labels(&pods::execution_selector(name)))
+        .await?;
+    Ok(pods::remaining(&serde_json::to_value(&list)?))
+}
+
+/// The TrainJob a Workload belongs to (its TrainJob owner), as a reconcile key.
+pub(crate) fn trainjob_of(workload: &DynamicObject) -> Option<ObjectRef<DynamicObject>> {
+    let namespace = workload.namespace()?;
+    workload
+        .owner_references()
+        .iter()
+        .find(|o| {
+            o.kind == holdfast_core::names::TRAINJOB_KIND
+                && o.api_version
+                    .starts_with(holdfast_core::names::TRAINER_GROUP)
+        })
+        .map(|o| ObjectRef::new_with(&o.name, resources::trainjob()).within(&namespace))
+}
+
+/// The TrainJob a pod of an execution belongs to, by its JobSet name label.
+pub(crate) fn trainjob_of_pod<K: Resource>(pod: &K) -> Option<ObjectRef<DynamicObject>> {
+    let namespace = pod.meta().namespace.clone()?;
+    let name = pod
+        .meta()
+        .labels
+        .as_ref()?
+        .get(pods::JOBSET_NAME_LABEL)?
+        .clone();
+    Some(ObjectRef::new_with(&name, resources::trainjob()).within(&namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_core::names::{ANN_OPENED, LABEL_MANAGED};
+    use serde_json::json;
+
+    fn ours() -> BTreeSet<String> {
+        ["gate".to_owned()].into()
+    }
+
+    fn workload(state: &str, message: &str) -> Value {
+        json!({"metadata": {"name": "w", "uid": "w"},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}],
+                "admissionChecks": [{"name": "gate", "state": state, "message": message}]}})
+    }
+
+    #[test]
+    fn work_is_judged_from_the_cache() {
+        let tj = json!({"metadata": {"uid": "t", "labels": {LABEL_MANAGED: "true"},
+            "annotations": {ANN_OPENED: "true"}}});
+        assert!(
+            needs_work(&tj, &[workload("Pending", "")], &ours()),
+            "pods to look at"
+        );
+        assert!(!needs_work(
+            &tj,
+            &[workload("Ready", "attempt=0: x")],
+            &ours()
+        ));
+        assert!(!needs_work(&tj, &[], &ours()));
+        let unopened = json!({"metadata": {"uid": "t", "labels": {LABEL_MANAGED: "true"}}});
+        assert!(
+            needs_work(&unopened, &[workload("Pending", "")], &ours()),
+            "the wait message to write"
+        );
+        let waiting = holdfast_core::readmission::WaitReason::StartGate.text();
+        assert!(!needs_work(
+            &unopened,
+            &[workload("Pending", waiting)],
+            &ours()
+        ));
+    }
+
+    #[test]
+    fn workloads_and_pods_map_to_their_trainjob() {
+        let wl: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "trainjob-job-1", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                 "name": "job", "uid": "u"}]}
+        }))
+        .expect("workload");
+        let key = trainjob_of(&wl).expect("owner");
+        assert_eq!(
+            (key.name.as_str(), key.namespace.as_deref()),
+            ("job", Some("ns"))
+        );
+        let pod = k8s_openapi::api::core::v1::Pod {
+            metadata: kube::api::ObjectMeta {
+                namespace: Some("ns".into()),
+                labels: Some([(pods::JOBSET_NAME_LABEL.to_owned(), "job".to_owned())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let key = trainjob_of_pod(&pod).expect("label");
+        assert_eq!(key.name, "job");
+        assert!(trainjob_of_pod(&k8s_openapi::api::core::v1::Pod::default()).is_none());
+    }
+}

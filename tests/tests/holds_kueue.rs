@@ -1,0 +1,1412 @@
+//! Holds in Kueue mode against the real apiserver and the real Kueue controller (v0.19), and
+//! holdfast's readmission gate: one test per rule of the seed's "In Kueue mode, the
+//! Workload is held" and of the gate.
+//!
+//! Each test has its own namespace, ClusterQueue (requiring the readmission AdmissionCheck)
+//! and ClusterTrainingRuntime, and runs its own readmission gate scoped to its namespace.
+//! No kubelet and no Trainer run here: where an execution's pods matter, the test creates
+//! them itself with the label the gate looks them up by, and deletes them as Trainer would.
+
+mod hold_support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use hold_support::{annotation, client_without_retries, config, meta, settled_audit};
+use holdfast_controller::hold::HoldExecutor;
+use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
+use holdfast_core::{
+    classify::ObjectState,
+    hold::{Outcome, RejectCause},
+    mode::Mode,
+    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_REASON, HOLD_FINALIZER},
+    readmission::claimed_attempt,
+};
+use holdfast_tests::{ControlPlane, Identity, kueue};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const MINUTE: Duration = Duration::from_secs(60);
+/// How long Kueue and the gate get for each step.
+const SETTLE: Duration = Duration::from_secs(60);
+/// The readmission AdmissionCheck every test's ClusterQueue requires.
+const CHECK: &str = "holdfast-readmission";
+const QUEUE: &str = "main";
+
+fn trainer(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
+        plural,
+    )
+}
+
+/// One test's world: a namespace whose queue requires the readmission check, a runtime, a
+/// kueue-mode executor acting as the controller, and a readmission gate.
+struct Fixture {
+    cp: &'static ControlPlane,
+    ns: String,
+    runtime: String,
+    admin: kube::Client,
+    exec: HoldExecutor,
+    metrics: ReadmissionMetrics,
+    gate: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+}
+
+impl Fixture {
+    async fn start(prefix: &str) -> Fixture {
+        Fixture::start_with(prefix, true, &[CHECK]).await
+    }
+
+    /// `gate`: run a readmission gate; `checks`: the AdmissionChecks the queue requires.
+    async fn start_with(prefix: &str, gate: bool, checks: &[&str]) -> Fixture {
+        let cp = ControlPlane::shared();
+        cp.start_kueue().await.expect("kueue starts");
+        let ns = cp.namespace(prefix).await.expect("namespace");
+        let admin = cp.client(Identity::Admin).await.expect("admin");
+        ensure_admission_check(&admin).await;
+        kueue::create_queues(&admin, &ns, QUEUE, checks)
+            .await
+            .expect("queues");
+        let runtime = format!("torch-{ns}");
+        let rt: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": runtime, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+            "spec": runtime_spec("1"),
+        }))
+        .expect("runtime");
+        Api::<DynamicObject>::all_with(
+            admin.clone(),
+            &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+        )
+        .create(&PostParams::default(), &rt)
+        .await
+        .expect("create runtime");
+        let exec = HoldExecutor::new(
+            client_without_retries(cp, Identity::Controller).await,
+            Mode::Kueue,
+            config(),
+        );
+        let mut f = Fixture {
+            cp,
+            ns,
+            runtime,
+            admin,
+            exec,
+            metrics: ReadmissionMetrics::default(),
+            gate: None,
+        };
+        if gate {
+            f.start_gate().await;
+        }
+        f
+    }
+
+    /// Runs a readmission gate (as holdfast's controller) for this namespace.
+    async fn start_gate(&mut self) {
+        let client = self
+            .cp
+            .client(Identity::Controller)
+            .await
+            .expect("controller");
+        let gate = ReadmissionGate::new(
+            client,
+            readmission::Config {
+                namespace: Some(self.ns.clone()),
+                retry_min: Duration::from_millis(100),
+                retry_max: Duration::from_secs(2),
+                resync: Duration::from_secs(3),
+                sweep_interval: Duration::from_secs(2),
+                ..readmission::Config::default()
+            },
+            self.metrics.clone(),
+        );
+        let token = CancellationToken::new();
+        let stop = token.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = gate.run(stop).await {
+                panic!("the readmission gate failed: {e:#}");
+            }
+        });
+        self.gate = Some((token, task));
+    }
+
+    async fn stop_gate(&mut self) {
+        if let Some((token, task)) = self.gate.take() {
+            token.cancel();
+            let _ = task.await;
+        }
+    }
+
+    fn trainjobs(&self, client: &kube::Client) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), &self.ns, &trainer("TrainJob", "trainjobs"))
+    }
+
+    fn workload_api(&self, client: &kube::Client) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            client.clone(),
+            &self.ns,
+            &kueue::api_resource("Workload", "workloads"),
+        )
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.admin.clone(), &self.ns)
+    }
+
+    /// Creates a managed, queued TrainJob (Kueue's webhook suspends it at creation).
+    async fn create_job(&self, name: &str, labels: Value) -> Value {
+        let mut all = json!({"holdfast.dev/managed": "true", "kueue.x-k8s.io/queue-name": QUEUE});
+        if let (Some(a), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
+            a.extend(extra.clone());
+        }
+        let tj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "labels": all},
+            "spec": {"runtimeRef": {"name": self.runtime}}
+        }))
+        .expect("trainjob");
+        let created = self
+            .trainjobs(&self.admin)
+            .create(&PostParams::default(), &tj)
+            .await
+            .expect("create TrainJob");
+        let v = serde_json::to_value(created).expect("json");
+        assert_eq!(v["spec"]["suspend"], true, "Kueue suspends a queued job");
+        v
+    }
+
+    async fn trainjob(&self, name: &str) -> Value {
+        serde_json::to_value(
+            self.trainjobs(&self.admin)
+                .get(name)
+                .await
+                .expect("get TrainJob"),
+        )
+        .expect("json")
+    }
+
+    /// The TrainJob's Workloads, as they are now.
+    async fn workloads(&self, name: &str) -> Vec<Value> {
+        let uid = self.trainjob(name).await["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_owned();
+        self.workload_api(&self.admin)
+            .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
+            .await
+            .expect("list workloads")
+            .items
+            .into_iter()
+            .map(|w| serde_json::to_value(w).expect("json"))
+            .collect()
+    }
+
+    /// Polls `probe` until it answers `Some`, for at most `within`.
+    async fn eventually<T, F, Fut>(&self, what: &str, within: Duration, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(t) = probe().await {
+                return t;
+            }
+            assert!(
+                start.elapsed() < within,
+                "{what}: not within {within:?}\nkueue log:\n{}",
+                self.cp.log_tail("kueue", 25)
+            );
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+
+    /// The TrainJob's one live Workload, once it satisfies `pred`.
+    async fn workload_when(&self, job: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        self.eventually(what, SETTLE, || async {
+            let live: Vec<Value> = self
+                .workloads(job)
+                .await
+                .into_iter()
+                .filter(|w| w["metadata"].get("deletionTimestamp").is_none())
+                .collect();
+            live.into_iter().find(|w| pred(w))
+        })
+        .await
+    }
+
+    async fn job_when(&self, job: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        self.eventually(what, SETTLE, || async {
+            let tj = self.trainjob(job).await;
+            pred(&tj).then_some(tj)
+        })
+        .await
+    }
+
+    /// Creates `n` pods of TrainJob `job`'s execution, labelled as JobSet labels them.
+    async fn create_pods(&self, job: &str, n: usize) {
+        for i in 0..n {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{job}-node-0-{i}"),
+                    "labels": {"jobset.sigs.k8s.io/jobset-name": job}},
+                "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
+            }))
+            .expect("pod");
+            self.pods()
+                .create(&PostParams::default(), &pod)
+                .await
+                .expect("create pod");
+        }
+    }
+
+    /// Deletes the pods of `job`'s execution, as Trainer's JobSet would, and waits until
+    /// they are gone.
+    async fn delete_pods(&self, job: &str) {
+        let selector = format!("jobset.sigs.k8s.io/jobset-name={job}");
+        self.pods()
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&selector),
+            )
+            .await
+            .expect("delete pods");
+        self.eventually("the pods are gone", SETTLE, || async {
+            let left = self
+                .pods()
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .expect("list pods");
+            left.items.is_empty().then_some(())
+        })
+        .await;
+    }
+
+    /// Runs `job` through its start gate: Open, then the gate lets the first execution
+    /// through (A = 1) and Kueue unsuspends the TrainJob.
+    async fn open_and_run(&self, job: &str) -> Value {
+        let workload = self
+            .workload_when(job, "the Workload has quota and waits at the gate", |w| {
+                check(w).0 == "Pending" && condition(w, "QuotaReserved")
+            })
+            .await;
+        assert!(!condition(&workload, "Admitted"));
+        assert_eq!(
+            self.exec.open(&self.ns, job, meta(None, MINUTE)).await,
+            Ok(Outcome::Opened { started: false }),
+            "Kueue mode: Open only writes the mark"
+        );
+        let tj = self
+            .job_when(job, "the job runs", |tj| tj["spec"]["suspend"] == false)
+            .await;
+        assert_eq!(
+            annotation(&tj, ANN_ATTEMPT),
+            Some("1"),
+            "A rose at the gate"
+        );
+        tj
+    }
+
+    async fn finish(mut self) {
+        self.stop_gate().await;
+    }
+}
+
+/// The readmission AdmissionCheck (cluster-scoped; shared by every test).
+async fn ensure_admission_check(admin: &kube::Client) {
+    let ac: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
+        "metadata": {"name": CHECK},
+        "spec": {"controllerName": holdfast_core::names::READMISSION_CONTROLLER}
+    }))
+    .expect("admission check");
+    Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &kueue::api_resource("AdmissionCheck", "admissionchecks"),
+    )
+    .patch(
+        CHECK,
+        &PatchParams::apply("holdfast-tests").force(),
+        &Patch::Apply(&ac),
+    )
+    .await
+    .expect("apply the AdmissionCheck");
+}
+
+fn runtime_spec(cpu: &str) -> Value {
+    json!({"mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {"spec": {"replicatedJobs": [{"name": "node",
+            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0",
+                "resources": {"requests": {"cpu": cpu}}}]}}}}}]}}})
+}
+
+/// Our check's `(state, message)` on a Workload.
+fn check(w: &Value) -> (String, String) {
+    w.pointer("/status/admissionChecks")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["name"] == CHECK))
+        .map(|c| {
+            (
+                c["state"].as_str().unwrap_or_default().to_owned(),
+                c["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+fn condition(w: &Value, kind: &str) -> bool {
+    condition_reason(w, kind).is_some()
+}
+
+/// The reason of condition `kind` if it is true.
+fn condition_reason(w: &Value, kind: &str) -> Option<String> {
+    w.pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c["type"] == kind && c["status"] == "True")
+        .map(|c| c["reason"].as_str().unwrap_or_default().to_owned())
+}
+
+fn active(w: &Value) -> bool {
+    w.pointer("/spec/active").and_then(Value::as_bool) != Some(false)
+}
+
+fn finalizers(w: &Value) -> Vec<String> {
+    w.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| {
+            f.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn uid(o: &Value) -> String {
+    o["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Asserts the TrainJob stays suspended for `for_` (polling), returning its last version.
+async fn stays_suspended(f: &Fixture, job: &str, for_: Duration) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let tj = f.trainjob(job).await;
+        assert_eq!(
+            tj["spec"]["suspend"], true,
+            "the job must not run: {:#}",
+            tj["metadata"]
+        );
+        if start.elapsed() >= for_ {
+            return tj;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before_a_rises() {
+    let f = Fixture::start("kq-cycle").await;
+    f.create_job("job", json!({})).await;
+
+    // Never opened: the gate keeps the first admission at the start gate.
+    let waiting = f
+        .workload_when("job", "the gate names the start gate", |w| {
+            check(w).1.contains("start gate")
+        })
+        .await;
+    assert_eq!(check(&waiting).0, "Pending");
+    stays_suspended(&f, "job", Duration::from_secs(2)).await;
+
+    f.open_and_run("job").await;
+    let admitted = f
+        .workload_when("job", "admitted", |w| condition(w, "Admitted"))
+        .await;
+    let (state, message) = check(&admitted);
+    assert_eq!(state, "Ready");
+    assert_eq!(claimed_attempt(&message), Some(1), "{message}");
+
+    // The execution's pods.
+    f.create_pods("job", 2).await;
+
+    // Hold: one update of the Workload; the TrainJob is not touched by holdfast.
+    let mut m = meta(Some(1), MINUTE);
+    m.reason = Some("node lost".into());
+    assert_eq!(f.exec.hold(&f.ns, "job", m).await, Ok(Outcome::Held));
+    let held = f.workload_when("job", "held", |w| !active(w)).await;
+    assert_eq!(annotation(&held, ANN_HOLD_INSTANCE), Some("1"));
+    assert_eq!(annotation(&held, ANN_HOLD_REASON), Some("node lost"));
+    assert!(finalizers(&held).contains(&HOLD_FINALIZER.to_owned()));
+
+    // Kueue evicts it as deactivated, and suspends the TrainJob itself.
+    let evicted = f
+        .workload_when("job", "Kueue evicts the held Workload", |w| {
+            condition_reason(w, "Evicted").is_some_and(|r| r.contains("Deactivated"))
+        })
+        .await;
+    assert_eq!(
+        condition_reason(&evicted, "Evicted").as_deref(),
+        Some("Deactivated"),
+        "a deactivation of ours, not one of Kueue's own reasons"
+    );
+    f.job_when("job", "Kueue suspends the TrainJob", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+    let status = f.exec.status(&f.ns, "job").await.expect("status");
+    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(1) });
+    let events = settled_audit(f.cp).await;
+    let controller_writes: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["user"]["username"] == Identity::Controller.username()
+                && e["objectRef"]["namespace"] == f.ns.as_str()
+                && matches!(e["verb"].as_str(), Some("update" | "patch"))
+                && e["responseStatus"]["code"] == 200
+        })
+        .collect();
+    let suspends: Vec<&&Value> = controller_writes
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "trainjobs")
+        .collect();
+    assert_eq!(
+        suspends.len(),
+        2,
+        "holdfast wrote the TrainJob only for Open and A: {suspends:#?}"
+    );
+
+    // Release: active again; Kueue re-admits (quota), but the gate waits for the pods.
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let released = f.workload_when("job", "released", active).await;
+    assert!(hold_support::hold_annotations(&released).is_empty());
+    assert!(!finalizers(&released).contains(&HOLD_FINALIZER.to_owned()));
+    let gated = f
+        .workload_when("job", "re-admitted to the gate, waiting for pods", |w| {
+            condition(w, "QuotaReserved") && check(w).1.contains("pods of the previous execution")
+        })
+        .await;
+    assert_eq!(check(&gated).0, "Pending");
+    let tj = stays_suspended(&f, "job", Duration::from_secs(3)).await;
+    assert_eq!(
+        annotation(&tj, ANN_ATTEMPT),
+        Some("1"),
+        "A waits with the gate"
+    );
+
+    // The old execution's pods go: the gate opens, A rises, the job runs.
+    f.delete_pods("job").await;
+    let tj = f
+        .job_when("job", "the job runs again", |tj| {
+            tj["spec"]["suspend"] == false
+        })
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    let readmitted = f
+        .workload_when("job", "admitted again", |w| condition(w, "Admitted"))
+        .await;
+    assert_eq!(check(&readmitted).0, "Ready");
+    assert_eq!(claimed_attempt(&check(&readmitted).1), Some(2));
+    assert_eq!(f.metrics.writes("raise_attempt"), 2, "A rose exactly twice");
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn stale_release_is_refused_in_kueue_mode() {
+    let f = Fixture::start("kq-stale").await;
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.exec
+        .hold(&f.ns, "job", meta(Some(2), MINUTE))
+        .await
+        .expect("hold 2");
+    let before = f.workload_when("job", "held", |w| !active(w)).await;
+
+    // A release of an older instance, and a late hold of one, are refused; nothing written.
+    let err = f
+        .exec
+        .release(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect_err("release 1 is stale");
+    assert_eq!(err.cause(), Some(RejectCause::StaleHold), "{err}");
+    let err = f
+        .exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect_err("hold 1 is stale");
+    assert_eq!(err.cause(), Some(RejectCause::StaleHold), "{err}");
+    let after = f
+        .workloads("job")
+        .await
+        .into_iter()
+        .find(|w| uid(w) == uid(&before))
+        .expect("the same Workload");
+    assert_eq!(annotation(&after, ANN_HOLD_INSTANCE), Some("2"));
+    assert!(!active(&after));
+    let events = settled_audit(f.cp).await;
+    let workload_writes = events
+        .iter()
+        .filter(|e| {
+            e["user"]["username"] == Identity::Controller.username()
+                && e["objectRef"]["namespace"] == f.ns.as_str()
+                && e["objectRef"]["resource"] == "workloads"
+                && e["objectRef"]["subresource"].is_null()
+                && matches!(e["verb"].as_str(), Some("update" | "patch"))
+        })
+        .count();
+    assert_eq!(
+        workload_writes, 1,
+        "only hold 2 was written to the Workload"
+    );
+
+    // The release of the instance in force lifts it.
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(2), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let err = f
+        .exec
+        .release(&f.ns, "job", meta(Some(2), MINUTE))
+        .await
+        .expect_err("nothing in force");
+    assert_eq!(err.cause(), Some(RejectCause::StaleHold));
+    f.job_when("job", "runs again", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn hold_without_a_workload_is_rejected() {
+    let f = Fixture::start("kq-nowl").await;
+    // No queue name: Kueue does not manage it, so it has no Workload.
+    let tj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "loose", "labels": {"holdfast.dev/managed": "true"}},
+        "spec": {"runtimeRef": {"name": f.runtime}, "suspend": true}
+    }))
+    .expect("trainjob");
+    f.trainjobs(&f.admin)
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create");
+    for result in [
+        f.exec.hold(&f.ns, "loose", meta(Some(1), MINUTE)).await,
+        f.exec.release(&f.ns, "loose", meta(Some(1), MINUTE)).await,
+    ] {
+        let err = result.expect_err("no Workload");
+        assert_eq!(err.cause(), Some(RejectCause::NoWorkload), "{err}");
+        assert_eq!(err.kind(), "Rejected");
+    }
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_hold() {
+    let f = Fixture::start("kq-maxexec").await;
+    // A maximum execution time of one second (Kueue copies the label to the Workload spec).
+    f.create_job("job", json!({"kueue.x-k8s.io/max-exec-time-seconds": "1"}))
+        .await;
+    let wl = f
+        .workload_when("job", "the Workload", |w| condition(w, "QuotaReserved"))
+        .await;
+    assert_eq!(wl["spec"]["maximumExecutionTimeSeconds"], 1);
+    f.open_and_run("job").await;
+
+    let deactivated = f
+        .workload_when("job", "Kueue deactivates it for exceeding its time", |w| {
+            !active(w)
+                && condition_reason(w, "Evicted")
+                    .is_some_and(|r| r == "DeactivatedDueToMaximumExecutionTimeExceeded")
+        })
+        .await;
+    assert!(
+        hold_support::hold_annotations(&deactivated).is_empty(),
+        "no hold of ours"
+    );
+    let status = f
+        .eventually("the status settles", SETTLE, || async {
+            let s = f.exec.status(&f.ns, "job").await.expect("status");
+            matches!(s.state, ObjectState::DeactivatedByKueue { .. }).then_some(s)
+        })
+        .await;
+    assert_eq!(
+        status.state,
+        ObjectState::DeactivatedByKueue {
+            reason: "DeactivatedDueToMaximumExecutionTimeExceeded".into()
+        }
+    );
+    assert_eq!(status.hold, None);
+    f.job_when("job", "Kueue suspends it", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+    // And a hold placed on it now is ours, classified as ours.
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    let status = f.exec.status(&f.ns, "job").await.expect("status");
+    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(1) });
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn release_of_a_never_opened_job_leaves_it_at_the_start_gate() {
+    let f = Fixture::start("kq-gate").await;
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "at the start gate", |w| {
+        check(w).1.contains("start gate")
+    })
+    .await;
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    f.workload_when("job", "held", |w| !active(w)).await;
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    // Kueue admits it again, but the gate still holds it at the start gate.
+    f.workload_when("job", "re-admitted, waiting at the start gate", |w| {
+        active(w) && condition(w, "QuotaReserved") && check(w).1.contains("start gate")
+    })
+    .await;
+    let tj = stays_suspended(&f, "job", Duration::from_secs(3)).await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), None, "A never rose");
+    // Open lets it through.
+    f.exec
+        .open(&f.ns, "job", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let tj = f
+        .job_when("job", "runs", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("1"));
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn unmanaged_job_passes_the_gate_without_an_opened_mark() {
+    let f = Fixture::start("kq-unmanaged").await;
+    let tj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "free", "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+        "spec": {"runtimeRef": {"name": f.runtime}}
+    }))
+    .expect("trainjob");
+    f.trainjobs(&f.admin)
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create");
+    let tj = f
+        .job_when("free", "runs through the gate", |tj| {
+            tj["spec"]["suspend"] == false
+        })
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("1"));
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn a_rises_exactly_once_when_the_gate_crashes_between_its_writes() {
+    // The gate is down while the admission waits at it.
+    let mut f = Fixture::start_with("kq-crash", false, &[CHECK]).await;
+    f.create_job("job", json!({})).await;
+    f.exec
+        .open(&f.ns, "job", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let controller = f.cp.client(Identity::Controller).await.expect("controller");
+
+    // Crash 1: the claim was written (attempt=1), A not yet raised.
+    let wl = f
+        .workload_when("job", "pending at the gate", |w| {
+            condition(w, "QuotaReserved") && check(w).0 == "Pending"
+        })
+        .await;
+    write_check(
+        &f,
+        &controller,
+        &wl,
+        "Pending",
+        "attempt=1: claimed; raising",
+    )
+    .await;
+    f.start_gate().await;
+    let tj = f
+        .job_when("job", "runs", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    assert_eq!(
+        annotation(&tj, ANN_ATTEMPT),
+        Some("1"),
+        "A raised to the claim"
+    );
+    assert_eq!(f.metrics.writes("claim"), 0, "the claim was not made again");
+    assert_eq!(f.metrics.writes("raise_attempt"), 1);
+
+    // Crash 2: after a hold and release, the claim (attempt=2) and the raise both landed,
+    // Ready did not.
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    f.job_when("job", "suspended", |tj| tj["spec"]["suspend"] == true)
+        .await;
+    f.stop_gate().await;
+    f.exec
+        .release(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("release");
+    let wl = f
+        .workload_when("job", "pending at the gate again", |w| {
+            active(w) && condition(w, "QuotaReserved") && check(w).0 == "Pending"
+        })
+        .await;
+    write_check(
+        &f,
+        &controller,
+        &wl,
+        "Pending",
+        "attempt=2: claimed; raising",
+    )
+    .await;
+    f.trainjobs(&controller)
+        .patch(
+            "job",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ANN_ATTEMPT: "2"}}})),
+        )
+        .await
+        .expect("A raised before the crash");
+    let raised_before = f.metrics.writes("raise_attempt");
+    f.start_gate().await;
+    let tj = f
+        .job_when("job", "runs again", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"), "not raised twice");
+    assert_eq!(f.metrics.writes("raise_attempt"), raised_before);
+    let wl = f
+        .workload_when("job", "admitted", |w| condition(w, "Admitted"))
+        .await;
+    assert_eq!(claimed_attempt(&check(&wl).1), Some(2));
+    f.finish().await;
+}
+
+/// Writes our check's state and message on Workload `wl` as the controller would have.
+async fn write_check(f: &Fixture, client: &kube::Client, wl: &Value, state: &str, message: &str) {
+    let api = f.workload_api(client);
+    let name = wl["metadata"]["name"].as_str().expect("name").to_owned();
+    loop {
+        let mut fresh = serde_json::to_value(api.get(&name).await.expect("get")).expect("json");
+        if let Some(cs) = fresh
+            .pointer_mut("/status/admissionChecks")
+            .and_then(Value::as_array_mut)
+        {
+            for c in cs.iter_mut().filter(|c| c["name"] == CHECK) {
+                c["state"] = json!(state);
+                c["message"] = json!(message);
+            }
+        }
+        let obj: DynamicObject = serde_json::from_value(fresh).expect("object");
+        match api
+            .replace_status(&name, &PostParams::default(), &obj)
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => panic!("writing the check: {e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn kueue_preflight_probes_workload_updates_and_the_readmission_check() {
+    let f = Fixture::start("kq-preflight").await;
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "the Workload waits at the start gate", |w| {
+        check(w).1.contains("start gate")
+    })
+    .await;
+    let before = f.workloads("job").await;
+    // A dry run that meets one of Kueue's own status writes answers 409 (NotChecked): ask
+    // again, as a caller would.
+    let report = f
+        .eventually(
+            "a preflight that could check everything",
+            SETTLE,
+            || async {
+                let r = f.exec.preflight(Some((&f.ns, "job"))).await;
+                r.checks
+                    .iter()
+                    .all(|c| c.result != holdfast_controller::preflight::CheckResult::NotChecked)
+                    .then_some(r)
+            },
+        )
+        .await;
+    let failed: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| c.result != holdfast_controller::preflight::CheckResult::Passed)
+        .collect();
+    assert!(failed.is_empty(), "every probe passes: {failed:#?}");
+    assert!(
+        report
+            .checks
+            .iter()
+            .any(|c| c.probe == holdfast_controller::preflight::Probe::ReadmissionCheck)
+    );
+    assert!(
+        report
+            .check(holdfast_controller::preflight::Gated::Hold)
+            .is_ok()
+    );
+    let after = f.workloads("job").await;
+    assert_eq!(
+        before
+            .iter()
+            .map(|w| annotation(w, ANN_HOLD_INSTANCE))
+            .collect::<Vec<_>>(),
+        after
+            .iter()
+            .map(|w| annotation(w, ANN_HOLD_INSTANCE))
+            .collect::<Vec<_>>(),
+        "the dry-run hold left nothing behind"
+    );
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn workload_recreated_by_kueue_while_held_stays_held() {
+    let f = Fixture::start("kq-recreate").await;
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    let trainer_client = f.cp.client(Identity::Trainer).await.expect("trainer");
+    let report_active = |active: i32| {
+        let api = f.trainjobs(&trainer_client);
+        async move {
+            api.patch_status(
+                "job",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"jobsStatus": [{"name": "node",
+                    "active": active, "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}]}})),
+            )
+            .await
+            .expect("status as Trainer");
+        }
+    };
+    // Trainer reports a running child Job: after eviction Kueue keeps the quota until the
+    // job's pods are gone.
+    report_active(1).await;
+
+    let mut m = meta(Some(1), MINUTE);
+    m.reason = Some("node lost".into());
+    f.exec.hold(&f.ns, "job", m).await.expect("hold");
+    let first = f
+        .workload_when("job", "evicted, quota still reserved", |w| {
+            !active(w) && condition(w, "Evicted") && condition(w, "QuotaReserved")
+        })
+        .await;
+    f.job_when("job", "suspended", |tj| tj["spec"]["suspend"] == true)
+        .await;
+
+    // The runtime changes: the job no longer matches its Workload, and Kueue deletes it.
+    Api::<DynamicObject>::all_with(
+        f.admin.clone(),
+        &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+    )
+    .patch(
+        &f.runtime,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": runtime_spec("2")})),
+    )
+    .await
+    .expect("change the runtime");
+    f.trainjobs(&f.admin)
+        .patch(
+            "job",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"example.com/poke": "1"}}})),
+        )
+        .await
+        .expect("poke the job");
+    let deleted = f
+        .eventually("Kueue deletes the held Workload", SETTLE, || async {
+            f.workloads("job")
+                .await
+                .into_iter()
+                .find(|w| uid(w) == uid(&first) && w["metadata"].get("deletionTimestamp").is_some())
+        })
+        .await;
+    assert_eq!(
+        finalizers(&deleted),
+        vec![HOLD_FINALIZER.to_owned()],
+        "the hold finalizer keeps it, held"
+    );
+    assert_eq!(annotation(&deleted, ANN_HOLD_INSTANCE), Some("1"));
+
+    // Trainer's pods go. Kueue names a job's Workload after the job, so its replacement
+    // cannot be created while the held one still exists: the hold stays in force, on the
+    // Workload being deleted, and the job stays suspended.
+    report_active(0).await;
+    let still = stays_suspended(&f, "job", Duration::from_secs(5)).await;
+    assert_eq!(annotation(&still, ANN_ATTEMPT), Some("1"));
+    let all = f.workloads("job").await;
+    assert_eq!(all.len(), 1, "no active replacement: {all:#?}");
+    assert_eq!(uid(&all[0]), uid(&first));
+    assert_eq!(annotation(&all[0], ANN_HOLD_INSTANCE), Some("1"));
+    assert!(!active(&all[0]));
+    let status = f.exec.status(&f.ns, "job").await.expect("status");
+    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(1) });
+    let err = f
+        .exec
+        .hold(&f.ns, "job", meta(Some(0), MINUTE))
+        .await
+        .expect_err("an older hold is still stale");
+    assert_eq!(err.cause(), Some(RejectCause::StaleHold));
+
+    // The hold is lifted where it lives: the old Workload goes, Kueue creates the
+    // replacement for the changed runtime, and the job runs again through the gate.
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let replacement = f
+        .workload_when("job", "the replacement", |w| uid(w) != uid(&first))
+        .await;
+    assert_eq!(
+        replacement
+            .pointer("/spec/podSets/0/template/spec/containers/0/resources/requests/cpu")
+            .and_then(Value::as_str),
+        Some("2"),
+        "the replacement matches the changed runtime"
+    );
+    let tj = f
+        .job_when("job", "runs again", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn held_workload_deleted_by_a_user_stays_held_until_released() {
+    let f = Fixture::start("kq-userdel").await;
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.exec
+        .hold(&f.ns, "job", meta(Some(4), MINUTE))
+        .await
+        .expect("hold");
+    let held = f
+        .workload_when("job", "evicted", |w| !active(w) && condition(w, "Evicted"))
+        .await;
+    f.job_when("job", "suspended", |tj| tj["spec"]["suspend"] == true)
+        .await;
+
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.workload_api(&alice)
+        .delete(
+            held["metadata"]["name"].as_str().expect("name"),
+            &DeleteParams::default(),
+        )
+        .await
+        .expect("alice deletes the held Workload");
+    let terminating = f
+        .eventually("it stays, terminating and held", SETTLE, || async {
+            f.workloads("job")
+                .await
+                .into_iter()
+                .find(|w| w["metadata"].get("deletionTimestamp").is_some())
+        })
+        .await;
+    assert_eq!(annotation(&terminating, ANN_HOLD_INSTANCE), Some("4"));
+    stays_suspended(&f, "job", Duration::from_secs(3)).await;
+    let all = f.workloads("job").await;
+    assert_eq!(all.len(), 1, "Kueue made no replacement while it matches");
+    let status = f.exec.status(&f.ns, "job").await.expect("status");
+    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(4) });
+    let err = f
+        .exec
+        .release(&f.ns, "job", meta(Some(3), MINUTE))
+        .await
+        .expect_err("stale");
+    assert_eq!(err.cause(), Some(RejectCause::StaleHold));
+
+    // Release lifts it there: the deleted Workload goes, Kueue makes an active one, and the
+    // job runs through the gate.
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(4), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let tj = f
+        .job_when("job", "runs again", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    let all = f.workloads("job").await;
+    assert_eq!(all.len(), 1);
+    assert_ne!(uid(&all[0]), uid(&held), "a new Workload");
+    f.finish().await;
+}
+
+/// holdfast's webhook, served in-process in Kueue mode and registered for one namespace.
+struct Webhook {
+    hook: holdfast_webhook::RunningWebhook,
+    config: String,
+    admin: kube::Client,
+    _certs: tempfile::TempDir,
+}
+
+impl Webhook {
+    async fn serve(f: &Fixture) -> Webhook {
+        use holdfast_core::policy::{
+            Identities,
+            identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
+        };
+        use holdfast_webhook::registration::{Namespaces, Registration, Target};
+        use k8s_openapi::api::admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+        };
+        let cert =
+            f.cp.issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
+                .expect("serving certificate");
+        let certs = tempfile::tempdir().expect("tempdir");
+        let files = holdfast_webhook::CertFiles {
+            cert: certs.path().join("tls.crt"),
+            key: certs.path().join("tls.key"),
+        };
+        std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
+        std::fs::write(&files.key, &cert.key_pem).expect("write key");
+        let admission = std::sync::Arc::new(holdfast_webhook::Admission::new(
+            Mode::Kueue,
+            Identities::new(
+                [Identity::Controller.username()],
+                [Identity::Trainer.username()],
+                [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
+                [Identity::Kueue.username()],
+            ),
+            std::sync::Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
+                f.cp.client(Identity::Webhook)
+                    .await
+                    .expect("webhook client"),
+            )),
+            holdfast_webhook::metrics::Metrics::unregistered(),
+            holdfast_webhook::Limits::DEFAULT,
+        ));
+        let hook = holdfast_webhook::RunningWebhook::start(
+            holdfast_webhook::ServeOptions {
+                addr: "127.0.0.1:0".parse().expect("addr"),
+                admin_addr: "127.0.0.1:0".parse().expect("addr"),
+                cert: files,
+            },
+            admission,
+            prometheus_client::registry::Registry::default(),
+        )
+        .await
+        .expect("webhook starts");
+        let config = format!("holdfast-{}", f.ns);
+        let registration = Registration::new(
+            config.clone(),
+            Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
+            f.cp.ca_pem().as_bytes().to_vec(),
+        )
+        .with_namespaces(Namespaces::Only(vec![f.ns.clone()]));
+        Api::<ValidatingWebhookConfiguration>::all(f.admin.clone())
+            .create(&PostParams::default(), &registration.validating())
+            .await
+            .expect("register the validating webhooks");
+        Api::<MutatingWebhookConfiguration>::all(f.admin.clone())
+            .create(&PostParams::default(), &registration.mutating())
+            .await
+            .expect("register the mutating webhook");
+        // Registration takes effect asynchronously: probe with a dry run alice may not make.
+        let alice = f.cp.client(Identity::User).await.expect("alice");
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        f.eventually(
+            "the webhook takes effect",
+            Duration::from_secs(30),
+            || async {
+                let probe: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "metadata": {"name": "probe", "annotations": {ANN_ATTEMPT: "9"}},
+                    "spec": {"runtimeRef": {"name": f.runtime}}
+                }))
+                .expect("probe");
+                let refused = matches!(
+                    f.trainjobs(&alice).create(&dry, &probe).await,
+                    Err(kube::Error::Api(s)) if s.code == 403
+                );
+                refused.then_some(())
+            },
+        )
+        .await;
+        Webhook {
+            hook,
+            config,
+            admin: f.admin.clone(),
+            _certs: certs,
+        }
+    }
+
+    async fn stop(self) {
+        use k8s_openapi::api::admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+        };
+        let dp = DeleteParams::default();
+        let _ = Api::<ValidatingWebhookConfiguration>::all(self.admin.clone())
+            .delete(&self.config, &dp)
+            .await;
+        let _ = Api::<MutatingWebhookConfiguration>::all(self.admin.clone())
+            .delete(&self.config, &dp)
+            .await;
+        self.hook.stop().await.expect("webhook stops");
+    }
+}
+
+/// The message of a refused write; panics if it was not refused by admission.
+fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == 403 => s.message.clone(),
+        other => panic!("expected the webhook to refuse, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn alice_can_neither_reactivate_a_held_workload_nor_flip_the_trainjobs_suspend() {
+    let f = Fixture::start("kq-alice").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+
+    // Kueue and holdfast work through the webhook: the job is opened and admitted.
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    let held = f
+        .workload_when("job", "evicted", |w| !active(w) && condition(w, "Evicted"))
+        .await;
+    f.job_when("job", "Kueue suspends it", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+    let name = held["metadata"]["name"].as_str().expect("name").to_owned();
+
+    let message = refused(
+        f.workload_api(&alice)
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"active": true}})),
+            )
+            .await,
+    );
+    assert!(message.contains("spec.active"), "{message}");
+    // Dropping the hold's annotation does not lift it either: the webhook refuses it or
+    // (a write that merely drops it) restores it.
+    match f
+        .workload_api(&alice)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ANN_HOLD_INSTANCE: null}}})),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        Ok(kept) => assert_eq!(
+            kept.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANN_HOLD_INSTANCE))
+                .map(String::as_str),
+            Some("1"),
+            "restored"
+        ),
+        Err(e) => panic!("unexpected {e}"),
+    }
+    let message = refused(
+        f.trainjobs(&alice)
+            .patch(
+                "job",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"suspend": false}})),
+            )
+            .await,
+    );
+    assert!(message.contains("spec.suspend"), "{message}");
+    let wl = f
+        .workloads("job")
+        .await
+        .into_iter()
+        .find(|w| uid(w) == uid(&held))
+        .expect("the held Workload");
+    assert!(!active(&wl));
+    assert_eq!(annotation(&wl, ANN_HOLD_INSTANCE), Some("1"));
+    stays_suspended(&f, "job", Duration::from_secs(1)).await;
+
+    // The holder releases it, and Kueue runs it again, through the webhook.
+    f.exec
+        .release(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("release");
+    let tj = f
+        .job_when("job", "runs again", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    webhook.stop().await;
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn status_classifies_what_real_kueue_writes() {
+    let f = Fixture::start("kq-status").await;
+    let state = |job: &'static str| {
+        let f = &f;
+        async move { f.exec.status(&f.ns, job).await.expect("status").state }
+    };
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "at the start gate", |w| {
+        check(w).1.contains("start gate")
+    })
+    .await;
+    assert_eq!(state("job").await, ObjectState::AtStartGate);
+
+    // Opened, but the gate waits for pods of an earlier execution: pending.
+    f.create_pods("job", 1).await;
+    f.exec
+        .open(&f.ns, "job", meta(None, MINUTE))
+        .await
+        .expect("open");
+    f.workload_when("job", "the gate waits for pods", |w| {
+        check(w).1.contains("pods of the previous execution")
+    })
+    .await;
+    assert_eq!(state("job").await, ObjectState::Pending);
+    f.delete_pods("job").await;
+    f.job_when("job", "runs", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    assert_eq!(state("job").await, ObjectState::Running);
+
+    // Someone else deactivates it (no webhook here): Kueue evicts it as "Deactivated", and
+    // without a hold of ours that is someone else's deactivation.
+    let wl = f
+        .workload_when("job", "admitted", |w| condition(w, "Admitted"))
+        .await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.workload_api(&alice)
+        .patch(
+            wl["metadata"]["name"].as_str().expect("name"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"active": false}})),
+        )
+        .await
+        .expect("alice deactivates it");
+    f.workload_when("job", "evicted", |w| {
+        condition_reason(w, "Evicted").as_deref() == Some("Deactivated")
+    })
+    .await;
+    assert_eq!(state("job").await, ObjectState::DeactivatedBySomeoneElse);
+    f.workload_api(&alice)
+        .patch(
+            wl["metadata"]["name"].as_str().expect("name"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"active": true}})),
+        )
+        .await
+        .expect("alice reactivates it");
+    f.job_when("job", "runs again", |tj| tj["spec"]["suspend"] == false)
+        .await;
+
+    // Trainer reports it complete: finished, whatever else.
+    let trainer_client = f.cp.client(Identity::Trainer).await.expect("trainer");
+    f.trainjobs(&trainer_client)
+        .patch_status(
+            "job",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"conditions": [{"type": "Complete", "status": "True",
+                "reason": "JobsCompleted", "message": "done",
+                "lastTransitionTime": "2026-11-29T12:00:00Z"}]}}),
+            ),
+        )
+        .await
+        .expect("complete");
+    f.workload_when("job", "Kueue finishes the Workload", |w| {
+        condition(w, "Finished")
+    })
+    .await;
+    assert_eq!(
+        state("job").await,
+        ObjectState::Finished { succeeded: true }
+    );
+    f.finish().await;
+}
+
+/// The race of `hold_race.rs`, in Kueue mode: the held object is the Workload, and the other
+/// writer is the real Kueue evicting and re-admitting it as holds come and go. (Its queue
+/// requires no AdmissionCheck, so no gate runs: every request of the controller in the
+/// namespace is a hold call's.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_holds_and_releases_in_kueue_mode_never_let_an_older_instance_replace_a_newer_one()
+ {
+    let f = Fixture::start_with("kq-race", false, &[]).await;
+    f.create_job("race", json!({})).await;
+    let workload = f
+        .workload_when("race", "admitted", |w| condition(w, "Admitted"))
+        .await;
+    let name = workload["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    hold_support::race::run(
+        f.cp,
+        Mode::Kueue,
+        &f.ns,
+        "race",
+        f.workload_api(&f.admin),
+        &name,
+        hold_support::race::calls(),
+    )
+    .await;
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn deleting_a_held_trainjob_lets_its_held_workload_go() {
+    let f = Fixture::start("kq-gone").await;
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    let held = f
+        .workload_when("job", "evicted", |w| !active(w) && condition(w, "Evicted"))
+        .await;
+    let name = held["metadata"]["name"].as_str().expect("name").to_owned();
+    f.trainjobs(&f.admin)
+        .delete("job", &DeleteParams::background())
+        .await
+        .expect("delete the TrainJob");
+    // The garbage collector deletes the Workload; with its TrainJob gone there is nothing
+    // left to hold, so the gate removes the hold finalizer and the Workload goes.
+    let api = f.workload_api(&f.admin);
+    f.eventually("the held Workload is gone", SETTLE, || async {
+        api.get_opt(&name)
+            .await
+            .expect("get workload")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(f.metrics.writes("transfer_release") >= 1);
+    f.finish().await;
+}
