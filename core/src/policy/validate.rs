@@ -4,8 +4,8 @@ use super::fields::{self, Doc};
 use super::{AdmissionInput, Identities, Operation, QUEUE_NAME_LABEL, Resource, Verdict};
 use crate::mode::Mode;
 use crate::names::{
-    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, ANN_OPENED, LABEL_MANAGED,
-    LABEL_RUNTIME_SNAPSHOT, SNAPSHOT_SUFFIX,
+    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, ANN_OPENED, HOLD_FINALIZER,
+    LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, SNAPSHOT_SUFFIX,
 };
 use serde_json::{Map, Value};
 
@@ -350,6 +350,24 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     if !controller && let Some(v) = annotations_changed(input, who, o, n) {
         return v;
     }
+    if !controller && has_hold_finalizer(o) != has_hold_finalizer(n) {
+        // The finalizer keeps a held Workload (and so its hold) while it is deleted: removing
+        // it and then deleting the Workload would let an active replacement in.
+        let action = if has_hold_finalizer(o) {
+            "remove"
+        } else {
+            "add"
+        };
+        return Verdict::deny(
+            "metadata.finalizers",
+            format!(
+                "metadata.finalizers[{HOLD_FINALIZER}] of {} {} keeps its hold while it is deleted and is written only by {}; user {user} may not {action} it",
+                input.resource.kind(),
+                input.object_ref(),
+                who.describe_controller()
+            ),
+        );
+    }
     let kueue_owns_suspend = kueue_may_own_suspend && (fields::queued(o) || fields::queued(n));
     if kueue_owns_suspend && fields::suspended(o) != fields::suspended(n) {
         return Verdict::deny(
@@ -385,6 +403,13 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
         (Mode::Plain, Resource::TrainJob) => plain_trainjob_update(input, who, o, n),
         _ => Verdict::Allow,
     }
+}
+
+fn has_hold_finalizer(obj: &Map<String, Value>) -> bool {
+    obj.get("metadata")
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(HOLD_FINALIZER)))
 }
 
 fn annotations_changed(

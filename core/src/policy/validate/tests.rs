@@ -686,6 +686,61 @@ fn held_workload_cannot_be_reactivated() {
 }
 
 #[test]
+fn hold_finalizer_is_written_only_by_the_controller() {
+    let with = |fin: bool| {
+        let mut w = wl(&[HOLD], Some(false));
+        if fin {
+            w["metadata"]["finalizers"] = serde_json::json!([
+                "kueue.x-k8s.io/resource-in-use",
+                crate::names::HOLD_FINALIZER
+            ]);
+        } else {
+            w["metadata"]["finalizers"] = serde_json::json!(["kueue.x-k8s.io/resource-in-use"]);
+        }
+        w
+    };
+    for (old, new) in [(true, false), (false, true)] {
+        for user in [ALICE, KUEUE, TRAINER, GC] {
+            let (field, message) = denied(&verdict(
+                Resource::Workload,
+                Operation::Update,
+                user,
+                Mode::Kueue,
+                Some(&with(old)),
+                Some(&with(new)),
+            ));
+            assert_eq!(field, "metadata.finalizers");
+            assert!(message.contains(crate::names::HOLD_FINALIZER), "{message}");
+        }
+        assert!(
+            verdict(
+                Resource::Workload,
+                Operation::Update,
+                CONTROLLER,
+                Mode::Kueue,
+                Some(&with(old)),
+                Some(&with(new))
+            )
+            .is_allowed()
+        );
+    }
+    // Kueue dropping its own finalizer while ours stays is none of our business.
+    let mut kueue_done = with(true);
+    kueue_done["metadata"]["finalizers"] = serde_json::json!([crate::names::HOLD_FINALIZER]);
+    assert!(
+        verdict(
+            Resource::Workload,
+            Operation::Update,
+            KUEUE,
+            Mode::Kueue,
+            Some(&with(true)),
+            Some(&kueue_done)
+        )
+        .is_allowed()
+    );
+}
+
+#[test]
 fn plain_mode_held_trainjob_cannot_be_unsuspended() {
     let held = tj(&[HOLD], &[], Some(true));
     let unsuspended = tj(&[HOLD], &[], Some(false));
