@@ -4,7 +4,11 @@ use holdfast_core::mode::Mode;
 use std::{net::SocketAddr, path::PathBuf};
 
 #[derive(clap::Parser, Debug, Clone)]
-#[command(name = "holdfast-controller", version, about = "holdfast's snapshot reconciler, hold executor and hold API")]
+#[command(
+    name = "holdfast-controller",
+    version,
+    about = "holdfast's snapshot reconciler, hold executor and hold API"
+)]
 pub struct Args {
     /// plain: holds are spec.suspend on the TrainJob; kueue: holds deactivate the Kueue Workload.
     #[arg(long, env = "HOLDFAST_MODE", default_value = "plain")]
@@ -28,7 +32,11 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_APISERVER_REQUEST_TIMEOUT", default_value_t = 60)]
     pub apiserver_request_timeout_secs: u64,
     /// Namespace of the leader-election Lease.
-    #[arg(long, env = "HOLDFAST_LEASE_NAMESPACE", default_value = "holdfast-system")]
+    #[arg(
+        long,
+        env = "HOLDFAST_LEASE_NAMESPACE",
+        default_value = "holdfast-system"
+    )]
     pub lease_namespace: String,
     /// Identity of this replica in the Lease (defaults to the hostname).
     #[arg(long, env = "HOLDFAST_IDENTITY")]
@@ -37,7 +45,11 @@ pub struct Args {
     #[command(flatten)]
     pub certs: crate::certs::CertArgs,
     /// Name of the leader-election Lease (in --lease-namespace).
-    #[arg(long, env = "HOLDFAST_LEASE_NAME", default_value = "holdfast-controller")]
+    #[arg(
+        long,
+        env = "HOLDFAST_LEASE_NAME",
+        default_value = "holdfast-controller"
+    )]
     pub lease_name: String,
     /// Seconds a standby waits after the Lease last changed before taking it over; the
     /// leader renews every third of it and gives up after two thirds without a renewal.

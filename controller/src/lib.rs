@@ -2,16 +2,40 @@
 //! Kueue readmission gate.
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod args;
 pub mod certs;
+pub mod hold;
+pub mod leader;
+pub mod metrics;
+pub mod preflight;
+pub mod readmission;
+pub mod runtime;
+pub mod snapshot;
 pub use args::Args;
 
-/// Run the controller until SIGTERM.
+/// Run the controller until SIGTERM; an error (e.g. the Lease was lost) exits non-zero.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    init_tracing();
+    holdfast_serve::install_crypto_provider();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         tracing::info!(mode = %args.mode, "holdfast-controller starting");
-        tokio::signal::ctrl_c().await?;
-        Ok(())
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        runtime::cancel_on_signal(shutdown.clone());
+        runtime::serve(args, shutdown).await
     })
+}
+
+/// JSON logs on stderr, filtered by `RUST_LOG` (default `info`).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

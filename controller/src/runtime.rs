@@ -1,0 +1,226 @@
+//! The process: wires the parts together and runs them until SIGTERM.
+//!
+//! - the admin port (`/livez`, `/readyz`, `/metrics`, `/v1/drift`) on every replica;
+//! - the hold API (HTTPS) on every replica: its writes are preconditioned, so any replica
+//!   may serve them, and preflight runs once at start-up;
+//! - certificate management (self-managed mode) on every replica (its writes are
+//!   preconditioned too);
+//! - the snapshot reconciler and, in kueue mode, the readmission gate only on the replica
+//!   holding the Lease. Losing the Lease ends the process with an error: it must not write
+//!   without it.
+//!
+//! Ready means: the API serves and, on the leader, the reconciler's watches have synced.
+
+use crate::api::{self, ApiState, KubeAuth};
+use crate::hold::{CallMetrics, ExecutorConfig, HoldExecutor, client_without_retry};
+use crate::leader::{self, LeaseConfig};
+use crate::metrics::Metrics;
+use crate::readmission::{self, ReadmissionGate, ReadmissionMetrics};
+use crate::snapshot::{self, Snapshotter};
+use crate::{Args, certs};
+use anyhow::Context;
+use holdfast_core::mode::Mode;
+use holdfast_serve::{CertFiles, Readiness, admin_router};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How long to wait for a Secret volume to be filled with the API's certificate.
+const CERT_FILES_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Build the kube client configuration: the kubeconfig file if given, else in-cluster.
+pub async fn kube_config(args: &Args) -> anyhow::Result<kube::Config> {
+    match &args.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Ok(kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)
+        }
+        None => Ok(kube::Config::infer().await?),
+    }
+}
+
+/// Cancel `token` on SIGTERM or SIGINT.
+pub fn cancel_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+        tracing::info!("signal received; shutting down");
+        token.cancel();
+    });
+}
+
+/// Run every part until `shutdown` is cancelled or one of them fails.
+pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let config = kube_config(&args).await?;
+    let client = kube::Client::try_from(config.clone())?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let call_metrics = CallMetrics::register(&mut registry);
+    let gate_metrics = ReadmissionMetrics::default();
+    gate_metrics.register(&mut registry);
+    let ready = Readiness::default();
+    let reconciler_ready = Readiness::default();
+    let leading = Arc::new(AtomicBool::new(false));
+    let api_up = Arc::new(AtomicBool::new(false));
+    let mut tasks = tokio::task::JoinSet::new();
+
+    if let Some(cert_config) = certs::CertConfig::from_args(&args.certs)? {
+        tasks.spawn(certs::run(client.clone(), cert_config, shutdown.clone()));
+    }
+
+    let executor = HoldExecutor::new(
+        client_without_retry(config)?,
+        args.mode,
+        ExecutorConfig::from_args(&args),
+    )
+    .with_metrics(call_metrics);
+    let report = executor.preflight(None).await;
+    tracing::info!(preflight = %report.body(), "preflight");
+
+    let snapshots = Snapshotter::new(
+        client.clone(),
+        snapshot::Config::from_args(&args),
+        metrics.snapshots.clone(),
+        reconciler_ready.clone(),
+    );
+
+    let admin = admin_router(Arc::new(registry), ready.clone()).merge(snapshots.router());
+    let admin_listener = tokio::net::TcpListener::bind(args.admin_addr)
+        .await
+        .with_context(|| format!("binding the admin port {}", args.admin_addr))?;
+    tracing::info!(addr = %args.admin_addr, "admin port listening");
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            if let Err(e) =
+                holdfast_serve::admin::serve_admin(admin_listener, admin, shutdown).await
+            {
+                tracing::error!(error = %e, "admin port failed");
+            }
+        }
+    });
+
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            if !certs::wait_for_files(&[cert.as_path(), key.as_path()], CERT_FILES_TIMEOUT).await {
+                anyhow::bail!(
+                    "the hold API's certificate ({}, {}) did not appear within {CERT_FILES_TIMEOUT:?}",
+                    cert.display(),
+                    key.display()
+                );
+            }
+            let router = api::router(ApiState {
+                executor: executor.clone(),
+                auth: KubeAuth::new(client.clone()),
+            });
+            let files = CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            };
+            let server = holdfast_serve::TlsServer::bind(args.api_addr, files).await?;
+            tracing::info!(addr = %server.local_addr()?, "hold API listening");
+            api_up.store(true, Ordering::SeqCst);
+            let shutdown = shutdown.clone();
+            tasks.spawn(async move {
+                if let Err(e) = server.serve(router, shutdown).await {
+                    tracing::error!(error = %e, "hold API failed");
+                }
+            });
+        }
+        _ => {
+            tracing::warn!("no --tls-cert/--tls-key: the hold API is not served");
+            api_up.store(true, Ordering::SeqCst);
+        }
+    }
+
+    tasks.spawn(keep_ready(
+        ready,
+        reconciler_ready,
+        leading.clone(),
+        api_up,
+        shutdown.clone(),
+    ));
+
+    // The writers: only under the Lease.
+    let lease = LeaseConfig::from_args(&args);
+    let gate = (args.mode == Mode::Kueue).then(|| {
+        ReadmissionGate::new(
+            client.clone(),
+            readmission::Config::from_args(&args),
+            gate_metrics,
+        )
+    });
+    let outcome = leader::run_as_leader(
+        client.clone(),
+        lease,
+        metrics.leader.clone(),
+        shutdown.clone(),
+        move |token| async move {
+            leading.store(true, Ordering::SeqCst);
+            let result = leader_work(snapshots, gate, token).await;
+            leading.store(false, Ordering::SeqCst);
+            result
+        },
+    )
+    .await;
+    shutdown.cancel();
+    while tasks.join_next().await.is_some() {}
+    match outcome {
+        Ok(None) => Ok(()),
+        Ok(Some(result)) => result,
+        Err(lost) => {
+            Err(anyhow::Error::new(lost).context("stopping: lost the leader-election Lease"))
+        }
+    }
+}
+
+/// What the leader runs: the snapshot reconciler and, in kueue mode, the readmission gate.
+async fn leader_work(
+    snapshots: Snapshotter,
+    gate: Option<ReadmissionGate>,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
+    match gate {
+        None => Ok(snapshots.run(token).await?),
+        Some(gate) => {
+            let (s, g) = tokio::join!(snapshots.run(token.clone()), gate.run(token.clone()));
+            s?;
+            g
+        }
+    }
+}
+
+async fn keep_ready(
+    ready: Readiness,
+    reconciler: Readiness,
+    leading: Arc<AtomicBool>,
+    api_up: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                ready.set(false);
+                return;
+            }
+            _ = tick.tick() => {}
+        }
+        let leader = leading.load(Ordering::SeqCst);
+        ready.set(api_up.load(Ordering::SeqCst) && (!leader || reconciler.get()));
+    }
+}

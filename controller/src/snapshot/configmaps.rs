@@ -1,0 +1,244 @@
+//! Which snapshot ConfigMaps exist, known without a request per TrainJob.
+//!
+//! A metadata-only watch of ConfigMaps (`Api<PartialObjectMeta<ConfigMap>>`: no data is ever
+//! transferred), kept for names ending in `-runtime-snapshot`. Not a label selector:
+//! Kubeflow Trainer's snapshots carry no label, and neither does a squatter's ConfigMap, yet
+//! both must be known before holdfast writes — Trainer's to be accepted, a squatter's to be
+//! refused without a write. The ConfigMap API has no suffix selector, so the filter is applied
+//! as events arrive, and of each matching ConfigMap only a [`SnapshotMeta`] is kept: its
+//! controller ownerReference, whether holdfast wrote it, and holdfast's provenance.
+//!
+//! That is enough to decide, per TrainJob, whether a snapshot exists and whether it is the
+//! TrainJob's (its controller ownerReference's uid); holdfast's own snapshots also carry their
+//! provenance (runtime resourceVersion, SHA-256), which is all drift needs. Only a snapshot
+//! someone else wrote is read in full, once.
+
+use futures::{StreamExt, future};
+use holdfast_core::names;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use tokio::sync::watch;
+
+use super::Health;
+use super::trainjobs::{JobRef, trainjob_ref};
+
+/// The watch's name in health and metrics.
+pub const WATCH: &str = "configmaps";
+
+/// What the reconciler keeps of a snapshot ConfigMap's metadata.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotMeta {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    /// The uid of the controller ownerReference (the first with `controller: true`, as
+    /// `metav1.GetControllerOf` and Trainer's reader pick it).
+    pub controller_uid: Option<String>,
+    /// The controller is a `trainer.kubeflow.org` TrainJob of the snapshot's TrainJob name.
+    pub controller_is_namesake_trainjob: bool,
+    /// It carries holdfast's label `holdfast.dev/runtime-snapshot: "true"`.
+    pub holdfasts: bool,
+    /// `holdfast.dev/runtime-sha256`.
+    pub sha256: Option<String>,
+    /// `holdfast.dev/runtime-resource-version`.
+    pub source_resource_version: Option<String>,
+}
+
+impl SnapshotMeta {
+    fn of(cm: &PartialObjectMeta<ConfigMap>, job: &str) -> Self {
+        let meta = &cm.metadata;
+        let controller = meta
+            .owner_references
+            .as_ref()
+            .and_then(|owners| owners.iter().find(|r| r.controller == Some(true)));
+        let annotation = |key: &str| meta.annotations.as_ref()?.get(key).cloned();
+        SnapshotMeta {
+            uid: meta.uid.clone(),
+            resource_version: meta.resource_version.clone(),
+            controller_uid: controller.map(|r| r.uid.clone()),
+            controller_is_namesake_trainjob: controller.is_some_and(|r| {
+                r.kind == names::TRAINJOB_KIND
+                    && r.name == job
+                    && r.api_version.split('/').next() == Some(names::TRAINER_GROUP)
+            }),
+            holdfasts: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(names::LABEL_RUNTIME_SNAPSHOT))
+                .is_some_and(|v| v == "true"),
+            sha256: annotation(names::ANN_RUNTIME_SHA256),
+            source_resource_version: annotation(names::ANN_RUNTIME_RESOURCE_VERSION),
+        }
+    }
+
+    /// Whether its controller is a TrainJob of the same name but (as the caller has checked)
+    /// not the one of that name now: an earlier TrainJob's snapshot, which the garbage
+    /// collector will delete since no object has that uid any more.
+    pub fn owned_by_earlier_trainjob(&self) -> bool {
+        self.controller_is_namesake_trainjob
+    }
+}
+
+/// (namespace, TrainJob name) → its snapshot ConfigMap.
+type Entries = HashMap<(String, String), Arc<SnapshotMeta>>;
+
+/// The snapshot ConfigMaps that exist.
+#[derive(Clone)]
+pub struct ConfigMapIndex {
+    entries: Arc<RwLock<Entries>>,
+    listed: watch::Receiver<bool>,
+}
+
+impl ConfigMapIndex {
+    /// TrainJob `job`'s snapshot ConfigMap in `namespace`, if one exists.
+    pub fn snapshot_of(&self, namespace: &str, job: &str) -> Option<Arc<SnapshotMeta>> {
+        self.entries
+            .read()
+            .ok()?
+            .get(&(namespace.to_owned(), job.to_owned()))
+            .cloned()
+    }
+
+    /// Waits until the initial list is in; false if the watch stopped first.
+    pub async fn ready(&self) -> bool {
+        self.listed.clone().wait_for(|l| *l).await.is_ok()
+    }
+}
+
+/// Starts the watch: the index, and the future that drives it (run it on a task). Every
+/// change to a snapshot-named ConfigMap that is not holdfast's own (a squatter's, Trainer's)
+/// and every deletion sends the TrainJob of that name to `retrigger`.
+pub fn watch(
+    client: kube::Client,
+    namespace: Option<&str>,
+    health: Health,
+    retrigger: futures::channel::mpsc::UnboundedSender<JobRef>,
+) -> (
+    ConfigMapIndex,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let api: Api<PartialObjectMeta<ConfigMap>> = match namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    let entries: Arc<RwLock<Entries>> = Arc::default();
+    let (listed_tx, listed) = watch::channel(false);
+    health.require(WATCH);
+    let index = ConfigMapIndex {
+        entries: entries.clone(),
+        listed,
+    };
+    // A relist (after a watch expired) is collected here, then replaces the entries.
+    let mut relist: Option<Entries> = None;
+    let events = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    let driver = events.for_each(move |event| {
+        health.observe(WATCH, &event);
+        match event {
+            Ok(watcher::Event::Init) => relist = Some(Entries::new()),
+            Ok(watcher::Event::InitApply(cm)) => {
+                if let (Some(key), Some(buffer)) = (key(&cm), relist.as_mut()) {
+                    let meta = SnapshotMeta::of(&cm, &key.1);
+                    buffer.insert(key, Arc::new(meta));
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let (Some(fresh), Ok(mut e)) = (relist.take(), entries.write()) {
+                    *e = fresh;
+                }
+                listed_tx.send_replace(true);
+            }
+            Ok(watcher::Event::Apply(cm)) => {
+                if let Some(key) = key(&cm) {
+                    let meta = SnapshotMeta::of(&cm, &key.1);
+                    let holdfasts = meta.holdfasts;
+                    if let Ok(mut e) = entries.write() {
+                        e.insert(key.clone(), Arc::new(meta));
+                    }
+                    if !holdfasts {
+                        // A squatter changed, or Trainer wrote: the TrainJob decides again.
+                        let _ = retrigger.unbounded_send(trainjob_ref(&key.0, &key.1));
+                    }
+                }
+            }
+            Ok(watcher::Event::Delete(cm)) => {
+                if let Some(key) = key(&cm) {
+                    if let Ok(mut e) = entries.write() {
+                        e.remove(&key);
+                    }
+                    // Gone: the TrainJob (if it still exists) gets a snapshot now.
+                    let _ = retrigger.unbounded_send(trainjob_ref(&key.0, &key.1));
+                }
+            }
+            Err(_) => {}
+        }
+        future::ready(())
+    });
+    (index, driver)
+}
+
+/// (namespace, TrainJob name) of a snapshot-named ConfigMap; `None` for any other name.
+fn key(cm: &PartialObjectMeta<ConfigMap>) -> Option<(String, String)> {
+    let name = cm.metadata.name.as_deref()?;
+    let job = name.strip_suffix(names::SNAPSHOT_SUFFIX)?;
+    if job.is_empty() {
+        return None;
+    }
+    Some((cm.metadata.namespace.clone()?, job.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(v: serde_json::Value) -> PartialObjectMeta<ConfigMap> {
+        serde_json::from_value(v).expect("metadata")
+    }
+
+    #[test]
+    fn only_snapshot_names_have_a_key() {
+        let named = |n: &str| cm(json!({"metadata": {"name": n, "namespace": "ns"}}));
+        assert_eq!(
+            key(&named("mnist-runtime-snapshot")),
+            Some(("ns".to_owned(), "mnist".to_owned()))
+        );
+        assert_eq!(key(&named("-runtime-snapshot")), None);
+        assert_eq!(key(&named("kube-root-ca.crt")), None);
+    }
+
+    #[test]
+    fn the_metadata_kept_says_who_owns_and_who_wrote() {
+        let meta = SnapshotMeta::of(
+            &cm(json!({"metadata": {
+                "name": "a-runtime-snapshot", "namespace": "ns", "uid": "c1", "resourceVersion": "9",
+                "labels": {"holdfast.dev/runtime-snapshot": "true", "x": "y"},
+                "annotations": {
+                    "holdfast.dev/runtime-sha256": "ab",
+                    "holdfast.dev/runtime-resource-version": "41",
+                    "other": "z"
+                },
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "o0"},
+                    {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                     "name": "a", "uid": "u1", "controller": true}
+                ]
+            }})),
+            "a",
+        );
+        assert_eq!(meta.controller_uid.as_deref(), Some("u1"));
+        assert!(meta.holdfasts);
+        assert!(meta.owned_by_earlier_trainjob());
+        assert_eq!(meta.sha256.as_deref(), Some("ab"));
+        assert_eq!(meta.source_resource_version.as_deref(), Some("41"));
+
+        let squatter = SnapshotMeta::of(
+            &cm(json!({"metadata": {"name": "a-runtime-snapshot", "namespace": "ns"}})),
+            "a",
+        );
+        assert_eq!(squatter.controller_uid, None);
+        assert!(!squatter.holdfasts && !squatter.owned_by_earlier_trainjob());
+    }
+}

@@ -1,0 +1,62 @@
+//! Why a snapshot reconciliation did not finish, or the reconciler could not run.
+
+use holdfast_core::snapshot::{RuntimeRef, SnapshotError, SnapshotFault};
+
+/// What went wrong. Every variant has a bounded [`Error::metric_label`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the apiserver failed.
+    #[error("kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// The runtime the TrainJob references does not exist (yet).
+    #[error("the runtime {0} does not exist")]
+    RuntimeNotFound(RuntimeRef),
+    /// The cluster serves no such runtime kind (discovery found none).
+    #[error("the cluster serves no kind {kind:?} in API group {group:?}")]
+    KindNotServed { group: String, kind: String },
+    /// Discovery itself failed.
+    #[error("API discovery of group {group:?} failed: {source}")]
+    Discovery {
+        group: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A watch has not listed its objects in time.
+    #[error("the watch of {what} has not synced within {seconds}s")]
+    NotSynced { what: String, seconds: u64 },
+    /// The snapshot could not be rendered or built; nothing was written.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    /// An existing snapshot ConfigMap is not trusted; it was left as it is.
+    #[error(transparent)]
+    Fault(#[from] SnapshotFault),
+    /// An object could not be converted (a bug, not an input problem).
+    #[error("converting an object failed: {0}")]
+    Convert(#[from] serde_json::Error),
+    /// Leadership was lost while reconciling.
+    #[error(transparent)]
+    Leadership(#[from] crate::leader::LeaderError),
+    /// The reconciler is not running (a standby replica, or before start-up).
+    #[error("the snapshot reconciler is not running on this replica")]
+    NotRunning,
+}
+
+impl Error {
+    /// A bounded label for metrics: never an object name.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(s)) if s.code == 403 => "forbidden",
+            Error::Kube(_) => "api",
+            Error::RuntimeNotFound(_) => "runtime_not_found",
+            Error::KindNotServed { .. } => "kind_not_served",
+            Error::Discovery { .. } => "discovery",
+            Error::NotSynced { .. } => "not_synced",
+            Error::Snapshot(e) => e.metric_label(),
+            Error::Fault(f) => f.metric_label(),
+            Error::Convert(_) => "convert",
+            Error::Leadership(e) => e.metric_label(),
+            Error::NotRunning => "not_running",
+        }
+    }
+}

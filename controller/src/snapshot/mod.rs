@@ -1,0 +1,396 @@
+//! The snapshot reconciler (KEP-2599): on its first reconciliation every TrainJob gets a
+//! snapshot of the runtime its `spec.runtimeRef` names, in the ConfigMap
+//! `{trainjob}-runtime-snapshot`, never rewritten. The pure logic (rendering, the ConfigMap,
+//! Trainer's reader, drift) is `holdfast_core::snapshot`; this module is the I/O around it.
+//!
+//! # What it reads, and what it costs
+//!
+//! Snapshotting a TrainJob costs one request: the ConfigMap create. Everything else comes
+//! from watches started once:
+//!
+//! - **TrainJobs** ([`trainjobs`]): a reflector of the TrainJobs, stripped on arrival to what
+//!   the reconciler reads, driving kube-runtime's `Controller` (bounded concurrency,
+//!   per-TrainJob exponential backoff on errors).
+//! - **Runtimes** ([`runtimes`]): one reflector per runtime kind in use, started the first
+//!   time a TrainJob names the kind. The kind is resolved by API discovery ([`kinds`]), so any
+//!   kind the cluster serves works — a `SlurmRuntime` holdfast has never heard of included.
+//! - **Snapshot ConfigMaps** ([`configmaps`]): a metadata-only watch of ConfigMaps, kept for
+//!   names ending in `-runtime-snapshot`. Not a label selector: Trainer's snapshots and
+//!   squatters carry no label, and must be known before writing. So the existence, owner and
+//!   provenance of every snapshot is known without a request per TrainJob; only a snapshot
+//!   someone else wrote (Trainer's) is read in full, once, to check it as Trainer's reader
+//!   does. The cost is that the watch sees every ConfigMap's metadata change in scope; only
+//!   matching ones are kept in memory.
+//!
+//! The live runtime is read from the apiserver only when the store cannot be trusted (the
+//! runtime is missing from it, or the TrainJob was admitted against another version).
+//!
+//! # Promises
+//!
+//! - A snapshot is created with `POST` (never apply, never update): if the name is taken the
+//!   apiserver refuses, and what is there is read and classified — Trainer's is accepted, a
+//!   squatter's (not controlled by this TrainJob's uid) is refused with a Warning event and
+//!   left untouched. holdfast's snapshots are `immutable: true`.
+//! - A missing runtime or an unserved kind: Warning event, retried with backoff, nothing
+//!   written; the TrainJob is also reconciled at once when the runtime appears.
+//! - A runtime too large for a ConfigMap: Warning event, nothing written, no retry loop
+//!   (reconciled again when the runtime changes).
+//! - Admission race (kubeflow/trainer#3975): a snapshot of another resourceVersion than the
+//!   one the webhook recorded at admission (`holdfast.dev/admitted-runtime-resource-version`)
+//!   is flagged: Warning event and `holdfast_snapshot_admission_races_total`.
+//! - Drift ([`drift`]): `holdfast_snapshot_drifted_trainjobs{kind,runtime}` and
+//!   `GET /v1/drift` ([`Snapshotter::router`]).
+//! - [`resolve_runtime`]: the runtime every later use must see, snapshot first.
+//!
+//! Only the leader writes: run it under [`crate::leader`] ([`Snapshotter::run_as_leader`]).
+
+mod backoff;
+mod configmaps;
+mod drift;
+mod error;
+mod events;
+mod health;
+mod kinds;
+mod ledger;
+mod metrics;
+mod migration;
+mod reconcile;
+mod resolve;
+mod runtimes;
+mod trainjobs;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::StreamExt;
+use holdfast_serve::Readiness;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector;
+use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use drift::{DriftReport, DriftedTrainJob};
+pub use error::Error;
+pub use health::Health;
+pub use kinds::{RuntimeKind, RuntimeKinds};
+pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, WriterLabels};
+pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
+pub use trainjobs::{TrainJob, trainjob_resource};
+
+use crate::leader::{self, LeaderMetrics, LeaseConfig};
+use configmaps::ConfigMapIndex;
+use drift::DriftCache;
+use reconcile::Context;
+use runtimes::RuntimeIndex;
+
+/// The TrainJob watch's name in health and metrics.
+const TRAINJOBS: &str = "trainjobs";
+
+/// How the reconciler runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Only TrainJobs, snapshot ConfigMaps and namespaced runtimes of this namespace; all
+    /// namespaces when `None`. Cluster-scoped runtimes are watched cluster-wide either way.
+    pub namespace: Option<String>,
+    /// At most this many TrainJobs reconciled at once.
+    pub concurrency: u16,
+    /// The field manager of the ConfigMaps created.
+    pub field_manager: String,
+    /// Events' reporting controller.
+    pub reporter: String,
+    /// Events' reporting instance (the pod name).
+    pub instance: Option<String>,
+    /// First retry delay of a failed TrainJob; doubles per failure up to `retry_max`.
+    pub retry_min: Duration,
+    pub retry_max: Duration,
+    /// How often the drift gauge is recomputed (also shortly after any runtime changes).
+    pub drift_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            namespace: None,
+            concurrency: 8,
+            field_manager: "holdfast".to_owned(),
+            reporter: "holdfast-controller".to_owned(),
+            instance: None,
+            retry_min: Duration::from_millis(500),
+            retry_max: Duration::from_secs(300),
+            drift_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Config {
+    /// The configuration the command-line flags ask for.
+    pub fn from_args(args: &crate::Args) -> Self {
+        Config {
+            namespace: args.watch_namespace.clone(),
+            concurrency: args.snapshot_concurrency.max(1),
+            instance: args.identity.clone(),
+            ..Config::default()
+        }
+    }
+}
+
+/// The snapshot reconciler: run it, and ask it about drift. Cheap to clone.
+#[derive(Clone)]
+pub struct Snapshotter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: kube::Client,
+    config: Config,
+    metrics: SnapshotMetrics,
+    readiness: Readiness,
+    /// Set while `run` runs (on the leader).
+    running: RwLock<Option<Arc<Context>>>,
+    drift_cache: Mutex<DriftCache>,
+}
+
+impl Snapshotter {
+    /// A reconciler that writes as `client`'s identity, counts into `metrics` and sets
+    /// `readiness` once its watches have synced.
+    pub fn new(
+        client: kube::Client,
+        config: Config,
+        metrics: SnapshotMetrics,
+        readiness: Readiness,
+    ) -> Self {
+        Snapshotter {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                metrics,
+                readiness,
+                running: RwLock::new(None),
+                drift_cache: Mutex::default(),
+            }),
+        }
+    }
+
+    /// `GET /v1/drift`: the drifted TrainJobs as JSON ([`DriftReport`]); 503 on a replica
+    /// that is not running the reconciler (a standby). For the admin port.
+    pub fn router(&self) -> axum::Router {
+        axum::Router::new()
+            .route("/v1/drift", get(drift_handler))
+            .with_state(self.clone())
+    }
+
+    /// The drifted TrainJobs, with the paths that differ.
+    pub async fn drift(&self) -> Result<DriftReport, Error> {
+        let ctx = self
+            .inner
+            .running
+            .read()
+            .ok()
+            .and_then(|r| r.clone())
+            .ok_or(Error::NotRunning)?;
+        let (report, _counts) = drift::compute(&ctx, &self.inner.drift_cache, true).await;
+        Ok(report)
+    }
+
+    /// Waits for the Lease, then runs the reconciler while holding it. Returns `Ok` after a
+    /// graceful shutdown, [`Error::Leadership`] when the Lease was lost (the process should
+    /// exit: it must not write without the Lease).
+    pub async fn run_as_leader(
+        &self,
+        lease: LeaseConfig,
+        leader_metrics: LeaderMetrics,
+        shutdown: CancellationToken,
+    ) -> Result<(), Error> {
+        let this = self.clone();
+        let outcome = leader::run_as_leader(
+            self.inner.client.clone(),
+            lease,
+            leader_metrics,
+            shutdown,
+            move |token| async move { this.run(token).await },
+        )
+        .await;
+        match outcome {
+            Ok(None) => Ok(()),
+            Ok(Some(result)) => result,
+            Err(lost) => Err(lost.into()),
+        }
+    }
+
+    /// Runs the reconciler until `shutdown` is cancelled. Does no leader election itself.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), Error> {
+        // Also when this future is dropped (leadership lost, task aborted).
+        let _stopped = Stopped(self);
+        self.run_inner(&shutdown).await
+    }
+
+    fn stopped(&self) {
+        if let Ok(mut r) = self.inner.running.write()
+            && let Some(ctx) = r.take()
+        {
+            ctx.runtimes.stop();
+        }
+        Health::new(self.inner.readiness.clone(), self.inner.metrics.clone()).stopped();
+    }
+
+    async fn run_inner(&self, shutdown: &CancellationToken) -> Result<(), Error> {
+        let Inner {
+            client,
+            config,
+            metrics,
+            readiness,
+            ..
+        } = &*self.inner;
+        let namespace = config.namespace.as_deref();
+        let health = Health::new(readiness.clone(), metrics.clone());
+        let (retrigger, retriggered) = futures::channel::mpsc::unbounded();
+        let mut tasks = JoinSet::new();
+
+        // Snapshot ConfigMaps first: reconciling before they are known would try to create
+        // snapshots that exist.
+        let (configmaps, driver) =
+            configmaps::watch(client.clone(), namespace, health.clone(), retrigger.clone());
+        tasks.spawn(driver);
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            ready = configmaps.ready() => if !ready { return Err(Error::NotRunning) },
+        }
+
+        let api: Api<trainjobs::Watched> = match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let writer = reflector::store::Writer::new(());
+        let trainjobs = writer.as_reader();
+        health.require(TRAINJOBS);
+        let observer = health.clone();
+        // The store's own `wait_until_ready` wakes one waiter only, and the Controller is
+        // that one: the start-up stock waits on this instead.
+        let (listed_tx, mut listed) = tokio::sync::watch::channel(false);
+        let stream = watcher(api, watcher::Config::default().any_semantic())
+            .modify(trainjobs::strip)
+            .default_backoff()
+            .reflect(writer)
+            .inspect(move |event| {
+                observer.observe(TRAINJOBS, event);
+                if let Ok(watcher::Event::InitDone) = event {
+                    listed_tx.send_replace(true);
+                }
+            })
+            .applied_objects();
+
+        let runtimes = Arc::new(RuntimeIndex::new(
+            client.clone(),
+            config.namespace.clone(),
+            health.clone(),
+            retrigger,
+        ));
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: config.reporter.clone(),
+                instance: config.instance.clone(),
+            },
+        );
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            config: config.clone(),
+            metrics: metrics.clone(),
+            recorder,
+            configmaps: configmaps.clone(),
+            runtimes,
+            ledger: ledger::Ledger::default(),
+            backoff: backoff::Backoffs::new(config.retry_min, config.retry_max),
+            trainjobs: trainjobs.clone(),
+            renderings: Mutex::default(),
+        });
+        if let Ok(mut r) = self.inner.running.write() {
+            *r = Some(ctx.clone());
+        }
+
+        {
+            let trainjobs = trainjobs.clone();
+            let configmaps: ConfigMapIndex = configmaps.clone();
+            tasks.spawn(async move {
+                if listed.wait_for(|l| *l).await.is_ok() {
+                    migration::log_stock(&trainjobs.state(), &configmaps);
+                }
+            });
+        }
+        tasks.spawn(drift::keep_gauge(
+            ctx.clone(),
+            config.drift_interval,
+            shutdown.child_token(),
+        ));
+
+        tracing::info!(
+            namespace = namespace.unwrap_or("(all)"),
+            concurrency = config.concurrency,
+            "snapshot reconciler starting"
+        );
+        Controller::for_stream(stream, trainjobs)
+            .with_config(controller::Config::default().concurrency(config.concurrency))
+            .reconcile_on(retriggered)
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+            .run(reconcile::reconcile, reconcile::error_policy, ctx)
+            .for_each(|outcome| {
+                match outcome {
+                    Ok(_) => {}
+                    Err(controller::Error::ObjectNotFound(_)) => {}
+                    // Logged by the error policy.
+                    Err(controller::Error::ReconcilerFailed(..)) => {}
+                    Err(e) => tracing::warn!(error = %e, "snapshot controller"),
+                }
+                futures::future::ready(())
+            })
+            .await;
+        tasks.abort_all();
+        tracing::info!("snapshot reconciler stopped");
+        Ok(())
+    }
+}
+
+/// Marks the reconciler stopped when dropped.
+struct Stopped<'a>(&'a Snapshotter);
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        self.0.stopped();
+    }
+}
+
+/// Runs a reconciler with fresh metrics and readiness until `shutdown` (no leader election).
+pub async fn run(
+    client: kube::Client,
+    config: Config,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    Snapshotter::new(
+        client,
+        config,
+        SnapshotMetrics::default(),
+        Readiness::default(),
+    )
+    .run(shutdown)
+    .await
+}
+
+async fn drift_handler(State(snapshotter): State<Snapshotter>) -> Response {
+    match snapshotter.drift().await {
+        Ok(report) => axum::Json(report).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({
+                "error": "Unavailable",
+                "cause": e.metric_label(),
+                "message": e.to_string(),
+            })),
+        )
+            .into_response(),
+    }
+}

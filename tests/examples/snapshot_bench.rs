@@ -1,0 +1,416 @@
+//! How fast holdfast snapshots a backlog of TrainJobs, against the local control plane, as a
+//! ratio to raw ConfigMap creates in the same run; how many API requests it sends per
+//! snapshot (from the apiserver's audit log; the ideal is one: the create); and the
+//! reconciler's peak memory.
+//!
+//! ```text
+//! cargo build --release -p holdfast-controller
+//! cargo run --release -p holdfast-tests --example snapshot_bench -- --jobs 5000
+//! ```
+//!
+//! 1. A fresh control plane; one ClusterTrainingRuntime; N TrainJobs referencing it.
+//! 2. Baseline: for each TrainJob, the ConfigMap its snapshot will be (same data,
+//!    annotations and ownerReference) under another name, created directly with the
+//!    reconciler's concurrency (`--concurrency`, default 8).
+//! 3. The reconciler: the `holdfast-controller` binary if it is built (else the same code —
+//!    leader election, watches, the Controller — in a child process of this example), acting
+//!    as holdfast's controller identity, watching all namespaces (so its ConfigMap metadata
+//!    watch also sees the baseline's ConfigMaps). Timed from the process's start until all N
+//!    snapshots exist (a label watch in this process).
+//! 4. Peak RSS (`VmHWM`) and CPU time of the child from `/proc/<pid>/{status,stat}`.
+
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt, stream};
+use holdfast_controller::leader::{LeaderMetrics, LeaseConfig};
+use holdfast_controller::snapshot::{Config, SnapshotMetrics, Snapshotter};
+use holdfast_core::names;
+use holdfast_serve::Readiness;
+use holdfast_tests::{ControlPlane, Identity};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// TrainJobs to snapshot.
+    #[arg(long, default_value_t = 5000)]
+    jobs: usize,
+    /// Concurrent requests of the baseline, and the reconciler's concurrency.
+    #[arg(long, default_value_t = 8)]
+    concurrency: u16,
+    /// The `holdfast-controller` binary to measure. By default the one built next to this
+    /// example (`cargo build --release -p holdfast-controller`), if there is one; without
+    /// it the reconciler runs in a child process of this example instead.
+    #[arg(long)]
+    controller_bin: Option<PathBuf>,
+    /// Run the reconciler (the child process) with this kubeconfig.
+    #[arg(long, hide = true)]
+    child_kubeconfig: Option<PathBuf>,
+    /// The child's Lease namespace.
+    #[arg(long, hide = true, default_value = "default")]
+    lease_namespace: String,
+}
+
+const JOBS_NS: &str = "bench-jobs";
+const RUNTIME: &str = "torch-bench";
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match &args.child_kubeconfig {
+        Some(kubeconfig) => rt.block_on(child(kubeconfig.clone(), &args)),
+        None => rt.block_on(bench(&args)),
+    }
+}
+
+/// The reconciler, as the controller binary runs it, until stdin closes.
+async fn child(kubeconfig: PathBuf, args: &Args) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    let client = kube::Client::try_from(cfg)?;
+    let config = Config {
+        concurrency: args.concurrency,
+        ..Config::default()
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = SnapshotMetrics::default();
+    metrics.register(&mut registry);
+    let snapshotter = Snapshotter::new(client, config, metrics, Readiness::default());
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        stop.cancel();
+    });
+    let lease = LeaseConfig::new(&args.lease_namespace, "holdfast-controller", "bench");
+    snapshotter
+        .run_as_leader(lease, LeaderMetrics::default(), shutdown)
+        .await?;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    for line in text.lines().filter(|l| {
+        l.starts_with("holdfast_snapshot_reconcile_duration_seconds_sum")
+            || l.starts_with("holdfast_snapshot_reconcile_duration_seconds_count")
+    }) {
+        eprintln!("  reconciler: {line}");
+    }
+    Ok(())
+}
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
+        plural,
+    )
+}
+
+async fn bench(args: &Args) -> anyhow::Result<()> {
+    let n = args.jobs;
+    let conc = usize::from(args.concurrency.max(1));
+    eprintln!("starting a fresh control plane...");
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Identity::Admin).await?;
+    for ns in [JOBS_NS] {
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+        Api::all(admin.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+    }
+
+    let runtime: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 2, "torch": {"numProcPerNode": "auto"}},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {"containers": [{
+                        "name": "node",
+                        "image": "pytorch/pytorch:2.10.0-cuda12.8-cudnn9-runtime",
+                        "command": ["torchrun", "train.py"],
+                        "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}}
+                    }]}}}
+                }
+            }]}}
+        }
+    }))?;
+    let runtime = Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &resource("ClusterTrainingRuntime", "clustertrainingruntimes"),
+    )
+    .create(&PostParams::default(), &runtime)
+    .await?;
+
+    eprintln!("creating {n} TrainJobs...");
+    let started = Instant::now();
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        JOBS_NS,
+        &resource("TrainJob", "trainjobs"),
+    );
+    let jobs: Vec<Value> = stream::iter(0..n)
+        .map(|i| {
+            let tjs = tjs.clone();
+            async move {
+                let job: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob",
+                    "metadata": {"name": format!("job-{i:06}")},
+                    "spec": {"runtimeRef": {"name": RUNTIME}}
+                }))?;
+                let job = tjs.create(&PostParams::default(), &job).await?;
+                anyhow::Ok(serde_json::to_value(&job)?)
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect()
+        .await?;
+    eprintln!("  {n} TrainJobs in {:.1}s", started.elapsed().as_secs_f64());
+
+    // The baseline: per TrainJob, the very ConfigMap its snapshot will be (data, provenance
+    // annotations, ownerReference to the TrainJob: the same work for the apiserver and the
+    // garbage collector) under another name, created directly with the same concurrency by an
+    // identity with the same RBAC path. Built beforehand: only the creates are timed.
+    let rendered = holdfast_core::snapshot::render(&serde_json::to_value(&runtime)?)?;
+    let baseline_cms: Vec<ConfigMap> = jobs
+        .iter()
+        .map(|job| baseline_configmap(job, &rendered))
+        .collect::<anyhow::Result<_>>()?;
+    let baseline_client = cp.client(Identity::Webhook).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(baseline_client, JOBS_NS);
+    eprintln!("baseline: creating {n} ConfigMaps, {conc} at a time...");
+    let started = Instant::now();
+    stream::iter(baseline_cms)
+        .map(|cm| {
+            let cms = cms.clone();
+            async move {
+                cms.create(&PostParams::default(), &cm).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(conc)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let baseline = started.elapsed();
+    let baseline_rate = n as f64 / baseline.as_secs_f64();
+    eprintln!(
+        "  {n} creates in {:.2}s: {baseline_rate:.0}/s",
+        baseline.as_secs_f64()
+    );
+
+    // Count snapshots as they appear.
+    let seen = tokio::spawn({
+        let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(admin.clone(), JOBS_NS);
+        let label = format!("{}=true", names::LABEL_RUNTIME_SNAPSHOT);
+        async move {
+            let mut names = HashSet::new();
+            let mut first: Option<Instant> = None;
+            let mut events = std::pin::pin!(
+                watcher(api, watcher::Config::default().labels(&label)).applied_objects()
+            );
+            while let Some(cm) = events.next().await {
+                let Ok(cm) = cm else { continue };
+                if let Some(name) = cm.metadata.name {
+                    first.get_or_insert_with(Instant::now);
+                    names.insert(name);
+                    if names.len() >= n {
+                        return (first, Instant::now());
+                    }
+                }
+            }
+            (first, Instant::now())
+        }
+    });
+
+    eprintln!("reconciler: snapshotting {n} TrainJobs...");
+    let started = Instant::now();
+    let kubeconfig = cp.kubeconfig(Identity::Controller);
+    let concurrency = args.concurrency.to_string();
+    let binary = args.controller_bin.clone().or_else(|| {
+        let built = std::env::current_exe()
+            .ok()?
+            .parent()?
+            .parent()?
+            .join("holdfast-controller");
+        built.is_file().then_some(built)
+    });
+    let mut command = match &binary {
+        Some(bin) => {
+            let mut c = Command::new(bin);
+            c.arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--lease-namespace", "default", "--identity", "bench"])
+                .args(["--admin-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
+                .args(["--snapshot-concurrency", &concurrency])
+                .env("RUST_LOG", "warn");
+            c
+        }
+        None => {
+            let mut c = Command::new(std::env::current_exe()?);
+            c.arg("--child-kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--concurrency", &concurrency]);
+            c
+        }
+    };
+    let what = match &binary {
+        Some(bin) => format!("the holdfast-controller binary ({})", bin.display()),
+        None => "the reconciler in a child process of this example".to_owned(),
+    };
+    eprintln!("  running {what}");
+    let mut reconciler = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let pid = reconciler.id();
+    let (first, last) = tokio::time::timeout(Duration::from_secs(3600), seen).await??;
+    let total = last.duration_since(started);
+    let steady = first.map(|f| last.duration_since(f));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = |field: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (hwm, rss) = (kib("VmHWM:"), kib("VmRSS:"));
+    // utime + stime, in clock ticks (fields 14 and 15; the name in field 2 has no spaces).
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let ticks: u64 = stat
+        .split_whitespace()
+        .skip(13)
+        .take(2)
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum();
+    let cpu_secs = ticks as f64 / 100.0;
+    // The child stops when its stdin closes; the binary on SIGTERM.
+    drop(reconciler.stdin.take());
+    if binary.is_some() {
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()?;
+    }
+    let exited = tokio::task::spawn_blocking(move || reconciler.wait()).await??;
+
+    // Requests by the controller identity (the child only), from the audit log.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    let mut total_requests = 0usize;
+    let audit = cp.audit_events()?;
+    let server_ms = |user: &str| {
+        let lat: Vec<f64> = audit
+            .iter()
+            .filter(|e| {
+                e["user"]["username"] == user
+                    && e["verb"] == "create"
+                    && e["objectRef"]["resource"] == "configmaps"
+            })
+            .filter_map(|e| {
+                let t = |k: &str| {
+                    e[k].as_str()
+                        .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                };
+                let d = t("stageTimestamp")?.duration_since(t("requestReceivedTimestamp")?);
+                Some(d.as_secs_f64() * 1000.0)
+            })
+            .collect();
+        lat.iter().sum::<f64>() / lat.len().max(1) as f64
+    };
+    println!(
+        "  server-side create latency: baseline {:.1} ms, reconciler {:.1} ms",
+        server_ms(Identity::Webhook.username()),
+        server_ms(Identity::Controller.username())
+    );
+    for e in &audit {
+        if e["user"]["username"] != Identity::Controller.username() {
+            continue;
+        }
+        total_requests += 1;
+        let key = format!(
+            "{} {}",
+            e["verb"].as_str().unwrap_or("?"),
+            e["objectRef"]["resource"].as_str().unwrap_or("?")
+        );
+        *by_kind.entry(key).or_default() += 1;
+    }
+
+    let rate = n as f64 / total.as_secs_f64();
+    println!();
+    println!("snapshot benchmark: {n} TrainJobs, concurrency {conc}; {what}");
+    println!(
+        "  baseline raw ConfigMap creates: {baseline_rate:>8.0}/s ({:.2}s)",
+        baseline.as_secs_f64()
+    );
+    println!(
+        "  reconciler, from process start:  {rate:>8.0}/s ({:.2}s) = {:.2}x the baseline",
+        total.as_secs_f64(),
+        rate / baseline_rate
+    );
+    if let Some(steady) = steady {
+        let steady_rate = n as f64 / steady.as_secs_f64().max(1e-9);
+        println!(
+            "  reconciler, first to last:       {steady_rate:>8.0}/s ({:.2}s) = {:.2}x the baseline",
+            steady.as_secs_f64(),
+            steady_rate / baseline_rate
+        );
+    }
+    println!(
+        "  API requests by the controller: {total_requests} = {:.3} per snapshot",
+        total_requests as f64 / n as f64
+    );
+    for (k, v) in &by_kind {
+        println!("    {v:>7}  {k}");
+    }
+    println!(
+        "  reconciler peak RSS (VmHWM): {:.1} MiB (RSS at the end {:.1} MiB)",
+        hwm as f64 / 1024.0,
+        rss as f64 / 1024.0
+    );
+    println!(
+        "  reconciler CPU time: {cpu_secs:.2}s = {:.2} ms per snapshot",
+        cpu_secs * 1000.0 / n as f64
+    );
+    println!("  reconciler exit: {exited}");
+    Ok(())
+}
+
+/// The ConfigMap holdfast will create for `job`, named `{job}-baseline` and without the
+/// snapshot label (so neither the reconciler nor the snapshot count takes it for one).
+fn baseline_configmap(
+    job: &Value,
+    rendered: &holdfast_core::snapshot::Rendered,
+) -> anyhow::Result<ConfigMap> {
+    let cm = holdfast_core::snapshot::snapshot_configmap(job, rendered)?;
+    let mut cm: ConfigMap = serde_json::from_value(cm)?;
+    let job_name = job["metadata"]["name"].as_str().unwrap_or_default();
+    cm.metadata.name = Some(format!("{job_name}-baseline"));
+    cm.metadata.labels = None;
+    Ok(cm)
+}
