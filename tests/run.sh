@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Every check and every test: formatting, clippy, then all unit and integration tests.
-# The integration tests run against a real local control plane (etcd, kube-apiserver,
-# kube-controller-manager, Kueue) built from Go modules on first use and cached in
-# ${HOLDFAST_CACHE:-~/.cache/holdfast}; later runs start it in seconds.
+# Every check and every test: formatting, clippy, all unit and integration tests, then the
+# demo's walk-through. The integration tests run against a real local control plane (etcd,
+# kube-apiserver, kube-controller-manager, Kueue) built from Go modules on first use and
+# cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}; later runs start it in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 echo "== control plane"
 tests/cluster/build.sh
+tests/cluster/helm/build.sh
 echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== tests"
-cargo test --workspace --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
+echo "== demo (the README's demo command, stopping after its walk-through)"
+tests/demo.sh --exit
+# One closing line for the whole run, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -218,6 +218,12 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// The process group the control plane's processes (and any started with it) join, so
+    /// the reaper ends them all with the test binary.
+    pub fn process_group(&self) -> i32 {
+        lock(&self.reaper).group()
+    }
+
     /// The temporary directory holding logs, certificates and kubeconfigs.
     pub fn dir(&self) -> &Path {
         &self.dir
