@@ -8,9 +8,10 @@
 //! Snapshotting a TrainJob costs one request: the ConfigMap create. Everything else comes
 //! from watches started once:
 //!
-//! - **TrainJobs** ([`trainjobs`]): a reflector of the TrainJobs, stripped on arrival to what
-//!   the reconciler reads, driving kube-runtime's `Controller` (bounded concurrency,
-//!   per-TrainJob exponential backoff on errors).
+//! - **TrainJobs** ([`trainjobs`]): a reflector of the TrainJobs, decoded only as far as the
+//!   reconciler reads them (a few hundred bytes each in memory; one that does not decode is
+//!   reported, not a stalled watch), driving kube-runtime's `Controller` (bounded
+//!   concurrency, per-TrainJob exponential backoff on errors).
 //! - **Runtimes** ([`runtimes`]): one reflector per runtime kind in use, started the first
 //!   time a TrainJob names the kind. The kind is resolved by API discovery ([`kinds`]), so any
 //!   kind the cluster serves works — a `SlurmRuntime` holdfast has never heard of included.
