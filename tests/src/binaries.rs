@@ -26,6 +26,21 @@ pub fn cluster_module_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster")
 }
 
+/// Run one of the `build.sh` scripts (they build once, cache outside the tree, and print
+/// the cache directory) and return that directory.
+pub fn run_build_script(script: &Path) -> anyhow::Result<PathBuf> {
+    let out = Command::new("bash")
+        .arg(script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed with {}", script.display(), out.status);
+    }
+    let dir = String::from_utf8(out.stdout).context("build.sh printed a non-UTF-8 path")?;
+    Ok(PathBuf::from(dir.trim()))
+}
+
 /// Build (or find cached) binaries. `HOLDFAST_CLUSTER_DIR` overrides the lookup entirely.
 pub fn ensure() -> anyhow::Result<Binaries> {
     static CACHED: OnceLock<Result<Binaries, String>> = OnceLock::new();
@@ -40,16 +55,7 @@ fn build() -> anyhow::Result<Binaries> {
         return Ok(Binaries { dir: dir.into() });
     }
     let script = cluster_module_dir().join("build.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!("{} failed with {}", script.display(), out.status);
-    }
-    let dir = String::from_utf8(out.stdout).context("build.sh printed a non-UTF-8 path")?;
-    let dir = PathBuf::from(dir.trim());
+    let dir = run_build_script(&script)?;
     for b in ["etcd", "kube-apiserver", "kube-controller-manager", "kueue"] {
         if !dir.join("bin").join(b).is_file() {
             bail!(

@@ -36,16 +36,8 @@ fn build() -> anyhow::Result<Helm> {
     let script = crate::binaries::cluster_module_dir()
         .join("helm")
         .join("build.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!("{} failed with {}", script.display(), out.status);
-    }
-    let dir = String::from_utf8(out.stdout).context("build.sh printed a non-UTF-8 path")?;
-    let bin = PathBuf::from(dir.trim()).join("bin").join("helm");
+    let dir = crate::binaries::run_build_script(&script)?;
+    let bin = dir.join("bin").join("helm");
     if !bin.is_file() {
         bail!("{} did not produce {}", script.display(), bin.display());
     }
