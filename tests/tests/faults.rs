@@ -1,0 +1,619 @@
+//! Fault tests (light variants): the real holdfast-controller binary killed with SIGKILL in
+//! the middle of a migration, the apiserver stopped and restarted under it, and a hold call
+//! whose deadline passes while the apiserver is down. Each test owns its control plane (the
+//! apiserver is restarted), and they run one at a time to keep the suite light on CI.
+//!
+//! The controller binary must be built first (`cargo build -p holdfast-controller`;
+//! `cargo test --workspace` builds it).
+
+mod hold_support;
+
+use futures::StreamExt;
+use hold_support::{
+    create_trainjob as create_plain_trainjob, executor, meta, received_at, settled_audit,
+    user_agent,
+};
+use holdfast_controller::hold::deadline_in_user_agent;
+use holdfast_core::hold::HoldError;
+use holdfast_core::names;
+use holdfast_tests::process::Supervised;
+use holdfast_tests::{ControlPlane, Identity};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One fault test at a time: each runs its own control plane.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+// ---------------------------------------------------------------------------------------
+// The promises
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_killed_mid_migration_leaves_every_trainjob_exactly_one_correct_snapshot() {
+    const JOBS: usize = 300;
+    const KILLS: usize = 5;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let bin = controller_binary();
+    let cp = owned_control_plane().await;
+    let ns = cp.namespace("faults-kill").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let runtime_name = format!("torch-{ns}");
+
+    // version → image, for every version of the runtime a snapshot may copy.
+    let mut images: BTreeMap<String, String> = BTreeMap::new();
+    let image = |i: usize| format!("pytorch/pytorch:2.{i}.0");
+    let runtime = create(&admin, &ctr(), None, runtime_json(&runtime_name, &image(0))).await;
+    images.insert(rv(&runtime), image(0));
+
+    // Unfinished TrainJobs without snapshots, as before holdfast was installed.
+    futures::stream::iter(0..JOBS)
+        .map(|i| {
+            let (admin, ns, runtime_name) = (admin.clone(), ns.clone(), runtime_name.clone());
+            async move {
+                let job = json!({
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob",
+                    "metadata": {"name": format!("job-{i:03}")},
+                    "spec": {"runtimeRef": {"name": runtime_name}}
+                });
+                create(&admin, &tj(), Some(&ns), job).await;
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+
+    let mut kills = 0;
+    let mut progress_at_kill = Vec::new();
+    for round in 0..=KILLS {
+        let mut ctrl = start_controller(
+            &cp,
+            &bin,
+            &ns,
+            &format!("kill-{round}"),
+            &["--snapshot-concurrency=1", "--lease-duration-secs=3"],
+        );
+        if round == KILLS {
+            // The last one is left to finish.
+            wait_for(
+                "every TrainJob to have a snapshot",
+                Duration::from_secs(120),
+                || async { (snapshots(&admin, &ns).await.len() == JOBS).then_some(()) },
+            )
+            .await;
+            drop(ctrl);
+            break;
+        }
+        // Kill it once it has made progress (it holds the Lease and is writing), at a random
+        // moment after that — or at a random moment anyway if everything is already done.
+        let before = snapshots(&admin, &ns).await.len();
+        if before < JOBS {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while snapshots(&admin, &ns).await.len() <= before {
+                assert!(ctrl.running(), "controller exited:\n{}", ctrl.log_tail(30));
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the controller wrote no snapshot in 60 s:\n{}",
+                    ctrl.log_tail(30)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        let jitter = rand::random::<u64>() % 300;
+        tokio::time::sleep(Duration::from_millis(jitter)).await;
+        ctrl.kill();
+        kills += 1;
+        progress_at_kill.push(snapshots(&admin, &ns).await.len());
+
+        // An admin edits the runtime between kills.
+        let edited = set_image(&admin, &runtime_name, &image(round + 1)).await;
+        images.insert(rv(&edited), image(round + 1));
+    }
+    assert_eq!(kills, KILLS);
+    println!("snapshots written at each kill: {progress_at_kill:?}");
+
+    // Every TrainJob has exactly one snapshot, copied from a version it could have seen, and
+    // the YAML is that version's.
+    let cms = snapshots(&admin, &ns).await;
+    let jobs: BTreeSet<String> = (0..JOBS).map(|i| format!("job-{i:03}")).collect();
+    let expected: BTreeSet<String> = jobs.iter().map(|j| names::snapshot_name(j)).collect();
+    let got: BTreeSet<String> = cms.keys().cloned().collect();
+    assert_eq!(got, expected);
+    let mut per_version: BTreeMap<String, usize> = BTreeMap::new();
+    for (name, cm) in &cms {
+        let ann = cm.metadata.annotations.clone().unwrap_or_default();
+        let version = ann
+            .get(names::ANN_RUNTIME_RESOURCE_VERSION)
+            .unwrap_or_else(|| panic!("{name} has no provenance annotation"));
+        let want = images
+            .get(version)
+            .unwrap_or_else(|| panic!("{name} copied unknown runtime version {version}"));
+        let yaml: Value = serde_saphyr::from_str(
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("runtime"))
+                .unwrap_or_else(|| panic!("{name} has no runtime key")),
+        )
+        .expect("the snapshot is YAML");
+        assert_eq!(image_of(&yaml), want, "{name} (from version {version})");
+        assert_eq!(cm.immutable, Some(true), "{name}");
+        *per_version.entry(version.clone()).or_default() += 1;
+    }
+    println!("snapshots per runtime version: {per_version:?}");
+
+    // The audit log: snapshots were only ever created, each name at most once successfully.
+    let audit = settled_audit(&cp).await;
+    let in_ns: Vec<&Value> = audit
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "configmaps" && e["objectRef"]["namespace"] == ns)
+        .collect();
+    let rewrites: Vec<&&Value> = in_ns
+        .iter()
+        .filter(|e| matches!(e["verb"].as_str(), Some("update" | "patch")))
+        .collect();
+    assert!(
+        rewrites.is_empty(),
+        "snapshots were rewritten: {rewrites:#?}"
+    );
+    let mut created: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &in_ns {
+        if e["verb"] == "create" && e["responseStatus"]["code"] == 201 {
+            *created
+                .entry(e["objectRef"]["name"].as_str().unwrap_or_default())
+                .or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = created.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "created more than once: {twice:?}");
+    let snapshot_creates = created.keys().filter(|n| expected.contains(**n)).count();
+    // A create whose client was killed mid-request may be committed yet logged as failed
+    // (504, context canceled): every snapshot was at least attempted by a create.
+    let attempted: BTreeSet<&str> = in_ns
+        .iter()
+        .filter(|e| e["verb"] == "create")
+        .filter_map(|e| e["objectRef"]["name"].as_str())
+        .collect();
+    let never_created: Vec<&String> = expected
+        .iter()
+        .filter(|n| !attempted.contains(n.as_str()))
+        .collect();
+    assert!(
+        never_created.is_empty(),
+        "no create seen for {never_created:?}"
+    );
+    println!("snapshots whose create was logged as 201: {snapshot_creates} of {JOBS}");
+    cp.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_snapshotted() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let bin = controller_binary();
+    let cp = owned_control_plane().await;
+    let ns = cp.namespace("faults-outage").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let runtime_name = format!("torch-{ns}");
+    create(
+        &admin,
+        &ctr(),
+        None,
+        runtime_json(&runtime_name, "pytorch/pytorch:2.10.0"),
+    )
+    .await;
+    let trainjob = |name: &str| {
+        json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": runtime_name}}
+        })
+    };
+
+    let admin_port = holdfast_tests::control_plane::free_port().expect("port");
+    // A Lease long enough (renewal given up after 10 s) to outlast the outage.
+    let mut ctrl = start_controller_on(
+        &cp,
+        &bin,
+        &ns,
+        "outage",
+        admin_port,
+        &["--lease-duration-secs=15"],
+    );
+    wait_readyz(&mut ctrl, admin_port, true, Duration::from_secs(60)).await;
+    create(&admin, &tj(), Some(&ns), trainjob("before")).await;
+    wait_for("the snapshot of before", Duration::from_secs(60), || {
+        snapshot(&admin, &ns, "before")
+    })
+    .await;
+
+    // The apiserver goes away: the controller stops being ready within a bounded time.
+    cp.stop_apiserver();
+    let start = std::time::Instant::now();
+    wait_readyz(&mut ctrl, admin_port, false, Duration::from_secs(45)).await;
+    println!(
+        "/readyz not ready {:?} after the apiserver stopped",
+        start.elapsed()
+    );
+
+    cp.restart_apiserver().await.expect("restart the apiserver");
+    // If it gave up leadership while the apiserver was away, it exits non-zero and is
+    // restarted, as its Pod would be.
+    if !ctrl.running() {
+        println!("the controller exited during the outage; restarting it as kubelet would");
+        ctrl.restart().expect("restart the controller");
+    }
+    let after: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
+    for name in &after {
+        create(&admin, &tj(), Some(&ns), trainjob(name)).await;
+    }
+    for name in &after {
+        let cm = wait_for(
+            &format!("the snapshot of {name}"),
+            Duration::from_secs(90),
+            || snapshot(&admin, &ns, name),
+        )
+        .await;
+        assert_eq!(cm.immutable, Some(true));
+    }
+    wait_readyz(&mut ctrl, admin_port, true, Duration::from_secs(60)).await;
+    assert!(snapshot(&admin, &ns, "before").await.is_some());
+    drop(ctrl);
+    cp.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_call_whose_deadline_passes_during_an_outage_sends_nothing_after_it() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = owned_control_plane().await;
+    let ns = cp.namespace("faults-hold").await.expect("namespace");
+    create_plain_trainjob(&cp, &ns, "mnist", false).await;
+    let exec = executor(&cp).await;
+
+    cp.stop_apiserver();
+    let m = meta(Some(1), Duration::from_secs(2));
+    let deadline = m.deadline;
+    let result = tokio::time::timeout(Duration::from_secs(30), exec.hold(&ns, "mnist", m))
+        .await
+        .expect("the hold call returned within 30 s");
+    let returned = chrono::Utc::now();
+    match &result {
+        Err(e @ HoldError::Rejected { .. }) => println!("the call ended: {e}"),
+        other => panic!("expected Rejected, got {other:?}"),
+    }
+    assert!(
+        returned < deadline + chrono::Duration::seconds(5),
+        "returned at {returned}, deadline {deadline}"
+    );
+
+    cp.restart_apiserver().await.expect("restart the apiserver");
+    let audit = settled_audit(&cp).await;
+    let mine: Vec<&Value> = audit
+        .iter()
+        .filter(|e| deadline_in_user_agent(user_agent(e)) == Some(deadline))
+        .collect();
+    let late: Vec<&&Value> = mine.iter().filter(|e| received_at(e) > deadline).collect();
+    assert!(
+        late.is_empty(),
+        "requests received after the deadline: {late:#?}"
+    );
+    println!("requests of the call in the audit log: {}", mine.len());
+    cp.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_again() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let bin = controller_binary();
+    let cp = owned_control_plane().await;
+    let ns = cp.namespace("faults-pause").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let runtime_name = format!("torch-{ns}");
+    create(
+        &admin,
+        &ctr(),
+        None,
+        runtime_json(&runtime_name, "pytorch/pytorch:2.10.0"),
+    )
+    .await;
+    let trainjob = |name: &str| {
+        json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": runtime_name}}
+        })
+    };
+    let lease_args = ["--lease-duration-secs=3"];
+    let mut a = start_controller(&cp, &bin, &ns, "pause-a", &lease_args);
+    let mut b = start_controller(&cp, &bin, &ns, "pause-b", &lease_args);
+    create(&admin, &tj(), Some(&ns), trainjob("first")).await;
+    wait_for("the snapshot of first", Duration::from_secs(60), || {
+        snapshot(&admin, &ns, "first")
+    })
+    .await;
+    let holder = lease_holder(&admin, &ns).await;
+    let (leader, standby, standby_prefix) = if holder.starts_with("pause-a-") {
+        (&mut a, &mut b, "pause-b-")
+    } else {
+        assert!(holder.starts_with("pause-b-"), "holder {holder:?}");
+        (&mut b, &mut a, "pause-a-")
+    };
+
+    // The leader freezes past the lease duration: the standby takes over and does the work.
+    leader.signal("STOP").expect("SIGSTOP the leader");
+    let new_holder = wait_for(
+        "the standby to take the Lease",
+        Duration::from_secs(30),
+        || async {
+            let h = lease_holder(&admin, &ns).await;
+            h.starts_with(standby_prefix).then_some(h)
+        },
+    )
+    .await;
+    create(&admin, &tj(), Some(&ns), trainjob("second")).await;
+    wait_for("the snapshot of second", Duration::from_secs(60), || {
+        snapshot(&admin, &ns, "second")
+    })
+    .await;
+
+    // The old leader wakes up: it finds it lost the Lease and exits non-zero.
+    leader.signal("CONT").expect("SIGCONT the old leader");
+    // (Supervised does not expose the exit status: the log says why it stopped.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while leader.running() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the old leader still runs 20 s after SIGCONT:\n{}",
+            leader.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = std::fs::read_to_string(&leader.log).expect("the old leader's log");
+    assert!(
+        log.contains("lost the leader-election Lease"),
+        "the old leader stopped for another reason:\n{}",
+        leader.log_tail(30)
+    );
+    assert!(
+        standby.running(),
+        "the new leader exited:\n{}",
+        standby.log_tail(30)
+    );
+    assert_eq!(lease_holder(&admin, &ns).await, new_holder);
+    create(&admin, &tj(), Some(&ns), trainjob("third")).await;
+    wait_for("the snapshot of third", Duration::from_secs(60), || {
+        snapshot(&admin, &ns, "third")
+    })
+    .await;
+    drop((a, b));
+    cp.stop();
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+async fn owned_control_plane() -> ControlPlane {
+    tokio::task::spawn_blocking(ControlPlane::start)
+        .await
+        .expect("join")
+        .expect("start a control plane")
+}
+
+/// The real controller binary, built by `cargo build -p holdfast-controller`.
+fn controller_binary() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/holdfast-controller");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first with `cargo build -p holdfast-controller` \
+         (`cargo test --workspace` builds it)",
+        bin.display()
+    );
+    bin
+}
+
+fn start_controller(
+    cp: &ControlPlane,
+    bin: &std::path::Path,
+    ns: &str,
+    name: &str,
+    extra: &[&str],
+) -> Supervised {
+    let port = holdfast_tests::control_plane::free_port().expect("port");
+    start_controller_on(cp, bin, ns, name, port, extra)
+}
+
+/// The controller in plain mode, as holdfast's controller identity, without TLS (no hold
+/// API), its Lease and its watches in `ns`.
+fn start_controller_on(
+    cp: &ControlPlane,
+    bin: &std::path::Path,
+    ns: &str,
+    name: &str,
+    admin_port: u16,
+    extra: &[&str],
+) -> Supervised {
+    let api_port = holdfast_tests::control_plane::free_port().expect("port");
+    let mut args = vec![
+        "--mode=plain".to_string(),
+        format!(
+            "--kubeconfig={}",
+            cp.kubeconfig(Identity::Controller).display()
+        ),
+        format!("--api-addr=127.0.0.1:{api_port}"),
+        format!("--admin-addr=127.0.0.1:{admin_port}"),
+        format!("--identity={name}-{}", rand::random::<u32>()),
+        format!("--lease-namespace={ns}"),
+        format!("--watch-namespace={ns}"),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Supervised::start(
+        &format!("holdfast-controller-{name}"),
+        bin,
+        args,
+        cp.dir(),
+        cp.process_group(),
+    )
+    .expect("start holdfast-controller")
+}
+
+async fn lease_holder(client: &kube::Client, ns: &str) -> String {
+    Api::<Lease>::namespaced(client.clone(), ns)
+        .get_opt("holdfast-controller")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default()
+}
+
+/// Polls `/readyz` until it is (or is not) 200.
+async fn wait_readyz(proc: &mut Supervised, port: u16, ready: bool, timeout: Duration) {
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("http client");
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let ok = matches!(client.get(&url).send().await, Ok(r) if r.status().is_success());
+        if ok == ready {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz was not {} within {timeout:?}; controller log:\n{}",
+            if ready { "200" } else { "non-200" },
+            proc.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+fn ctr() -> ApiResource {
+    resource(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "ClusterTrainingRuntime",
+        "clustertrainingruntimes",
+    )
+}
+fn tj() -> ApiResource {
+    resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+}
+
+fn runtime_json(name: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
+                }
+            }]}}
+        }
+    })
+}
+
+async fn create(
+    client: &kube::Client,
+    ar: &ApiResource,
+    ns: Option<&str>,
+    obj: Value,
+) -> DynamicObject {
+    let obj: DynamicObject = serde_json::from_value(obj).expect("object json");
+    let api = match ns {
+        Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, ar),
+        None => Api::<DynamicObject>::all_with(client.clone(), ar),
+    };
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create")
+}
+
+/// Sets the runtime's container image (an admin's edit).
+async fn set_image(client: &kube::Client, name: &str, image: &str) -> DynamicObject {
+    let patch = json!({"spec": {"template": {"spec": {"replicatedJobs": [{
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
+        }
+    }]}}}});
+    Api::<DynamicObject>::all_with(client.clone(), &ctr())
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("edit the runtime")
+}
+
+fn rv(obj: &DynamicObject) -> String {
+    obj.metadata
+        .resource_version
+        .clone()
+        .expect("resourceVersion")
+}
+
+fn image_of(runtime: &Value) -> &str {
+    runtime
+        .pointer(
+            "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0/image",
+        )
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The snapshot ConfigMaps in `ns`, by name.
+async fn snapshots(client: &kube::Client, ns: &str) -> BTreeMap<String, ConfigMap> {
+    let lp = ListParams::default().labels(&format!("{}=true", names::LABEL_RUNTIME_SNAPSHOT));
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .expect("list ConfigMaps")
+        .items
+        .into_iter()
+        .filter_map(|cm| Some((cm.metadata.name.clone()?, cm)))
+        .collect()
+}
+
+async fn snapshot(client: &kube::Client, ns: &str, job: &str) -> Option<ConfigMap> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(&names::snapshot_name(job))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Polls `f` until it returns `Some`, or panics after `timeout`.
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
