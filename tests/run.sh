@@ -13,6 +13,8 @@ echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== build (the fault tests and the demo run the real binaries)"
+cargo build --workspace --bins --locked
 echo "== tests"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
