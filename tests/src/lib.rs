@@ -13,6 +13,7 @@ pub mod crds;
 pub mod helm;
 pub mod identity;
 pub mod kueue;
+pub mod objects;
 pub mod process;
 pub mod rbac;
 

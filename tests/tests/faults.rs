@@ -16,11 +16,12 @@ use hold_support::{
 use holdfast_controller::hold::deadline_in_user_agent;
 use holdfast_core::hold::HoldError;
 use holdfast_core::names;
+use holdfast_tests::objects::create_dynamic;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,7 +50,8 @@ async fn controller_killed_mid_migration_leaves_every_trainjob_exactly_one_corre
     // version → image, for every version of the runtime a snapshot may copy.
     let mut images: BTreeMap<String, String> = BTreeMap::new();
     let image = |i: usize| format!("pytorch/pytorch:2.{i}.0");
-    let runtime = create(&admin, &ctr(), None, runtime_json(&runtime_name, &image(0))).await;
+    let runtime =
+        create_dynamic(&admin, &ctr(), None, runtime_json(&runtime_name, &image(0))).await;
     images.insert(rv(&runtime), image(0));
 
     // Unfinished TrainJobs without snapshots, as before holdfast was installed.
@@ -63,7 +65,7 @@ async fn controller_killed_mid_migration_leaves_every_trainjob_exactly_one_corre
                     "metadata": {"name": format!("job-{i:03}")},
                     "spec": {"runtimeRef": {"name": runtime_name}}
                 });
-                create(&admin, &tj(), Some(&ns), job).await;
+                create_dynamic(&admin, &tj(), Some(&ns), job).await;
             }
         })
         .buffer_unordered(16)
@@ -200,7 +202,7 @@ async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_sn
     let ns = cp.namespace("faults-outage").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let runtime_name = format!("torch-{ns}");
-    create(
+    create_dynamic(
         &admin,
         &ctr(),
         None,
@@ -227,7 +229,7 @@ async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_sn
         &["--lease-duration-secs=15"],
     );
     wait_readyz(&mut ctrl, admin_port, true, Duration::from_secs(60)).await;
-    create(&admin, &tj(), Some(&ns), trainjob("before")).await;
+    create_dynamic(&admin, &tj(), Some(&ns), trainjob("before")).await;
     wait_for("the snapshot of before", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "before")
     })
@@ -251,7 +253,7 @@ async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_sn
     }
     let after: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
     for name in &after {
-        create(&admin, &tj(), Some(&ns), trainjob(name)).await;
+        create_dynamic(&admin, &tj(), Some(&ns), trainjob(name)).await;
     }
     for name in &after {
         let cm = wait_for(
@@ -315,7 +317,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
     let ns = cp.namespace("faults-pause").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let runtime_name = format!("torch-{ns}");
-    create(
+    create_dynamic(
         &admin,
         &ctr(),
         None,
@@ -333,7 +335,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
     let lease_args = ["--lease-duration-secs=3"];
     let mut a = start_controller(&cp, &bin, &ns, "pause-a", &lease_args);
     let mut b = start_controller(&cp, &bin, &ns, "pause-b", &lease_args);
-    create(&admin, &tj(), Some(&ns), trainjob("first")).await;
+    create_dynamic(&admin, &tj(), Some(&ns), trainjob("first")).await;
     wait_for("the snapshot of first", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "first")
     })
@@ -357,7 +359,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         },
     )
     .await;
-    create(&admin, &tj(), Some(&ns), trainjob("second")).await;
+    create_dynamic(&admin, &tj(), Some(&ns), trainjob("second")).await;
     wait_for("the snapshot of second", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "second")
     })
@@ -387,7 +389,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         standby.log_tail(30)
     );
     assert_eq!(lease_holder(&admin, &ns).await, new_holder);
-    create(&admin, &tj(), Some(&ns), trainjob("third")).await;
+    create_dynamic(&admin, &tj(), Some(&ns), trainjob("third")).await;
     wait_for("the snapshot of third", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "third")
     })
@@ -529,22 +531,6 @@ fn runtime_json(name: &str, image: &str) -> Value {
             }]}}
         }
     })
-}
-
-async fn create(
-    client: &kube::Client,
-    ar: &ApiResource,
-    ns: Option<&str>,
-    obj: Value,
-) -> DynamicObject {
-    let obj: DynamicObject = serde_json::from_value(obj).expect("object json");
-    let api = match ns {
-        Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, ar),
-        None => Api::<DynamicObject>::all_with(client.clone(), ar),
-    };
-    api.create(&PostParams::default(), &obj)
-        .await
-        .expect("create")
 }
 
 /// Sets the runtime's container image (an admin's edit).

@@ -15,6 +15,7 @@ use holdfast_controller::snapshot::{
 use holdfast_core::names;
 use holdfast_core::snapshot::Writer;
 use holdfast_serve::Readiness;
+use holdfast_tests::objects::create_dynamic;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -984,22 +985,6 @@ fn runtime_json(name: &str, image: &str) -> Value {
             }]}}
         }
     })
-}
-
-async fn create_dynamic(
-    client: &kube::Client,
-    ar: &ApiResource,
-    ns: Option<&str>,
-    obj: Value,
-) -> DynamicObject {
-    let obj: DynamicObject = serde_json::from_value(obj).expect("object json");
-    let api = match ns {
-        Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, ar),
-        None => Api::<DynamicObject>::all_with(client.clone(), ar),
-    };
-    api.create(&PostParams::default(), &obj)
-        .await
-        .expect("create")
 }
 
 async fn create_runtime(client: &kube::Client, name: &str, image: &str) -> DynamicObject {
