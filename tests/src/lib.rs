@@ -16,6 +16,7 @@ pub mod kueue;
 pub mod objects;
 pub mod process;
 pub mod rbac;
+pub mod wait;
 
 pub use control_plane::ControlPlane;
 pub use identity::Identity;

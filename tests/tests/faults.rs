@@ -18,6 +18,7 @@ use holdfast_core::hold::HoldError;
 use holdfast_core::names;
 use holdfast_tests::objects::create_dynamic;
 use holdfast_tests::process::Supervised;
+use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -25,7 +26,6 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -583,23 +583,4 @@ async fn snapshot(client: &kube::Client, ns: &str, job: &str) -> Option<ConfigMa
         .await
         .ok()
         .flatten()
-}
-
-/// Polls `f` until it returns `Some`, or panics after `timeout`.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }

@@ -16,6 +16,7 @@ use holdfast_core::names;
 use holdfast_core::snapshot::Writer;
 use holdfast_serve::Readiness;
 use holdfast_tests::objects::create_dynamic;
+use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -25,7 +26,6 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use sha2::Digest;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -1188,25 +1188,6 @@ async fn lease_holder(client: &kube::Client, ns: &str) -> String {
         .spec
         .and_then(|s| s.holder_identity)
         .unwrap_or_default()
-}
-
-/// Polls `f` until it returns `Some`, or panics after `timeout`.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn snapshot_cm(client: &kube::Client, ns: &str, job: &str) -> Option<ConfigMap> {
