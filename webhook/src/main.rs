@@ -3,6 +3,11 @@
 
 use clap::Parser;
 
+/// mimalloc: admissions allocate many small JSON nodes on every worker thread at once, where
+/// glibc's arenas contend (see the README's webhook benchmark).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     holdfast_serve::install_crypto_provider();
     holdfast_webhook::init_tracing();

@@ -8,6 +8,11 @@ use super::{AdmissionInput, Operation, Resource, UserInfo, Verdict};
 use json_patch::PatchOperation;
 use serde_json::{Map, Value, json};
 
+mod pruned;
+mod wire;
+
+pub use pruned::prune_object;
+
 /// The only AdmissionReview version served (the apiserver sends the first version listed in
 /// the webhook's `admissionReviewVersions`; the chart lists only v1).
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -108,11 +113,26 @@ fn opt_object<'a>(
 /// used: the policy goes by resource), `resource.group` (core = ""), `subResource` ("" = none),
 /// `name` (empty on `generateName`), `namespace`, `userInfo.username`/`groups`, `object`,
 /// `oldObject` (`null` = absent; any JSON, judged by the policy), `dryRun`.
+///
+/// Of `object` and `oldObject` only the members the policy reads are kept ([`prune_object`]:
+/// name, labels, annotations and finalizers; data, binaryData, immutable; spec.suspend,
+/// spec.active and spec.runtimeRef); the rest of the body is checked as JSON (and UTF-8) and
+/// dropped unread, which is most of what an admission would otherwise cost.
 pub fn decode_review(bytes: &[u8]) -> Result<(String, AdmissionInput), DecodeError> {
     let no_uid = |problem| DecodeError { uid: None, problem };
-    let review: Value =
-        serde_json::from_slice(bytes).map_err(|e| no_uid(Problem::NotJson(e.to_string())))?;
-    let Value::Object(review) = review else {
+    let text = std::str::from_utf8(bytes).map_err(|e| no_uid(Problem::NotJson(e.to_string())))?;
+    if let Some(decoded) = wire::decode(text) {
+        return Ok(decoded);
+    }
+    decode_generally(text)
+}
+
+/// `decode_review` for any body: reads it into (pruned) JSON values and says what is wrong.
+fn decode_generally(text: &str) -> Result<(String, AdmissionInput), DecodeError> {
+    let no_uid = |problem| DecodeError { uid: None, problem };
+    let review =
+        pruned::parse(text, pruned::REVIEW).map_err(|e| no_uid(Problem::NotJson(e.to_string())))?;
+    let Value::Object(mut review) = review else {
         return Err(no_uid(Problem::NotAnObject(super::fields::type_name(
             &review,
         ))));
@@ -125,14 +145,24 @@ pub fn decode_review(bytes: &[u8]) -> Result<(String, AdmissionInput), DecodeErr
     if kind.and_then(Value::as_str) != Some(KIND) {
         return Err(no_uid(Problem::WrongKind(quote(kind))));
     }
-    let request = opt_object(&review, "request", "request")
-        .map_err(no_uid)?
-        .ok_or_else(|| no_uid(Problem::MissingRequest))?;
+    let mut request = match review.remove("request") {
+        None | Some(Value::Null) => return Err(no_uid(Problem::MissingRequest)),
+        Some(Value::Object(request)) => request,
+        Some(other) => {
+            return Err(no_uid(bad(
+                "request",
+                format!(
+                    "is {}, expected an object",
+                    super::fields::type_name(&other)
+                ),
+            )));
+        }
+    };
     let uid = match request.get("uid") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         _ => return Err(no_uid(Problem::MissingUid)),
     };
-    match decode_request(request) {
+    match decode_request(&mut request) {
         Ok(input) => Ok((uid, input)),
         Err(problem) => Err(DecodeError {
             uid: Some(uid),
@@ -141,7 +171,7 @@ pub fn decode_review(bytes: &[u8]) -> Result<(String, AdmissionInput), DecodeErr
     }
 }
 
-fn decode_request(request: &Map<String, Value>) -> Result<AdmissionInput, Problem> {
+fn decode_request(request: &mut Map<String, Value>) -> Result<AdmissionInput, Problem> {
     opt_object(request, "kind", "request.kind")?;
     let resource = opt_object(request, "resource", "request.resource")?
         .ok_or_else(|| bad("request.resource", "is missing"))?;
@@ -192,10 +222,11 @@ fn decode_request(request: &Map<String, Value>) -> Result<AdmissionInput, Proble
             ));
         }
     };
-    let side = |key: &str| request.get(key).filter(|v| !v.is_null()).cloned();
+    let resource = Resource::from_group_resource(group, plural);
+    let mut side = |key: &str| request.remove(key).filter(|v| !v.is_null());
     Ok(AdmissionInput {
         operation,
-        resource: Resource::from_group_resource(group, plural),
+        resource,
         subresource,
         name,
         namespace,

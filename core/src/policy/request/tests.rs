@@ -45,7 +45,7 @@ fn decodes_an_admission_review() {
     assert_eq!(input.namespace.as_deref(), Some("team-a"));
     assert_eq!(input.user.username, "alice");
     assert_eq!(input.user.groups, vec!["system:authenticated".to_owned()]);
-    assert_eq!(input.object, Some(tj(&[], &[], Some(true))));
+    assert_eq!(input.object, Some(prune_object(&tj(&[], &[], Some(true)))));
     assert!(input.old_object.is_some());
     assert!(input.dry_run);
 }
@@ -266,4 +266,118 @@ fn decoded_review_runs_through_the_policy() {
     assert_eq!(patch.len(), 1, "the dropped hold-instance is restored");
     let r = response(&uid, &Verdict::Allow, &patch);
     assert_eq!(r["response"]["patchType"], json!("JSONPatch"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fast reader (`wire`) against the general one
+
+/// The fast reader answers only what the general reader would answer.
+fn same_as_general(text: &str) -> Result<(), TestCaseError> {
+    if let Some(fast) = wire::decode(text) {
+        prop_assert_eq!(Some(fast), decode_generally(text).ok(), "{}", text);
+    }
+    Ok(())
+}
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i32>().prop_map(|n| json!(n)),
+        Just(json!(2.5)),
+        prop::sample::select(vec![
+            "",
+            "UPDATE",
+            "CREATE",
+            "u",
+            "configmaps",
+            "a\"b",
+            "\u{e9}"
+        ])
+        .prop_map(|s| json!(s)),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(
+                prop::sample::select(vec!["uid", "group", "resource", "username", "x"]),
+                inner,
+                0..4
+            )
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+        ]
+    })
+}
+
+/// Where in a good review a value is put.
+const PLACES: [&[&str]; 16] = [
+    &["apiVersion"],
+    &["kind"],
+    &["request"],
+    &["request", "uid"],
+    &["request", "kind"],
+    &["request", "resource"],
+    &["request", "resource", "group"],
+    &["request", "resource", "resource"],
+    &["request", "subResource"],
+    &["request", "name"],
+    &["request", "namespace"],
+    &["request", "operation"],
+    &["request", "userInfo"],
+    &["request", "userInfo", "groups"],
+    &["request", "object"],
+    &["request", "dryRun"],
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_fast_reader_agrees_with_the_general_one(
+        place in prop::sample::select(PLACES.to_vec()),
+        value in arb_json(),
+        duplicate in any::<bool>(),
+    ) {
+        let mut review = review_json();
+        let mut at = &mut review;
+        for key in &place[..place.len() - 1] {
+            at = &mut at[*key];
+        }
+        let last = place[place.len() - 1];
+        at[last] = value.clone();
+        let text = review.to_string();
+        same_as_general(&text)?;
+        if duplicate {
+            // The same member twice: the last one counts, in both readers.
+            let pair = format!("\"{last}\":{}", serde_json::to_string(&value).unwrap());
+            let doubled = text.replacen(&pair, &format!("{pair},{pair}"), 1);
+            same_as_general(&doubled)?;
+            let swapped = text.replacen(&pair, &format!("\"{last}\":0,{pair}"), 1);
+            same_as_general(&swapped)?;
+        }
+    }
+}
+
+#[test]
+fn the_fast_reader_reads_a_good_review_and_gives_up_on_anything_odd() {
+    let text = review_json().to_string();
+    assert_eq!(wire::decode(&text), decode_generally(&text).ok());
+    assert!(wire::decode(&text).is_some());
+    // serde's derived structs would read these arrays as structs; the general reader refuses.
+    let arrays = [
+        r#"["admission.k8s.io/v1", "AdmissionReview", {"uid": "u"}]"#.to_owned(),
+        text.replacen(r#""userInfo":{"#, r#""userInfo":["alice"],"x":{"#, 1),
+    ];
+    for odd in arrays {
+        assert_eq!(wire::decode(&odd), None, "{odd}");
+        assert!(decode_generally(&odd).is_err(), "{odd}");
+    }
+    // Escaped strings are unescaped alike.
+    let escaped = text.replacen(r#""name":"mnist""#, r#""name":"mn\u0069st\n""#, 1);
+    let fast = wire::decode(&escaped).unwrap();
+    assert_eq!(fast.1.name, "mnist\n");
+    assert_eq!(Some(fast), decode_generally(&escaped).ok());
 }
