@@ -29,6 +29,8 @@ pub struct ControlPlane {
     dir: PathBuf,
     /// `https://127.0.0.1:PORT`.
     pub server: String,
+    /// etcd's client URL, `http://127.0.0.1:PORT`.
+    etcd_url: String,
     ca: CertificateAuthority,
     tokens: BTreeMap<Identity, String>,
     procs: Mutex<Processes>,
@@ -100,7 +102,7 @@ impl ControlPlane {
 
         let mut tokens = BTreeMap::new();
         let mut csv = String::new();
-        for id in Identity::ALL {
+        for id in Identity::ALL.into_iter().filter(|id| id.from_token_file()) {
             let t = random_token();
             csv.push_str(&format!(
                 "{t},{},{},\"{}\"\n",
@@ -175,9 +177,10 @@ impl ControlPlane {
             group,
         )?;
 
-        let cp = ControlPlane {
+        let mut cp = ControlPlane {
             dir: dir.clone(),
             server: server.clone(),
+            etcd_url: etcd_url.clone(),
             ca,
             tokens,
             procs: Mutex::new(Processes {
@@ -190,13 +193,16 @@ impl ControlPlane {
             reaper: Mutex::new(reaper),
             binaries,
         };
-        for id in Identity::ALL {
+        for id in Identity::ALL.into_iter().filter(|id| id.from_token_file()) {
             cp.write_kubeconfig(id)?;
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        rt.block_on(cp.bootstrap())?;
+        for (id, token) in rt.block_on(cp.bootstrap())? {
+            cp.tokens.insert(id, token);
+            cp.write_kubeconfig(id)?;
+        }
 
         let kcm = Supervised::start(
             "kube-controller-manager",
@@ -222,6 +228,12 @@ impl ControlPlane {
     /// the reaper ends them all with the test binary.
     pub fn process_group(&self) -> i32 {
         lock(&self.reaper).group()
+    }
+
+    /// etcd's client URL (`http://127.0.0.1:PORT`, no TLS): its gRPC gateway serves the v3
+    /// API as JSON (`/v3/kv/range`, `/v3/kv/compaction`), for fault tests.
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
     }
 
     /// The temporary directory holding logs, certificates and kubeconfigs.
@@ -274,7 +286,8 @@ impl ControlPlane {
     }
 
     /// A fresh namespace `{prefix}-{random}` in which [`Identity::User`] may edit ConfigMaps,
-    /// TrainJobs and Pods.
+    /// TrainJobs and Pods, and holdfast's controller has the chart's release-namespace Role
+    /// (its Lease), as if the test's namespace were the release's.
     pub async fn namespace(&self, prefix: &str) -> anyhow::Result<String> {
         let client = self.client(Identity::Admin).await?;
         let name = format!("{prefix}-{}", &random_token()[..8]);
@@ -306,9 +319,10 @@ impl ControlPlane {
                 ..Default::default()
             }]),
         };
-        Api::<RoleBinding>::namespaced(client, &name)
+        Api::<RoleBinding>::namespaced(client.clone(), &name)
             .create(&PostParams::default(), &rb)
             .await?;
+        crate::rbac::grant_release_roles_in(&client, &name).await?;
         Ok(name)
     }
 
@@ -329,13 +343,17 @@ impl ControlPlane {
     }
 
     /// Tier 2: start the real Kueue controller (once; later calls return at once) with the
-    /// TrainJob integration, its webhooks registered by URL.
+    /// TrainJob integration, its webhooks registered by URL. holdfast's accounts get the
+    /// chart's kueue-mode roles first.
     pub async fn start_kueue(&self) -> anyhow::Result<()> {
         static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
         let _one = STARTING.lock().await;
         if lock(&self.procs).kueue.is_some() {
             return Ok(());
         }
+        // The chart's kueue-mode rules (Workloads, AdmissionChecks) for holdfast's accounts.
+        let admin = self.client(Identity::Admin).await?;
+        crate::rbac::install_holdfast_rbac(&admin, "kueue").await?;
         let group = lock(&self.reaper).group();
         let proc = crate::kueue::start(
             self,
@@ -352,6 +370,18 @@ impl ControlPlane {
     pub fn restart_kueue(&self) -> anyhow::Result<()> {
         match lock(&self.procs).kueue.as_mut() {
             Some(k) => k.restart(),
+            None => bail!("kueue was never started"),
+        }
+    }
+
+    /// Kill Kueue (SIGKILL) and leave it down until [`ControlPlane::restart_kueue`] starts
+    /// it again — for fault tests. While it is down its webhooks refuse what they cover.
+    pub fn stop_kueue(&self) -> anyhow::Result<()> {
+        match lock(&self.procs).kueue.as_mut() {
+            Some(k) => {
+                k.kill();
+                Ok(())
+            }
             None => bail!("kueue was never started"),
         }
     }
@@ -408,22 +438,30 @@ impl ControlPlane {
         )
     }
 
-    async fn bootstrap(&self) -> anyhow::Result<()> {
+    /// CRDs, RBAC (holdfast's from the chart), and the tokens of holdfast's ServiceAccounts.
+    async fn bootstrap(&self) -> anyhow::Result<Vec<(Identity, String)>> {
         self.wait_ready().await?;
         let client = self.client(Identity::Admin).await?;
         for group in ["trainer", "jobset", "kueue"] {
             let crds = crate::crds::read_dir(&self.binaries.crd_dir().join(group))?;
             crate::crds::install(&client, crds).await?;
         }
-        // Until the chart's least-privilege roles are bound (the chart's tests), the system
-        // identities act as cluster-admin here; the plain user gets a namespaced role only.
+        // holdfast's controller and webhook get exactly the chart's roles, and tokens of its
+        // ServiceAccounts (see `crate::rbac`). Kueue and Trainer, whose RBAC is not ours to
+        // test, act as cluster-admin; the plain user gets a namespaced role only.
+        crate::rbac::install_holdfast_rbac(&client, "plain").await?;
+        let mut minted = Vec::new();
+        for id in [Identity::Controller, Identity::Webhook] {
+            let (ns, sa) = id
+                .username()
+                .strip_prefix("system:serviceaccount:")
+                .and_then(|rest| rest.split_once(':'))
+                .ok_or_else(|| anyhow::anyhow!("{id:?} is not a service account"))?;
+            let token = crate::rbac::mint_token(&client, ns, sa, 48 * 3600).await?;
+            minted.push((id, token));
+        }
         let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
-        for id in [
-            Identity::Controller,
-            Identity::Webhook,
-            Identity::Kueue,
-            Identity::Trainer,
-        ] {
+        for id in [Identity::Kueue, Identity::Trainer] {
             let crb = ClusterRoleBinding {
                 metadata: ObjectMeta {
                     name: Some(format!("holdfast-test-{}", id.slug())),
@@ -479,7 +517,7 @@ impl ControlPlane {
         Api::<ClusterRole>::all(client)
             .create(&PostParams::default(), &role)
             .await?;
-        Ok(())
+        Ok(minted)
     }
 
     async fn wait_controller_manager(&self) -> anyhow::Result<()> {

@@ -69,6 +69,13 @@ impl Identity {
         }
     }
 
+    /// Whether the identity is a static token of the apiserver's token file. holdfast's
+    /// controller and webhook are not: they authenticate with TokenRequest tokens of the
+    /// chart's ServiceAccounts, bound to exactly the chart's roles (`crate::rbac`).
+    pub fn from_token_file(self) -> bool {
+        !matches!(self, Identity::Controller | Identity::Webhook)
+    }
+
     /// A short name for files.
     pub fn slug(self) -> &'static str {
         match self {

@@ -24,3 +24,56 @@ pub async fn create_dynamic(
         Err(e) => panic!("create: {e}"),
     }
 }
+
+/// A Trainer resource (`trainer.kubeflow.org/v1alpha1`).
+pub fn trainer_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
+        plural,
+    )
+}
+
+/// A minimal torch ClusterTrainingRuntime with one container image.
+pub fn cluster_training_runtime(name: &str, image: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
+                }
+            }]}}
+        }
+    })
+}
+
+/// A TrainJob that references ClusterTrainingRuntime `runtime`.
+pub fn trainjob(name: &str, runtime: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {"runtimeRef": {"name": runtime}}
+    })
+}
+
+/// A binary of this workspace, built by `cargo build` (debug); panics saying how to build it.
+pub fn workspace_binary(name: &str) -> std::path::PathBuf {
+    let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("debug")
+        .join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first with `cargo build -p {name}` \
+         (`tests/run.sh` does)",
+        bin.display()
+    );
+    bin
+}

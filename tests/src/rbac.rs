@@ -1,8 +1,18 @@
 //! Acting with exactly the chart's permissions: apply rendered manifests (its ServiceAccounts,
 //! Roles and bindings) by server-side apply, then mint a token for a ServiceAccount through the
 //! TokenRequest API and hand out a client that authenticates with it.
+//!
+//! Every control plane installs the chart's RBAC as release [`RELEASE`] in
+//! [`RELEASE_NAMESPACE`] at start ([`install_holdfast_rbac`]), and [`Identity::Controller`]
+//! and [`Identity::Webhook`] authenticate with TokenRequest tokens of its two
+//! ServiceAccounts: the whole e2e suite runs holdfast with exactly the chart's permissions.
+//! The one addition: tests keep each controller's Lease in the test's own namespace (so tests
+//! run side by side), so the chart's release-namespace Role is also created there, bound to
+//! the same accounts ([`grant_release_roles_in`]) — the same rules a release installed in that
+//! namespace would have.
 
 use crate::ControlPlane;
+use crate::helm::Install;
 use crate::identity::Identity;
 use anyhow::Context;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -11,6 +21,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
+use std::sync::OnceLock;
 
 /// Field manager of the applies made here.
 pub const FIELD_MANAGER: &str = "holdfast-tests";
@@ -77,6 +88,31 @@ pub async fn apply_kinds(
     Ok(())
 }
 
+/// A token for ServiceAccount `namespace/name` from the TokenRequest API, valid for
+/// `seconds`, as the kubelet mints for a pod of that account.
+pub async fn mint_token(
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+    seconds: i64,
+) -> anyhow::Result<String> {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(seconds),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let answer = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("TokenRequest for ServiceAccount {namespace}/{name}"))?;
+    answer
+        .status
+        .and_then(|s| s.token)
+        .context("TokenRequest answered without a token")
+}
+
 /// A client that authenticates as ServiceAccount `namespace/name` with a token from the
 /// TokenRequest API (valid for an hour), as a pod of that account would.
 pub async fn service_account_client(
@@ -85,21 +121,7 @@ pub async fn service_account_client(
     name: &str,
 ) -> anyhow::Result<kube::Client> {
     let admin = cp.client(Identity::Admin).await?;
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let answer = Api::<ServiceAccount>::namespaced(admin, namespace)
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .with_context(|| format!("TokenRequest for ServiceAccount {namespace}/{name}"))?;
-    let token = answer
-        .status
-        .and_then(|s| s.token)
-        .context("TokenRequest answered without a token")?;
+    let token = mint_token(&admin, namespace, name, 3600).await?;
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: holdfast-local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: sa\n  context:\n    cluster: holdfast-local\n    user: sa\n    namespace: {namespace}\ncurrent-context: sa\n",
         server = cp.server,
@@ -113,4 +135,77 @@ pub async fn service_account_client(
 /// The user name a ServiceAccount's token authenticates as.
 pub fn service_account_user(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
+}
+
+/// The release name the harness installs holdfast's RBAC as: its ServiceAccounts are then
+/// `holdfast-controller` and `holdfast-webhook`, the names [`Identity`] authenticates as.
+pub const RELEASE: &str = "holdfast";
+/// The namespace of that release.
+pub const RELEASE_NAMESPACE: &str = "holdfast-system";
+
+/// The chart's RBAC objects (ServiceAccounts, Roles, bindings) for release [`RELEASE`] in
+/// `mode` (`plain` or `kueue`) with every other value at its default; rendered once per
+/// process and mode.
+pub fn holdfast_rbac(mode: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    static PLAIN: OnceLock<Result<Vec<serde_json::Value>, String>> = OnceLock::new();
+    static KUEUE: OnceLock<Result<Vec<serde_json::Value>, String>> = OnceLock::new();
+    let cell = match mode {
+        "plain" => &PLAIN,
+        "kueue" => &KUEUE,
+        other => anyhow::bail!("no mode {other}"),
+    };
+    cell.get_or_init(|| render_holdfast_rbac(mode, &[]).map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// The chart's RBAC objects for release [`RELEASE`] in `mode`, with more `--set` values.
+pub fn render_holdfast_rbac(mode: &str, sets: &[&str]) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut install = Install::new(RELEASE, RELEASE_NAMESPACE).set(format!("mode={mode}"));
+    for s in sets {
+        install = install.set(*s);
+    }
+    let docs = crate::helm::ensure()?.render(&install)?;
+    Ok(docs
+        .into_iter()
+        .filter(|d| RBAC_KINDS.iter().any(|k| d["kind"] == *k))
+        .collect())
+}
+
+/// Install the chart's RBAC for `mode` (its namespace included); applying the other mode's
+/// afterwards replaces the ClusterRoles' rules with that mode's.
+pub async fn install_holdfast_rbac(admin: &kube::Client, mode: &str) -> anyhow::Result<()> {
+    install_rendered(admin, &holdfast_rbac(mode)?).await
+}
+
+/// [`install_holdfast_rbac`] with more `--set` values: what an administrator installs when
+/// the defaults are not enough (e.g. `runtimes.extra` for a runtime kind of their own).
+pub async fn install_holdfast_rbac_with(
+    admin: &kube::Client,
+    mode: &str,
+    sets: &[&str],
+) -> anyhow::Result<()> {
+    install_rendered(admin, &render_holdfast_rbac(mode, sets)?).await
+}
+
+async fn install_rendered(admin: &kube::Client, docs: &[serde_json::Value]) -> anyhow::Result<()> {
+    let ns = serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NAMESPACE}
+    });
+    apply(admin, &ns, RELEASE_NAMESPACE, false).await?;
+    apply_kinds(admin, docs, &RBAC_KINDS, RELEASE_NAMESPACE).await
+}
+
+/// The chart's release-namespace Roles and RoleBindings (the controller's Lease, its
+/// certificate Secrets) created in `namespace` too, bound to the same ServiceAccounts of
+/// [`RELEASE_NAMESPACE`].
+pub async fn grant_release_roles_in(admin: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    for doc in holdfast_rbac("plain")? {
+        if doc["kind"] == "Role" || doc["kind"] == "RoleBinding" {
+            let mut copy = doc.clone();
+            copy["metadata"]["namespace"] = serde_json::Value::from(namespace);
+            apply(admin, &copy, namespace, false).await?;
+        }
+    }
+    Ok(())
 }

@@ -190,7 +190,8 @@ async fn webhook_keeps_admitting_across_serving_and_ca_rotations() {
         cert: vol.path().join("tls.crt"),
         key: vol.path().join("tls.key"),
     };
-    let config_name = format!("rotation-{ns}");
+    // The chart's configuration name: the controller's roles let it patch that one only.
+    let config_name = holdfast_tests::rbac::RELEASE.to_owned();
     let config = CertConfig {
         namespace: ns.clone(),
         ca_secret: "holdfast-ca".into(),

@@ -13,7 +13,12 @@
 use holdfast_certs::{CertificateAuthority, CertificateInfo};
 use holdfast_controller::certs::{self, CertArgs, CertConfig, Injection};
 use holdfast_tests::helm::{self, Helm, Install};
+use holdfast_tests::objects::{
+    cluster_training_runtime, create_dynamic, trainer_resource, trainjob, workspace_binary,
+};
+use holdfast_tests::process::Supervised;
 use holdfast_tests::rbac;
+use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -848,6 +853,130 @@ async fn the_controller_service_account_token_can_snapshot_and_loses_exactly_a_r
     );
     // Reading still works: only the removed verb is gone.
     cms.get("probe-1").await.expect("get is still granted");
+}
+
+/// The controller binary, run with a token of the chart's ServiceAccount whose ClusterRole
+/// lacks `create` on ConfigMaps: the TrainJob gets no snapshot, the log says exactly which
+/// permission is missing, and putting the verb back is all it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_missing_one_verb_takes_no_snapshot_and_its_log_names_the_permission() {
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let release_ns = cp.namespace("hf-cut").await.expect("namespace");
+    let tenant = cp.namespace("cut-tenant").await.expect("namespace");
+    let docs = helm
+        .render(&Install::new("cut", &release_ns))
+        .expect("render");
+    let sa = "cut-holdfast-controller";
+    let cut = without_verb(&docs, "ClusterRole", sa, "configmaps", "create");
+    let mut kept: Vec<Value> = docs
+        .iter()
+        .filter(|d| !(d["kind"] == "ClusterRole" && d["metadata"]["name"] == sa))
+        .cloned()
+        .collect();
+    kept.push(cut);
+    rbac::apply_kinds(&admin, &kept, &rbac::RBAC_KINDS, &release_ns)
+        .await
+        .expect("apply RBAC without the verb");
+
+    // The real binary, as the chart runs it: its ServiceAccount's token, its Lease.
+    let token = rbac::mint_token(&admin, &release_ns, sa, 3600)
+        .await
+        .expect("token");
+    let kubeconfig = cp.dir().join(format!("kubeconfig-{release_ns}.yaml"));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+            cp.server,
+            cp.dir().join("ca.crt").display()
+        ),
+    )
+    .expect("kubeconfig");
+    let free = || holdfast_tests::control_plane::free_port().expect("port");
+    let mut ctl = Supervised::start(
+        &format!("holdfast-controller-{release_ns}"),
+        &workspace_binary("holdfast-controller"),
+        vec![
+            "--mode=plain".into(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--api-addr=127.0.0.1:{}", free()),
+            format!("--admin-addr=127.0.0.1:{}", free()),
+            format!("--lease-namespace={release_ns}"),
+            "--lease-name=cut-holdfast-controller".into(),
+            format!("--watch-namespace={tenant}"),
+        ],
+        cp.dir(),
+        cp.process_group(),
+    )
+    .expect("start holdfast-controller");
+
+    let runtime = format!("torch-{tenant}");
+    let ctr = trainer_resource("ClusterTrainingRuntime", "clustertrainingruntimes");
+    let tjs = trainer_resource("TrainJob", "trainjobs");
+    create_dynamic(
+        &admin,
+        &ctr,
+        None,
+        cluster_training_runtime(&runtime, "pytorch/pytorch:2.10.0"),
+    )
+    .await;
+    create_dynamic(&admin, &tjs, Some(&tenant), trainjob("mnist", &runtime)).await;
+
+    let needle = format!(
+        "User \\\"system:serviceaccount:{release_ns}:{sa}\\\" cannot create resource \\\"configmaps\\\""
+    );
+    let plain_needle = format!(
+        "User \"system:serviceaccount:{release_ns}:{sa}\" cannot create resource \"configmaps\""
+    );
+    let log = wait_for(
+        "the controller to log the missing permission",
+        Duration::from_secs(60),
+        || {
+            let log = ctl.log_tail(400);
+            let found = log.contains(&needle) || log.contains(&plain_needle);
+            async move { found.then_some(log) }
+        },
+    )
+    .await;
+    let line = log
+        .lines()
+        .find(|l| l.contains(&needle) || l.contains(&plain_needle))
+        .unwrap_or_default();
+    eprintln!("the controller logged: {line}");
+    assert!(
+        line.contains("\"level\":\"ERROR\"") && line.contains("\"trainjob\":\"mnist\""),
+        "an error naming the TrainJob: {line}"
+    );
+    assert!(ctl.running(), "a missing permission is not a crash:\n{log}");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &tenant);
+    assert!(
+        cms.get_opt("mnist-runtime-snapshot")
+            .await
+            .expect("get")
+            .is_none(),
+        "no snapshot without create"
+    );
+
+    // Exactly that verb was missing: restore the chart's role and the snapshot is taken.
+    let full = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == sa)
+        .expect("the controller's ClusterRole");
+    rbac::apply(&admin, full, &release_ns, false)
+        .await
+        .expect("restore the role");
+    wait_for(
+        "the snapshot once create is granted",
+        Duration::from_secs(90),
+        || {
+            let cms = cms.clone();
+            async move { cms.get_opt("mnist-runtime-snapshot").await.ok().flatten() }
+        },
+    )
+    .await;
+    ctl.kill();
 }
 
 /// The controller's certificate flags, exactly as the rendered Deployment passes them.

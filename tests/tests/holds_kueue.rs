@@ -775,12 +775,14 @@ async fn a_rises_exactly_once_when_the_gate_crashes_between_its_writes() {
         "attempt=2: claimed; raising",
     )
     .await;
-    f.trainjobs(&controller)
-        .patch(
-            "job",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {ANN_ATTEMPT: "2"}}})),
-        )
+    // The gate's own write, as it makes it: an update with the stored resourceVersion.
+    let api = f.trainjobs(&controller);
+    let mut job = api.get("job").await.expect("job");
+    job.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANN_ATTEMPT.to_owned(), "2".to_owned());
+    api.replace("job", &PostParams::default(), &job)
         .await
         .expect("A raised before the crash");
     let raised_before = f.metrics.writes("raise_attempt");

@@ -922,6 +922,11 @@ async fn kueue_mode_holds_the_workload_found_by_job_uid() {
     use holdfast_controller::hold::resources;
     let cp = ControlPlane::shared();
     let ns = cp.namespace("kueue-io").await.expect("namespace");
+    // The chart's kueue-mode roles: the controller updates Workloads.
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    holdfast_tests::rbac::install_holdfast_rbac(&admin, "kueue")
+        .await
+        .expect("kueue-mode RBAC");
     let tj = create_trainjob(cp, &ns, "mnist", true).await;
     let exec = HoldExecutor::new(
         client_without_retries(cp, Identity::Controller).await,

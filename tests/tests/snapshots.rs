@@ -16,6 +16,7 @@ use holdfast_core::names;
 use holdfast_core::snapshot::Writer;
 use holdfast_serve::Readiness;
 use holdfast_tests::objects::create_dynamic;
+use holdfast_tests::rbac;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -556,9 +557,7 @@ async fn missing_runtime_is_retried_then_snapshotted_once_it_appears() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_runtime_kind_is_snapshotted_via_discovery() {
     let cp = ControlPlane::shared();
-    cp.install_crds(SLURM_RUNTIME_CRD)
-        .await
-        .expect("install SlurmRuntime");
+    install_slurm_runtimes(cp).await;
     let ns = cp.namespace("snap-slurm").await.expect("namespace");
     let admin = admin(cp).await;
     let slurm = create_slurm_runtime(&admin, &ns, "gpu-partition").await;
@@ -608,26 +607,39 @@ async fn two_replicas_one_writer() {
     let lease = |id: &str| {
         LeaseConfig::new(&ns, "holdfast-controller", id).with_lease_duration(Duration::from_secs(6))
     };
-    let a = start_replica(cp, &ns, Identity::Controller, lease("replica-a")).await;
-    let b = start_replica(cp, &ns, Identity::Webhook, lease("replica-b")).await;
+    // Two replicas of the controller's ServiceAccount, each with a token of its own (as two
+    // pods would have): the audit log tells them apart by the token's credential id.
+    let second_token =
+        rbac::service_account_client(cp, rbac::RELEASE_NAMESPACE, "holdfast-controller")
+            .await
+            .expect("a second token");
+    let controller = cp.client(Identity::Controller).await.expect("client");
+    let a = start_replica_with(controller, &ns, lease("replica-a"));
+    let b = start_replica_with(second_token, &ns, lease("replica-b"));
     for job in &jobs {
         wait_snapshot(&admin, &ns, job).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let creates = creates_in(cp, &ns);
     assert_eq!(creates.len(), jobs.len(), "{creates:#?}");
-    let writers: std::collections::BTreeSet<&str> = creates
-        .iter()
-        .map(|e| e["user"]["username"].as_str().unwrap_or_default())
-        .collect();
+    let writers: std::collections::BTreeSet<String> = creates.iter().map(credential).collect();
     assert_eq!(writers.len(), 1, "exactly one replica wrote: {writers:?}");
+    assert!(
+        writers.iter().all(|w| w.starts_with("JTI=")),
+        "each create names its token: {writers:?}"
+    );
+    assert!(
+        creates
+            .iter()
+            .all(|e| e["user"]["username"] == Identity::Controller.username()),
+        "{creates:#?}"
+    );
     let holder = lease_holder(&admin, &ns).await;
-    let (leader, standby, standby_user) = if holder == "replica-a" {
-        (a, b, Identity::Webhook.username())
+    let (leader, standby) = if holder == "replica-a" {
+        (a, b)
     } else {
-        (b, a, Identity::Controller.username())
+        (b, a)
     };
-    assert!(!writers.contains(standby_user), "the standby wrote");
 
     // The leader dies without releasing the Lease: the standby takes over once it expires.
     leader.task.abort();
@@ -636,7 +648,10 @@ async fn two_replicas_one_writer() {
     let creates = creates_in(cp, &ns);
     assert_eq!(creates.len(), jobs.len() + 1, "{creates:#?}");
     let last = creates.last().expect("a create");
-    assert_eq!(last["user"]["username"], standby_user);
+    assert!(
+        !writers.contains(&credential(last)),
+        "the standby, with the other token, wrote after the failover: {last:#}"
+    );
     assert_ne!(lease_holder(&admin, &ns).await, holder);
     standby.stop().await;
 }
@@ -750,9 +765,7 @@ async fn trainer_written_snapshot_is_accepted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_parsed_back_exactly_as_trainers_reader_does() {
     let cp = ControlPlane::shared();
-    cp.install_crds(SLURM_RUNTIME_CRD)
-        .await
-        .expect("install SlurmRuntime");
+    install_slurm_runtimes(cp).await;
     let ns = cp.namespace("snap-reader").await.expect("namespace");
     let admin = admin(cp).await;
     // Values a YAML 1.1 reader (Go's yaml.v2, under sigs.k8s.io/yaml) would mistake for
@@ -915,6 +928,25 @@ async fn oversized_runtime_gets_a_clear_event() {
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
+
+/// The SlurmRuntime kind, and read access to it for holdfast as the chart grants it when
+/// asked (`runtimes.extra`).
+async fn install_slurm_runtimes(cp: &ControlPlane) {
+    cp.install_crds(SLURM_RUNTIME_CRD)
+        .await
+        .expect("install SlurmRuntime");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    rbac::install_holdfast_rbac_with(
+        &admin,
+        "plain",
+        &[
+            "runtimes.extra[0].apiGroup=hpc.example.com",
+            "runtimes.extra[0].resources={slurmruntimes}",
+        ],
+    )
+    .await
+    .expect("the chart's RBAC with runtimes.extra");
+}
 
 const SLURM_RUNTIME_CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -1159,7 +1191,10 @@ async fn start_replica(
     identity: Identity,
     lease: LeaseConfig,
 ) -> Running {
-    let client = cp.client(identity).await.expect("client");
+    start_replica_with(cp.client(identity).await.expect("client"), ns, lease)
+}
+
+fn start_replica_with(client: kube::Client, ns: &str, lease: LeaseConfig) -> Running {
     let metrics = SnapshotMetrics::default();
     let readiness = Readiness::default();
     let mut config = test_config(ns);
@@ -1268,6 +1303,15 @@ fn requests_all(cp: &ControlPlane, identity: Identity, verb: &str, resource: &st
 }
 
 /// Successful ConfigMap creates in `ns`, by anyone, oldest first.
+/// The credential a request was made with: a ServiceAccount token's id (`JTI=...`), as the
+/// apiserver records it.
+fn credential(event: &Value) -> String {
+    event["user"]["extra"]["authentication.kubernetes.io/credential-id"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 fn creates_in(cp: &ControlPlane, ns: &str) -> Vec<Value> {
     cp.audit_events()
         .expect("audit log")

@@ -43,6 +43,11 @@ pub enum Error {
 
 impl Error {
     /// A bounded label for metrics: never an object name.
+    /// The apiserver refused the request for lack of permission (RBAC's 403).
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 403)
+    }
+
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",

@@ -88,13 +88,29 @@ pub fn error_policy(job: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Acti
     let job_ref = ObjectRef::from_obj(job.as_ref());
     let delay = ctx.backoff.next(&job_ref);
     let meta = job.meta();
-    tracing::info!(
-        namespace = meta.namespace.as_deref().unwrap_or_default(),
-        trainjob = meta.name.as_deref().unwrap_or_default(),
-        error = %error,
-        retry_in = ?delay,
-        "snapshot not taken; retrying"
+    let (namespace, trainjob) = (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
     );
+    if error.is_forbidden() {
+        // Not a passing failure: the controller's roles lack a permission (the chart's
+        // ClusterRole has every one it needs). Retried, in case RBAC is being fixed.
+        tracing::error!(
+            namespace,
+            trainjob,
+            error = %error,
+            retry_in = ?delay,
+            "snapshot not taken: holdfast-controller is not allowed to do what snapshots need; grant its ServiceAccount the chart's roles"
+        );
+    } else {
+        tracing::info!(
+            namespace,
+            trainjob,
+            error = %error,
+            retry_in = ?delay,
+            "snapshot not taken; retrying"
+        );
+    }
     Action::requeue(delay)
 }
 

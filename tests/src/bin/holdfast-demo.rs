@@ -12,8 +12,8 @@ use holdfast_webhook::registration::{Registration, Target};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,19 +73,9 @@ async fn start_holdfast(cp: ControlPlane) -> anyhow::Result<Demo> {
             );
         }
     }
+    // The control plane has installed the chart's RBAC in holdfast-system (its namespace
+    // included): the two binaries run with exactly the chart's roles.
     let admin = cp.client(Identity::Admin).await?;
-    Api::<Namespace>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: ObjectMeta {
-                    name: Some("holdfast-system".into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await?;
 
     let tls = cp.dir().join("holdfast-tls");
     std::fs::create_dir_all(&tls)?;
