@@ -75,8 +75,8 @@ pub struct Args {
     /// larger ones get 413.
     #[arg(long, env = "HOLDFAST_MAX_BODY_BYTES", default_value_t = Limits::DEFAULT.max_body_bytes)]
     pub max_body_bytes: usize,
-    /// Admissions served at once; more are shed at once with 503 (the apiserver then applies
-    /// the webhook's failurePolicy).
+    /// Admissions served at once; more are shed at once with 503 and Retry-After: 1 (the
+    /// apiserver retries within the webhook's timeoutSeconds, then applies its failurePolicy).
     #[arg(long, env = "HOLDFAST_MAX_CONCURRENT", default_value_t = Limits::DEFAULT.max_concurrent)]
     pub max_concurrent: usize,
     /// Longest time one admission may take, body read included, in milliseconds (keep it

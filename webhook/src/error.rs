@@ -2,7 +2,9 @@
 //!
 //! Every error is answered with a `v1 Status` JSON body, which the apiserver's client decodes
 //! into the message it reports ("failed calling webhook ...: <message>"), so whoever reads the
-//! refused write's error sees why. The apiserver then applies the webhook's failurePolicy.
+//! refused write's error sees why. The apiserver then applies the webhook's failurePolicy;
+//! only a `503` with `Retry-After` (a shed admission) is first retried, while the webhook's
+//! `timeoutSeconds` lasts.
 
 use axum::response::{IntoResponse, Response};
 use holdfast_core::policy::request::DecodeError;

@@ -4,8 +4,10 @@
 //!
 //! 1. **Load shedding.** At most [`Limits::max_concurrent`] admissions are answered at once;
 //!    one more is refused at once with `503` and `Retry-After: 1` (a `v1 Status` body saying
-//!    so). The apiserver counts that as a failed call and applies the webhook's
-//!    `failurePolicy` (`Fail`: the write is refused and the client retries).
+//!    so). The apiserver's client retries such an answer after the second it asks for, for
+//!    as long as the configuration's `timeoutSeconds` lasts; a call still shed then fails,
+//!    and the webhook's `failurePolicy` applies (`Fail`: the write is refused, with "context
+//!    deadline exceeded"). Measured by `tests/tests/faults_webhook.rs`.
 //! 2. **Timeout.** The whole answer, body read included, must take less than
 //!    [`Limits::request_timeout`] (below the configurations' `timeoutSeconds`), else `504`.
 //! 3. **Content type** `application/json` (parameters such as `charset` allowed), else `415`.
