@@ -24,7 +24,7 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 
 use super::Health;
-use super::trainjobs::{JobRef, trainjob_ref};
+use super::trainjobs::{JobRef, TrainJob, trainjob_ref};
 
 /// The watch's name in health and metrics.
 pub const WATCH: &str = "configmaps";
@@ -110,7 +110,8 @@ impl ConfigMapIndex {
 
 /// Starts the watch: the index, and the future that drives it (run it on a task). Every
 /// change to a snapshot-named ConfigMap that is not holdfast's own (a squatter's, Trainer's)
-/// and every deletion sends the TrainJob of that name to `retrigger`.
+/// and every deletion sends the TrainJob of that name to `retrigger` — also those only a
+/// relist finds, after the watch expired (410 Gone) and their events were lost.
 pub fn watch(
     client: kube::Client,
     namespace: Option<&str>,
@@ -121,8 +122,8 @@ pub fn watch(
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let api: Api<PartialObjectMeta<ConfigMap>> = match namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     };
     let entries: Arc<RwLock<Entries>> = Arc::default();
     let (listed_tx, listed) = watch::channel(false);
@@ -136,6 +137,7 @@ pub fn watch(
     let events = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
     let driver = events.for_each(move |event| {
         health.observe(WATCH, &event);
+        let mut gone = Vec::new();
         match event {
             Ok(watcher::Event::Init) => relist = Some(Entries::new()),
             Ok(watcher::Event::InitApply(cm)) => {
@@ -145,9 +147,28 @@ pub fn watch(
                 }
             }
             Ok(watcher::Event::InitDone) => {
+                // A relist after the first (the watch expired: 410 Gone) stands for events
+                // that will never come: what changed meanwhile is retriggered as those
+                // events would have been, once the index is fresh.
+                let relisted = *listed_tx.borrow();
+                let mut missed = Missed::default();
                 if let (Some(fresh), Ok(mut e)) = (relist.take(), entries.write()) {
+                    if relisted {
+                        missed = missed_events(&e, &fresh);
+                    }
                     *e = fresh;
                 }
+                if !missed.gone.is_empty() || !missed.written.is_empty() {
+                    tracing::info!(
+                        gone = missed.gone.len(),
+                        written = missed.written.len(),
+                        "relisted snapshot ConfigMaps: reconciling what the watch missed"
+                    );
+                }
+                for key in missed.written {
+                    let _ = retrigger.unbounded_send(trainjob_ref(&key.0, &key.1));
+                }
+                gone = missed.gone;
                 listed_tx.send_replace(true);
             }
             Ok(watcher::Event::Apply(cm)) => {
@@ -174,9 +195,51 @@ pub fn watch(
             }
             Err(_) => {}
         }
-        future::ready(())
+        if gone.is_empty() {
+            return future::Either::Left(future::ready(()));
+        }
+        // Snapshots gone while the watch was down: most often with their TrainJob (the
+        // garbage collector deletes a snapshot after its owner), which the TrainJob store may
+        // not know yet if its watch expired too — reconciling from it would write a snapshot
+        // for a TrainJob that no longer exists. One read each tells.
+        let (client, retrigger) = (client.clone(), retrigger.clone());
+        future::Either::Right(async move {
+            for (namespace, name) in gone {
+                let api: Api<PartialObjectMeta<TrainJob>> =
+                    Api::namespaced(client.clone(), &namespace);
+                if !matches!(api.get_metadata_opt(&name).await, Ok(None)) {
+                    let _ = retrigger.unbounded_send(trainjob_ref(&namespace, &name));
+                }
+            }
+        })
     });
     (index, driver)
+}
+
+/// What changed between two lists of the snapshot ConfigMaps that an event would have
+/// retriggered a TrainJob for.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Missed {
+    /// Snapshots gone (a `Delete` event).
+    gone: Vec<(String, String)>,
+    /// ConfigMaps not holdfast's, new or changed (an `Apply` event).
+    written: Vec<(String, String)>,
+}
+
+fn missed_events(before: &Entries, after: &Entries) -> Missed {
+    let gone = before
+        .keys()
+        .filter(|k| !after.contains_key(*k))
+        .cloned()
+        .collect();
+    let written = after
+        .iter()
+        .filter(|(k, meta)| {
+            !meta.holdfasts && before.get(*k).map(|m| m.as_ref()) != Some(meta.as_ref())
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    Missed { gone, written }
 }
 
 /// (namespace, TrainJob name) of a snapshot-named ConfigMap; `None` for any other name.
@@ -196,6 +259,45 @@ mod tests {
 
     fn cm(v: serde_json::Value) -> PartialObjectMeta<ConfigMap> {
         serde_json::from_value(v).expect("metadata")
+    }
+
+    #[test]
+    fn a_relist_retriggers_what_the_events_would_have() {
+        let key = |j: &str| ("ns".to_owned(), j.to_owned());
+        let meta = |holdfasts: bool, rv: &str| {
+            Arc::new(SnapshotMeta {
+                holdfasts,
+                resource_version: Some(rv.to_owned()),
+                ..SnapshotMeta::default()
+            })
+        };
+        let before: Entries = [
+            (key("kept"), meta(true, "1")),
+            (key("deleted"), meta(true, "2")),
+            (key("squatted"), meta(false, "3")),
+            (key("squatted-again"), meta(false, "4")),
+        ]
+        .into_iter()
+        .collect();
+        let after: Entries = [
+            (key("kept"), meta(true, "1")),
+            (key("squatted"), meta(false, "3")),
+            (key("squatted-again"), meta(false, "9")),
+            (key("new-squatter"), meta(false, "10")),
+            (key("written-by-another-replica"), meta(true, "11")),
+        ]
+        .into_iter()
+        .collect();
+        let mut missed = missed_events(&before, &after);
+        missed.written.sort();
+        assert_eq!(
+            missed,
+            Missed {
+                gone: vec![key("deleted")],
+                written: vec![key("new-squatter"), key("squatted-again")],
+            }
+        );
+        assert_eq!(missed_events(&after, &after), Missed::default());
     }
 
     #[test]
