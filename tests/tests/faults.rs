@@ -38,8 +38,24 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_killed_mid_migration_leaves_every_trainjob_exactly_one_correct_snapshot() {
-    const JOBS: usize = 300;
-    const KILLS: usize = 5;
+    killed_mid_migration(300, 5, 300).await;
+}
+
+/// The soak variant (issue #8's figures): 5,000 TrainJobs, 10 kills spread over the
+/// migration. `cargo test -p holdfast-tests --test faults -- --ignored` (README).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: 5,000 TrainJobs and 10 kills, several minutes; run with --ignored"]
+async fn soak_controller_killed_ten_times_migrating_5000_trainjobs_leaves_exactly_one_correct_snapshot_each()
+ {
+    killed_mid_migration(5000, 10, 3000).await;
+}
+
+/// `jobs` unfinished TrainJobs without snapshots; the controller SIGKILLed `kills` times, each
+/// at a random moment (up to `max_jitter_ms`) after it has written a snapshot, the runtime
+/// edited between kills.
+async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
+    #[allow(non_snake_case)]
+    let (JOBS, KILLS) = (jobs, kills);
     let _one = ONE_AT_A_TIME.lock().await;
     let bin = controller_binary();
     let cp = owned_control_plane().await;
@@ -86,7 +102,7 @@ async fn controller_killed_mid_migration_leaves_every_trainjob_exactly_one_corre
             // The last one is left to finish.
             wait_for(
                 "every TrainJob to have a snapshot",
-                Duration::from_secs(120),
+                Duration::from_secs(120 + JOBS as u64 / 10),
                 || async { (snapshots(&admin, &ns).await.len() == JOBS).then_some(()) },
             )
             .await;
@@ -108,7 +124,7 @@ async fn controller_killed_mid_migration_leaves_every_trainjob_exactly_one_corre
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        let jitter = rand::random::<u64>() % 300;
+        let jitter = rand::random::<u64>() % max_jitter_ms;
         tokio::time::sleep(Duration::from_millis(jitter)).await;
         ctrl.kill();
         kills += 1;
