@@ -4,14 +4,17 @@
 //! ```sh
 //! cargo run --release -p holdfast-webhook --example admission_bench
 //! cargo run --release -p holdfast-webhook --example admission_bench -- --connections 16 --seconds 10 --rate 1000
+//! cargo run --release -p holdfast-webhook --example admission_bench -- --http2
 //! ```
 //!
 //! Both servers listen on loopback behind the same TLS server (holdfast-serve: rustls, h2 and
 //! http/1.1). The webhook serves its real router (`/validate`: limits, content-type check,
 //! body read, AdmissionReview decode, policy, answer, metrics); the baseline is an axum route
 //! that reads the body and returns a fixed `allowed: true` review. The client calls them as
-//! the apiserver does: HTTPS POSTs of an AdmissionReview over kept-alive connections, here
-//! HTTP/1.1 with one connection per concurrent caller.
+//! the apiserver does: HTTPS POSTs of an AdmissionReview over kept-alive connections, by
+//! default HTTP/1.1 with one connection per concurrent caller; with `--http2` all callers
+//! share one multiplexed HTTP/2 connection, which is how the apiserver was seen calling
+//! webhooks (`tests/tests/faults_webhook.rs`).
 //!
 //! The review is a typical snapshot ConfigMap UPDATE (object and oldObject of about 2 KiB
 //! each, managedFields included) by the garbage collector, orphaning it: allowed, after the
@@ -67,6 +70,32 @@ struct Opts {
     /// Requests per second of the open-loop measurement.
     #[arg(long, default_value_t = 1000)]
     rate: u64,
+    /// HTTP/2, as the apiserver calls webhooks: every caller's requests multiplexed over one
+    /// kept-alive connection (instead of one HTTP/1.1 connection per caller).
+    #[arg(long)]
+    http2: bool,
+}
+
+/// HTTP/2 (one multiplexed connection) instead of HTTP/1.1 connections.
+static HTTP2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn http2() -> bool {
+    HTTP2.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A client over HTTP/1.1 (`idle` kept-alive connections at most) or, with `--http2`, over
+/// one HTTP/2 connection.
+fn builder(ca: &CertificateAuthority, idle: usize) -> reqwest::Client {
+    let b = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap())
+        .tcp_nodelay(true);
+    let b = if http2() {
+        b.http2_prior_knowledge()
+    } else {
+        b.http1_only().pool_max_idle_per_host(idle)
+    };
+    b.build().unwrap()
 }
 
 const GC: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
@@ -209,14 +238,7 @@ async fn start_servers() -> Servers {
 }
 
 fn client(ca: &CertificateAuthority) -> reqwest::Client {
-    reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap())
-        .http1_only()
-        .pool_max_idle_per_host(1)
-        .tcp_nodelay(true)
-        .build()
-        .unwrap()
+    builder(ca, 1)
 }
 
 async fn call(client: &reqwest::Client, url: &str, body: &bytes::Bytes) {
@@ -291,7 +313,11 @@ async fn closed_loop(
     connections: usize,
     duration: Duration,
 ) -> Samples {
-    let clients: Vec<reqwest::Client> = (0..connections).map(|_| client(ca)).collect();
+    // HTTP/1.1: a connection per caller; HTTP/2: the callers share one connection.
+    let shared = client(ca);
+    let clients: Vec<reqwest::Client> = (0..connections)
+        .map(|_| if http2() { shared.clone() } else { client(ca) })
+        .collect();
     for c in &clients {
         call(c, url, body).await; // connect and handshake outside the measurement
     }
@@ -332,14 +358,7 @@ async fn open_loop(
     rate: u64,
     duration: Duration,
 ) -> Samples {
-    let pooled = reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap())
-        .http1_only()
-        .pool_max_idle_per_host(64)
-        .tcp_nodelay(true)
-        .build()
-        .unwrap();
+    let pooled = builder(ca, 64);
     // Open a few connections before the clock starts.
     let warm: Vec<_> = (0..8)
         .map(|_| {
@@ -384,6 +403,7 @@ async fn open_loop(
 async fn main() {
     holdfast_serve::install_crypto_provider();
     let opts = Opts::parse();
+    HTTP2.store(opts.http2, std::sync::atomic::Ordering::Relaxed);
     let servers = start_servers().await;
     let body = bytes::Bytes::from(serde_json::to_vec(&review()).unwrap());
     let object_bytes = serde_json::to_vec(&snapshot_configmap(true)).unwrap().len();
@@ -407,9 +427,14 @@ async fn main() {
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
 
     println!(
-        "holdfast-webhook admission benchmark: ConfigMap UPDATE review of {} bytes (oldObject {} bytes), TLS 1.3, HTTP/1.1 keep-alive, {} cores",
+        "holdfast-webhook admission benchmark: ConfigMap UPDATE review of {} bytes (oldObject {} bytes), TLS 1.3, {}, {} cores",
         body.len(),
         object_bytes,
+        if opts.http2 {
+            "HTTP/2 (one connection)"
+        } else {
+            "HTTP/1.1 keep-alive"
+        },
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     // Warm both up, then alternate one-second rounds, so that whatever else the machine does
