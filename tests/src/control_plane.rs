@@ -342,6 +342,32 @@ impl ControlPlane {
             .collect())
     }
 
+    /// Every audit event, once every request made before this call is in the log: a sentinel
+    /// request is made now and awaited in the log (the apiserver writes it in blocking mode,
+    /// but a request still in flight is logged when it ends).
+    pub async fn settled_audit_events(&self) -> anyhow::Result<Vec<serde_json::Value>> {
+        let admin = self.client(Identity::Admin).await?;
+        let sentinel = format!("audit-sentinel-{}", random_token());
+        let _ = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin, "default")
+            .get_opt(&sentinel)
+            .await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let events = self.audit_events()?;
+            if events.iter().any(|e| {
+                e.pointer("/objectRef/name")
+                    .and_then(serde_json::Value::as_str)
+                    == Some(&sentinel)
+            }) {
+                return Ok(events);
+            }
+            if Instant::now() > deadline {
+                bail!("the audit log did not show the sentinel request {sentinel} within 20s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Tier 2: start the real Kueue controller (once; later calls return at once) with the
     /// TrainJob integration, its webhooks registered by URL. holdfast's accounts get the
     /// chart's kueue-mode roles first.

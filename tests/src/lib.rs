@@ -7,10 +7,12 @@
 //! when the process that started them ends, so a panicking test leaves nothing behind.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod binaries;
 pub mod control_plane;
 pub mod crds;
 pub mod helm;
+pub mod holdfast;
 pub mod identity;
 pub mod kueue;
 pub mod objects;

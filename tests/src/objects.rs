@@ -33,6 +33,16 @@ pub fn trainer_resource(kind: &str, plural: &str) -> ApiResource {
     )
 }
 
+/// `clustertrainingruntimes.trainer.kubeflow.org`.
+pub fn ctr_resource() -> ApiResource {
+    trainer_resource("ClusterTrainingRuntime", "clustertrainingruntimes")
+}
+
+/// `trainjobs.trainer.kubeflow.org`.
+pub fn trainjob_resource() -> ApiResource {
+    trainer_resource("TrainJob", "trainjobs")
+}
+
 /// A minimal torch ClusterTrainingRuntime with one container image.
 pub fn cluster_training_runtime(name: &str, image: &str) -> serde_json::Value {
     serde_json::json!({
@@ -60,20 +70,4 @@ pub fn trainjob(name: &str, runtime: &str) -> serde_json::Value {
         "metadata": {"name": name},
         "spec": {"runtimeRef": {"name": runtime}}
     })
-}
-
-/// A binary of this workspace, built by `cargo build` (debug); panics saying how to build it.
-pub fn workspace_binary(name: &str) -> std::path::PathBuf {
-    let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("target")
-        .join("debug")
-        .join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first with `cargo build -p {name}` \
-         (`tests/run.sh` does)",
-        bin.display()
-    );
-    bin
 }

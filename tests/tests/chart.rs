@@ -14,7 +14,7 @@ use holdfast_certs::{CertificateAuthority, CertificateInfo};
 use holdfast_controller::certs::{self, CertArgs, CertConfig, Injection};
 use holdfast_tests::helm::{self, Helm, Install};
 use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, trainer_resource, trainjob, workspace_binary,
+    cluster_training_runtime, create_dynamic, ctr_resource, trainjob, trainjob_resource,
 };
 use holdfast_tests::process::Supervised;
 use holdfast_tests::rbac;
@@ -897,7 +897,7 @@ async fn controller_missing_one_verb_takes_no_snapshot_and_its_log_names_the_per
     let free = || holdfast_tests::control_plane::free_port().expect("port");
     let mut ctl = Supervised::start(
         &format!("holdfast-controller-{release_ns}"),
-        &workspace_binary("holdfast-controller"),
+        &holdfast_tests::holdfast::binary("holdfast-controller"),
         vec![
             "--mode=plain".into(),
             format!("--kubeconfig={}", kubeconfig.display()),
@@ -913,8 +913,7 @@ async fn controller_missing_one_verb_takes_no_snapshot_and_its_log_names_the_per
     .expect("start holdfast-controller");
 
     let runtime = format!("torch-{tenant}");
-    let ctr = trainer_resource("ClusterTrainingRuntime", "clustertrainingruntimes");
-    let tjs = trainer_resource("TrainJob", "trainjobs");
+    let (ctr, tjs) = (ctr_resource(), trainjob_resource());
     create_dynamic(
         &admin,
         &ctr,

@@ -16,17 +16,19 @@ use hold_support::{
 use holdfast_controller::hold::deadline_in_user_agent;
 use holdfast_core::hold::HoldError;
 use holdfast_core::names;
-use holdfast_tests::objects::create_dynamic;
+use holdfast_tests::audit::ConfigMapWrites;
+use holdfast_tests::holdfast::{owned_control_plane, start_plain_controller, wait_readyz};
+use holdfast_tests::objects::{
+    cluster_training_runtime, create_dynamic, ctr_resource, trainjob_resource,
+};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// One fault test at a time: each runs its own control plane.
@@ -57,7 +59,6 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
     #[allow(non_snake_case)]
     let (JOBS, KILLS) = (jobs, kills);
     let _one = ONE_AT_A_TIME.lock().await;
-    let bin = controller_binary();
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-kill").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");
@@ -66,8 +67,13 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
     // version → image, for every version of the runtime a snapshot may copy.
     let mut images: BTreeMap<String, String> = BTreeMap::new();
     let image = |i: usize| format!("pytorch/pytorch:2.{i}.0");
-    let runtime =
-        create_dynamic(&admin, &ctr(), None, runtime_json(&runtime_name, &image(0))).await;
+    let runtime = create_dynamic(
+        &admin,
+        &ctr_resource(),
+        None,
+        cluster_training_runtime(&runtime_name, &image(0)),
+    )
+    .await;
     images.insert(rv(&runtime), image(0));
 
     // Unfinished TrainJobs without snapshots, as before holdfast was installed.
@@ -81,7 +87,7 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
                     "metadata": {"name": format!("job-{i:03}")},
                     "spec": {"runtimeRef": {"name": runtime_name}}
                 });
-                create_dynamic(&admin, &tj(), Some(&ns), job).await;
+                create_dynamic(&admin, &trainjob_resource(), Some(&ns), job).await;
             }
         })
         .buffer_unordered(16)
@@ -93,7 +99,6 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
     for round in 0..=KILLS {
         let mut ctrl = start_controller(
             &cp,
-            &bin,
             &ns,
             &format!("kill-{round}"),
             &["--snapshot-concurrency=1", "--lease-duration-secs=3"],
@@ -168,39 +173,24 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
 
     // The audit log: snapshots were only ever created, each name at most once successfully.
     let audit = settled_audit(&cp).await;
-    let in_ns: Vec<&Value> = audit
-        .iter()
-        .filter(|e| e["objectRef"]["resource"] == "configmaps" && e["objectRef"]["namespace"] == ns)
-        .collect();
-    let rewrites: Vec<&&Value> = in_ns
-        .iter()
-        .filter(|e| matches!(e["verb"].as_str(), Some("update" | "patch")))
-        .collect();
+    let writes = ConfigMapWrites::in_namespace(&audit, &ns);
     assert!(
-        rewrites.is_empty(),
-        "snapshots were rewritten: {rewrites:#?}"
+        writes.rewrites.is_empty(),
+        "snapshots were rewritten: {:#?}",
+        writes.rewrites
     );
-    let mut created: BTreeMap<&str, usize> = BTreeMap::new();
-    for e in &in_ns {
-        if e["verb"] == "create" && e["responseStatus"]["code"] == 201 {
-            *created
-                .entry(e["objectRef"]["name"].as_str().unwrap_or_default())
-                .or_default() += 1;
-        }
-    }
-    let twice: Vec<_> = created.iter().filter(|(_, n)| **n > 1).collect();
+    let twice: Vec<_> = writes.created.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "created more than once: {twice:?}");
-    let snapshot_creates = created.keys().filter(|n| expected.contains(**n)).count();
-    // A create whose client was killed mid-request may be committed yet logged as failed
-    // (504, context canceled): every snapshot was at least attempted by a create.
-    let attempted: BTreeSet<&str> = in_ns
-        .iter()
-        .filter(|e| e["verb"] == "create")
-        .filter_map(|e| e["objectRef"]["name"].as_str())
-        .collect();
+    let snapshot_creates = writes
+        .created
+        .keys()
+        .filter(|n| expected.contains(*n))
+        .count();
+    // A create whose client was killed mid-request may be committed yet logged as failed:
+    // every snapshot was at least attempted by a create.
     let never_created: Vec<&String> = expected
         .iter()
-        .filter(|n| !attempted.contains(n.as_str()))
+        .filter(|n| !writes.attempted.contains(*n))
         .collect();
     assert!(
         never_created.is_empty(),
@@ -213,16 +203,15 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_snapshotted() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let bin = controller_binary();
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-outage").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let runtime_name = format!("torch-{ns}");
     create_dynamic(
         &admin,
-        &ctr(),
+        &ctr_resource(),
         None,
-        runtime_json(&runtime_name, "pytorch/pytorch:2.10.0"),
+        cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
     .await;
     let trainjob = |name: &str| {
@@ -236,16 +225,15 @@ async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_sn
 
     let admin_port = holdfast_tests::control_plane::free_port().expect("port");
     // A Lease long enough (renewal given up after 10 s) to outlast the outage.
-    let mut ctrl = start_controller_on(
+    let mut ctrl = start_plain_controller(
         &cp,
-        &bin,
         &ns,
         "outage",
         admin_port,
         &["--lease-duration-secs=15"],
     );
     wait_readyz(&mut ctrl, admin_port, true, Duration::from_secs(60)).await;
-    create_dynamic(&admin, &tj(), Some(&ns), trainjob("before")).await;
+    create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("before")).await;
     wait_for("the snapshot of before", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "before")
     })
@@ -269,7 +257,7 @@ async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_sn
     }
     let after: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
     for name in &after {
-        create_dynamic(&admin, &tj(), Some(&ns), trainjob(name)).await;
+        create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob(name)).await;
     }
     for name in &after {
         let cm = wait_for(
@@ -328,16 +316,15 @@ async fn hold_call_whose_deadline_passes_during_an_outage_sends_nothing_after_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_again() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let bin = controller_binary();
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-pause").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let runtime_name = format!("torch-{ns}");
     create_dynamic(
         &admin,
-        &ctr(),
+        &ctr_resource(),
         None,
-        runtime_json(&runtime_name, "pytorch/pytorch:2.10.0"),
+        cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
     .await;
     let trainjob = |name: &str| {
@@ -349,9 +336,9 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         })
     };
     let lease_args = ["--lease-duration-secs=3"];
-    let mut a = start_controller(&cp, &bin, &ns, "pause-a", &lease_args);
-    let mut b = start_controller(&cp, &bin, &ns, "pause-b", &lease_args);
-    create_dynamic(&admin, &tj(), Some(&ns), trainjob("first")).await;
+    let mut a = start_controller(&cp, &ns, "pause-a", &lease_args);
+    let mut b = start_controller(&cp, &ns, "pause-b", &lease_args);
+    create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("first")).await;
     wait_for("the snapshot of first", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "first")
     })
@@ -375,7 +362,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         },
     )
     .await;
-    create_dynamic(&admin, &tj(), Some(&ns), trainjob("second")).await;
+    create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("second")).await;
     wait_for("the snapshot of second", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "second")
     })
@@ -405,7 +392,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         standby.log_tail(30)
     );
     assert_eq!(lease_holder(&admin, &ns).await, new_holder);
-    create_dynamic(&admin, &tj(), Some(&ns), trainjob("third")).await;
+    create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("third")).await;
     wait_for("the snapshot of third", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "third")
     })
@@ -418,68 +405,10 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
 // Helpers
 // ---------------------------------------------------------------------------------------
 
-async fn owned_control_plane() -> ControlPlane {
-    tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .expect("join")
-        .expect("start a control plane")
-}
-
-/// The real controller binary, built by `cargo build -p holdfast-controller`.
-fn controller_binary() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/holdfast-controller");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first with `cargo build -p holdfast-controller` \
-         (`cargo test --workspace` builds it)",
-        bin.display()
-    );
-    bin
-}
-
-fn start_controller(
-    cp: &ControlPlane,
-    bin: &std::path::Path,
-    ns: &str,
-    name: &str,
-    extra: &[&str],
-) -> Supervised {
+/// The controller on a free admin port.
+fn start_controller(cp: &ControlPlane, ns: &str, name: &str, extra: &[&str]) -> Supervised {
     let port = holdfast_tests::control_plane::free_port().expect("port");
-    start_controller_on(cp, bin, ns, name, port, extra)
-}
-
-/// The controller in plain mode, as holdfast's controller identity, without TLS (no hold
-/// API), its Lease and its watches in `ns`.
-fn start_controller_on(
-    cp: &ControlPlane,
-    bin: &std::path::Path,
-    ns: &str,
-    name: &str,
-    admin_port: u16,
-    extra: &[&str],
-) -> Supervised {
-    let api_port = holdfast_tests::control_plane::free_port().expect("port");
-    let mut args = vec![
-        "--mode=plain".to_string(),
-        format!(
-            "--kubeconfig={}",
-            cp.kubeconfig(Identity::Controller).display()
-        ),
-        format!("--api-addr=127.0.0.1:{api_port}"),
-        format!("--admin-addr=127.0.0.1:{admin_port}"),
-        format!("--identity={name}-{}", rand::random::<u32>()),
-        format!("--lease-namespace={ns}"),
-        format!("--watch-namespace={ns}"),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    Supervised::start(
-        &format!("holdfast-controller-{name}"),
-        bin,
-        args,
-        cp.dir(),
-        cp.process_group(),
-    )
-    .expect("start holdfast-controller")
+    start_plain_controller(cp, ns, name, port, extra)
 }
 
 async fn lease_holder(client: &kube::Client, ns: &str) -> String {
@@ -493,62 +422,6 @@ async fn lease_holder(client: &kube::Client, ns: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Polls `/readyz` until it is (or is not) 200.
-async fn wait_readyz(proc: &mut Supervised, port: u16, ready: bool, timeout: Duration) {
-    let url = format!("http://127.0.0.1:{port}/readyz");
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .expect("http client");
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let ok = matches!(client.get(&url).send().await, Ok(r) if r.status().is_success());
-        if ok == ready {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "/readyz was not {} within {timeout:?}; controller log:\n{}",
-            if ready { "200" } else { "non-200" },
-            proc.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-fn ctr() -> ApiResource {
-    resource(
-        "trainer.kubeflow.org",
-        "v1alpha1",
-        "ClusterTrainingRuntime",
-        "clustertrainingruntimes",
-    )
-}
-fn tj() -> ApiResource {
-    resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
-}
-
-fn runtime_json(name: &str, image: &str) -> Value {
-    json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": 1, "torch": {}},
-            "template": {"spec": {"replicatedJobs": [{
-                "name": "node",
-                "template": {
-                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                    "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
-                }
-            }]}}
-        }
-    })
-}
-
 /// Sets the runtime's container image (an admin's edit).
 async fn set_image(client: &kube::Client, name: &str, image: &str) -> DynamicObject {
     let patch = json!({"spec": {"template": {"spec": {"replicatedJobs": [{
@@ -558,7 +431,7 @@ async fn set_image(client: &kube::Client, name: &str, image: &str) -> DynamicObj
             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
         }
     }]}}}});
-    Api::<DynamicObject>::all_with(client.clone(), &ctr())
+    Api::<DynamicObject>::all_with(client.clone(), &ctr_resource())
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("edit the runtime")

@@ -31,19 +31,21 @@
 use futures::StreamExt;
 use holdfast_core::names;
 use holdfast_core::snapshot::{Integrity, Writer, read_snapshot};
-use holdfast_tests::objects::create_dynamic;
+use holdfast_tests::Identity;
+use holdfast_tests::audit::ConfigMapWrites;
+use holdfast_tests::holdfast::{owned_control_plane, start_plain_controller, wait_readyz};
+use holdfast_tests::objects::{
+    cluster_training_runtime, create_dynamic, ctr_resource, trainjob_resource,
+};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
-use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, VersionMatch,
     WatchEvent, WatchParams,
 };
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// TrainJobs snapshotted before the freeze.
@@ -60,7 +62,6 @@ const CHURN_WRITES: usize = 30;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_missed() {
-    let bin = controller_binary();
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-compact").await.expect("namespace");
     let churn_ns = cp.namespace("faults-churn").await.expect("namespace");
@@ -68,9 +69,9 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
     let runtime_name = format!("torch-{ns}");
     let runtime = create_dynamic(
         &admin,
-        &ctr(),
+        &ctr_resource(),
         None,
-        runtime_json(&runtime_name, "pytorch/pytorch:2.10.0"),
+        cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
     .await;
 
@@ -85,9 +86,8 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
     // The controller, with a Lease long enough that the freeze does not cost it leadership:
     // the relist must happen inside this one process.
     let admin_port = holdfast_tests::control_plane::free_port().expect("port");
-    let mut ctrl = start_controller_on(
+    let mut ctrl = start_plain_controller(
         &cp,
-        &bin,
         &ns,
         "compact",
         admin_port,
@@ -231,7 +231,7 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
 
     // Every snapshot: holdfast's, intact, the runtime's content and provenance, owned by the
     // TrainJob of its name as it is now.
-    let live_runtime = Api::<DynamicObject>::all_with(admin.clone(), &ctr())
+    let live_runtime = Api::<DynamicObject>::all_with(admin.clone(), &ctr_resource())
         .get(&runtime_name)
         .await
         .expect("the runtime");
@@ -278,32 +278,18 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
 
     // The audit log: one successful create per snapshot, two for those deleted during the
     // freeze; nothing ever rewrote one.
-    let audit = settled_audit(&cp).await;
-    let in_ns: Vec<&Value> = audit
-        .iter()
-        .filter(|e| e["objectRef"]["resource"] == "configmaps" && e["objectRef"]["namespace"] == ns)
-        .collect();
-    let rewrites: Vec<&&Value> = in_ns
-        .iter()
-        .filter(|e| matches!(e["verb"].as_str(), Some("update" | "patch")))
-        .collect();
+    let audit = cp.settled_audit_events().await.expect("audit log");
+    let writes = ConfigMapWrites::in_namespace(&audit, &ns);
     assert!(
-        rewrites.is_empty(),
-        "snapshots were rewritten: {rewrites:#?}"
+        writes.rewrites.is_empty(),
+        "snapshots were rewritten: {:#?}",
+        writes.rewrites
     );
-    let mut created: BTreeMap<&str, usize> = BTreeMap::new();
-    for e in &in_ns {
-        if e["verb"] == "create" && e["responseStatus"]["code"] == 201 {
-            *created
-                .entry(e["objectRef"]["name"].as_str().unwrap_or_default())
-                .or_default() += 1;
-        }
-    }
     for job in &live {
         let name = names::snapshot_name(job);
         let want = if snapshot_deleted.contains(job) { 2 } else { 1 };
         assert_eq!(
-            created.get(name.as_str()).copied().unwrap_or(0),
+            writes.creates_of(&name),
             want,
             "successful creates of {name}"
         );
@@ -314,11 +300,7 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
     // ConfigMaps are relisted).
     for job in job_deleted {
         let name = names::snapshot_name(job);
-        assert_eq!(
-            created.get(name.as_str()).copied().unwrap_or(0),
-            1,
-            "successful creates of {name}"
-        );
+        assert_eq!(writes.creates_of(&name), 1, "successful creates of {name}");
     }
     let cms_end: BTreeSet<String> = snapshots(&admin, &ns).await.into_keys().collect();
     assert_eq!(cms_end, expected);
@@ -330,115 +312,8 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
 // Helpers
 // ---------------------------------------------------------------------------------------
 
-async fn owned_control_plane() -> ControlPlane {
-    tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .expect("join")
-        .expect("start a control plane")
-}
-
-/// The real controller binary, built by `cargo build -p holdfast-controller`.
-fn controller_binary() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/holdfast-controller");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first with `cargo build -p holdfast-controller`",
-        bin.display()
-    );
-    bin
-}
-
-/// The controller in plain mode, as holdfast's controller identity, without TLS (no hold
-/// API), its Lease and its watches in `ns`.
-fn start_controller_on(
-    cp: &ControlPlane,
-    bin: &std::path::Path,
-    ns: &str,
-    name: &str,
-    admin_port: u16,
-    extra: &[&str],
-) -> Supervised {
-    let api_port = holdfast_tests::control_plane::free_port().expect("port");
-    let mut args = vec![
-        "--mode=plain".to_string(),
-        format!(
-            "--kubeconfig={}",
-            cp.kubeconfig(Identity::Controller).display()
-        ),
-        format!("--api-addr=127.0.0.1:{api_port}"),
-        format!("--admin-addr=127.0.0.1:{admin_port}"),
-        format!("--identity={name}-{}", rand::random::<u32>()),
-        format!("--lease-namespace={ns}"),
-        format!("--watch-namespace={ns}"),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    Supervised::start(
-        &format!("holdfast-controller-{name}"),
-        bin,
-        args,
-        cp.dir(),
-        cp.process_group(),
-    )
-    .expect("start holdfast-controller")
-}
-
-/// Polls `/readyz` until it is (or is not) 200.
-async fn wait_readyz(proc: &mut Supervised, port: u16, ready: bool, timeout: Duration) {
-    let url = format!("http://127.0.0.1:{port}/readyz");
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .expect("http client");
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let ok = matches!(client.get(&url).send().await, Ok(r) if r.status().is_success());
-        if ok == ready {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "/readyz was not {} within {timeout:?}; controller log:\n{}",
-            if ready { "200" } else { "non-200" },
-            proc.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-}
-fn ctr() -> ApiResource {
-    resource(
-        "trainer.kubeflow.org",
-        "v1alpha1",
-        "ClusterTrainingRuntime",
-        "clustertrainingruntimes",
-    )
-}
-fn tj() -> ApiResource {
-    resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
-}
 fn trainjobs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), ns, &tj())
-}
-
-fn runtime_json(name: &str, image: &str) -> Value {
-    json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {
-            "mlPolicy": {"numNodes": 1, "torch": {}},
-            "template": {"spec": {"replicatedJobs": [{
-                "name": "node",
-                "template": {
-                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                    "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
-                }
-            }]}}
-        }
-    })
+    Api::namespaced_with(client.clone(), ns, &trainjob_resource())
 }
 
 async fn create_trainjobs(client: &kube::Client, ns: &str, runtime: &str, names: &[String]) {
@@ -450,7 +325,7 @@ async fn create_trainjobs(client: &kube::Client, ns: &str, runtime: &str, names:
                 "metadata": {"name": name},
                 "spec": {"runtimeRef": {"name": runtime}}
             });
-            create_dynamic(client, &tj(), Some(ns), job).await;
+            create_dynamic(client, &trainjob_resource(), Some(ns), job).await;
         })
         .buffer_unordered(16)
         .collect::<Vec<()>>()
@@ -640,26 +515,4 @@ fn log_lines(log: &std::path::Path, offset: u64) -> Vec<Value> {
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .collect()
-}
-
-/// Every audit event written so far, once every request made before this call has been
-/// logged: a sentinel request is made and awaited in the log.
-async fn settled_audit(cp: &ControlPlane) -> Vec<Value> {
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let sentinel = format!("audit-sentinel-{}", rand::random::<u64>());
-    let _ = Api::<ConfigMap>::namespaced(admin, "default")
-        .get_opt(&sentinel)
-        .await;
-    wait_for(
-        "the audit log to show the sentinel request",
-        Duration::from_secs(20),
-        || async {
-            let events = cp.audit_events().expect("audit log");
-            events
-                .iter()
-                .any(|e| e.pointer("/objectRef/name").and_then(Value::as_str) == Some(&sentinel))
-                .then_some(events)
-        },
-    )
-    .await
 }

@@ -39,296 +39,77 @@
 //! one at a time.
 
 mod hold_support;
+mod kueue_support;
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use hold_support::{
-    annotation, client_without_retries, config, meta, resource_version, settled_audit, suspended,
-};
-use holdfast_controller::hold::HoldExecutor;
-use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
+use hold_support::{annotation, meta, resource_version, settled_audit, suspended};
 use holdfast_core::{
     classify::ObjectState,
     hold::Outcome,
-    mode::Mode,
-    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_REASON, HOLD_FINALIZER},
+    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_REASON},
     readmission::{WaitReason, claimed_attempt},
 };
 use holdfast_tests::{ControlPlane, Identity, kueue};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
-    WatchParams,
+use kube::api::{Api, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams};
+use kueue_support::{
+    MINUTE, QUEUE, Setup, active, check, condition, condition_reason, has_hold_finalizer,
+    trainjobs, uid,
 };
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-const MINUTE: Duration = Duration::from_secs(60);
 /// How long Kueue (including a restart) and the gate get for each step.
 const SETTLE: Duration = Duration::from_secs(120);
 /// How long a held or running job is watched after Kueue is back, to see it stay so.
 const STAYS: Duration = Duration::from_secs(5);
-/// The readmission AdmissionCheck the test queue requires.
-const CHECK: &str = "holdfast-readmission";
-const QUEUE: &str = "main";
 
 /// Both tests restart the Kueue this test binary shares.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn trainer(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
-    )
+/// One test's world: the shared Kueue fixture (a namespace whose queue requires the
+/// readmission check, a runtime, a kueue-mode executor acting as the controller and a
+/// readmission gate; its methods are reached through `Deref`), given [`SETTLE`] for each
+/// step, and a second namespace whose queue requires nothing, for the sentinel jobs that
+/// show Kueue works again.
+struct Fixture {
+    kueue: kueue_support::Fixture,
+    probe_ns: String,
+    restarts: u32,
 }
 
-/// One test's world: a namespace whose queue requires the readmission check, a runtime, a
-/// kueue-mode executor acting as the controller, a readmission gate, and a second namespace
-/// whose queue requires nothing, for the sentinel jobs that show Kueue works again.
-struct Fixture {
-    cp: &'static ControlPlane,
-    ns: String,
-    probe_ns: String,
-    runtime: String,
-    admin: kube::Client,
-    exec: HoldExecutor,
-    metrics: ReadmissionMetrics,
-    gate: (CancellationToken, tokio::task::JoinHandle<()>),
-    restarts: u32,
+impl std::ops::Deref for Fixture {
+    type Target = kueue_support::Fixture;
+
+    fn deref(&self) -> &kueue_support::Fixture {
+        &self.kueue
+    }
 }
 
 impl Fixture {
     async fn start(prefix: &str) -> Fixture {
-        let cp = ControlPlane::shared();
-        cp.start_kueue().await.expect("kueue starts");
-        let admin = cp.client(Identity::Admin).await.expect("admin");
-        ensure_admission_check(&admin).await;
-        let ns = cp.namespace(prefix).await.expect("namespace");
-        kueue::create_queues(&admin, &ns, QUEUE, &[CHECK])
-            .await
-            .expect("queues");
-        let probe_ns = cp
+        let kueue = kueue_support::Fixture::start_with(
+            prefix,
+            Setup {
+                settle: SETTLE,
+                ..Setup::default()
+            },
+        )
+        .await;
+        let probe_ns = kueue
+            .cp
             .namespace(&format!("{prefix}-probe"))
             .await
             .expect("probe namespace");
-        kueue::create_queues(&admin, &probe_ns, QUEUE, &[])
+        kueue::create_queues(&kueue.admin, &probe_ns, QUEUE, &[])
             .await
             .expect("probe queues");
-        let runtime = format!("torch-{ns}");
-        let rt: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": runtime, "labels": {"trainer.kubeflow.org/framework": "torch"}},
-            "spec": runtime_spec(),
-        }))
-        .expect("runtime");
-        Api::<DynamicObject>::all_with(
-            admin.clone(),
-            &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
-        )
-        .create(&PostParams::default(), &rt)
-        .await
-        .expect("create runtime");
-        let exec = HoldExecutor::new(
-            client_without_retries(cp, Identity::Controller).await,
-            Mode::Kueue,
-            config(),
-        );
-
-        // The readmission gate, as holdfast's controller runs it, for this namespace.
-        let metrics = ReadmissionMetrics::default();
-        let gate = ReadmissionGate::new(
-            cp.client(Identity::Controller).await.expect("controller"),
-            readmission::Config {
-                namespace: Some(ns.clone()),
-                retry_min: Duration::from_millis(100),
-                retry_max: Duration::from_secs(2),
-                resync: Duration::from_secs(3),
-                sweep_interval: Duration::from_secs(2),
-                ..readmission::Config::default()
-            },
-            metrics.clone(),
-        );
-        let token = CancellationToken::new();
-        let stop = token.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = gate.run(stop).await {
-                panic!("the readmission gate failed: {e:#}");
-            }
-        });
         Fixture {
-            cp,
-            ns,
+            kueue,
             probe_ns,
-            runtime,
-            admin,
-            exec,
-            metrics,
-            gate: (token, task),
             restarts: 0,
         }
-    }
-
-    fn trainjobs(&self, ns: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.admin.clone(), ns, &trainer("TrainJob", "trainjobs"))
-    }
-
-    fn workload_api(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.admin.clone(),
-            &self.ns,
-            &kueue::api_resource("Workload", "workloads"),
-        )
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.admin.clone(), &self.ns)
-    }
-
-    /// Creates a queued TrainJob in `ns` (Kueue's webhook suspends it at creation), managed
-    /// by holdfast or not.
-    async fn create_job(&self, ns: &str, name: &str, managed: bool) -> Value {
-        let mut labels = json!({"kueue.x-k8s.io/queue-name": QUEUE});
-        if managed {
-            labels["holdfast.dev/managed"] = json!("true");
-        }
-        let tj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"runtimeRef": {"name": self.runtime}}
-        }))
-        .expect("trainjob");
-        let created = self
-            .trainjobs(ns)
-            .create(&PostParams::default(), &tj)
-            .await
-            .expect("create TrainJob");
-        let v = serde_json::to_value(created).expect("json");
-        assert_eq!(v["spec"]["suspend"], true, "Kueue suspends a queued job");
-        v
-    }
-
-    async fn trainjob(&self, name: &str) -> Value {
-        serde_json::to_value(
-            self.trainjobs(&self.ns)
-                .get(name)
-                .await
-                .expect("get TrainJob"),
-        )
-        .expect("json")
-    }
-
-    /// The TrainJob's live Workloads, as they are now.
-    async fn workloads(&self, name: &str) -> Vec<Value> {
-        let uid = uid(&self.trainjob(name).await);
-        self.workload_api()
-            .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
-            .await
-            .expect("list workloads")
-            .items
-            .into_iter()
-            .map(|w| serde_json::to_value(w).expect("json"))
-            .filter(|w| w["metadata"].get("deletionTimestamp").is_none())
-            .collect()
-    }
-
-    /// Polls `probe` until it answers `Some`, for at most `within`.
-    async fn eventually<T, F, Fut>(&self, what: &str, within: Duration, mut probe: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Option<T>>,
-    {
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(t) = probe().await {
-                return t;
-            }
-            assert!(
-                start.elapsed() < within,
-                "{what}: not within {within:?}\nkueue log:\n{}",
-                self.cp.log_tail("kueue", 25)
-            );
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-    }
-
-    /// The TrainJob's one live Workload, once it satisfies `pred`.
-    async fn workload_when(&self, job: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        self.eventually(what, SETTLE, || async {
-            self.workloads(job).await.into_iter().find(|w| pred(w))
-        })
-        .await
-    }
-
-    async fn job_when(&self, job: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        self.eventually(what, SETTLE, || async {
-            let tj = self.trainjob(job).await;
-            pred(&tj).then_some(tj)
-        })
-        .await
-    }
-
-    /// Creates `n` pods of TrainJob `job`'s execution, labelled as JobSet labels them.
-    async fn create_pods(&self, job: &str, n: usize) {
-        for i in 0..n {
-            let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": format!("{job}-node-0-{i}"),
-                    "labels": {"jobset.sigs.k8s.io/jobset-name": job}},
-                "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
-            }))
-            .expect("pod");
-            self.pods()
-                .create(&PostParams::default(), &pod)
-                .await
-                .expect("create pod");
-        }
-    }
-
-    /// Deletes the pods of `job`'s execution, as Trainer's JobSet would, and waits until
-    /// they are gone. (Pods are the core API's: Kueue plays no part.)
-    async fn delete_pods(&self, job: &str) {
-        let selector = format!("jobset.sigs.k8s.io/jobset-name={job}");
-        self.pods()
-            .delete_collection(
-                &DeleteParams::default(),
-                &ListParams::default().labels(&selector),
-            )
-            .await
-            .expect("delete pods");
-        self.eventually("the pods are gone", SETTLE, || async {
-            let left = self
-                .pods()
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .expect("list pods");
-            left.items.is_empty().then_some(())
-        })
-        .await;
-    }
-
-    /// Runs `job` through its start gate: Open, then the gate lets the first execution
-    /// through (A = 1) and Kueue unsuspends the TrainJob.
-    async fn open_and_run(&self, job: &str) {
-        self.workload_when(job, "the Workload has quota and waits at the gate", |w| {
-            check(w).0 == "Pending" && condition(w, "QuotaReserved")
-        })
-        .await;
-        assert_eq!(
-            self.exec.open(&self.ns, job, meta(None, MINUTE)).await,
-            Ok(Outcome::Opened { started: false }),
-            "Kueue mode: Open only writes the mark"
-        );
-        let tj = self
-            .job_when(job, "the job runs", |tj| tj["spec"]["suspend"] == false)
-            .await;
-        assert_eq!(
-            annotation(&tj, ANN_ATTEMPT),
-            Some("1"),
-            "A rose at the gate"
-        );
     }
 
     /// Kills Kueue (SIGKILL) and leaves it down; prints what Kueue had done to `job` when it
@@ -337,7 +118,7 @@ impl Fixture {
         self.cp.stop_kueue().expect("kill kueue");
         self.restarts += 1;
         let tj = self.trainjob(job).await;
-        let wl = self.workloads(job).await;
+        let wl = self.live_workloads(job).await;
         println!(
             "Kueue killed ({}, {when}): TrainJob suspend={} A={:?}; Workloads: {:?}",
             self.restarts,
@@ -367,6 +148,7 @@ impl Fixture {
         })
         .await;
         let name = format!("probe-{}", self.restarts);
+        let probe_jobs = trainjobs(&self.admin, &self.probe_ns);
         // Kueue's webhook may still refuse the creation for a moment after it is ready.
         self.eventually("the sentinel job is created", SETTLE, || async {
             let tj: DynamicObject = serde_json::from_value(json!({
@@ -375,11 +157,7 @@ impl Fixture {
                 "spec": {"runtimeRef": {"name": self.runtime}}
             }))
             .expect("trainjob");
-            match self
-                .trainjobs(&self.probe_ns)
-                .create(&PostParams::default(), &tj)
-                .await
-            {
+            match probe_jobs.create(&PostParams::default(), &tj).await {
                 Ok(created) => {
                     assert_eq!(created.data["spec"]["suspend"], true, "Kueue suspends it");
                     Some(())
@@ -394,11 +172,7 @@ impl Fixture {
             "the restarted Kueue admits and unsuspends the sentinel job",
             SETTLE,
             || async {
-                let tj = self
-                    .trainjobs(&self.probe_ns)
-                    .get(&name)
-                    .await
-                    .expect("get the sentinel job");
+                let tj = probe_jobs.get(&name).await.expect("get the sentinel job");
                 (tj.data["spec"]["suspend"] == false).then_some(())
             },
         )
@@ -411,9 +185,7 @@ impl Fixture {
     }
 
     async fn finish(self) {
-        let (token, task) = self.gate;
-        token.cancel();
-        let _ = task.await;
+        self.kueue.finish().await;
     }
 }
 
@@ -443,76 +215,6 @@ fn kueue_ready(cp: &ControlPlane) -> bool {
     let mut buf = String::new();
     let _ = s.read_to_string(&mut buf);
     buf.starts_with("HTTP/1.1 200") || buf.starts_with("HTTP/1.0 200")
-}
-
-/// The readmission AdmissionCheck (cluster-scoped; shared with other tests).
-async fn ensure_admission_check(admin: &kube::Client) {
-    let ac: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
-        "metadata": {"name": CHECK},
-        "spec": {"controllerName": holdfast_core::names::READMISSION_CONTROLLER}
-    }))
-    .expect("admission check");
-    Api::<DynamicObject>::all_with(
-        admin.clone(),
-        &kueue::api_resource("AdmissionCheck", "admissionchecks"),
-    )
-    .patch(
-        CHECK,
-        &PatchParams::apply("holdfast-tests").force(),
-        &Patch::Apply(&ac),
-    )
-    .await
-    .expect("apply the AdmissionCheck");
-}
-
-fn runtime_spec() -> Value {
-    json!({"mlPolicy": {"numNodes": 1, "torch": {}},
-        "template": {"spec": {"replicatedJobs": [{"name": "node",
-            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0",
-                "resources": {"requests": {"cpu": "1"}}}]}}}}}]}}})
-}
-
-/// Our check's `(state, message)` on a Workload.
-fn check(w: &Value) -> (String, String) {
-    w.pointer("/status/admissionChecks")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["name"] == CHECK))
-        .map(|c| {
-            (
-                c["state"].as_str().unwrap_or_default().to_owned(),
-                c["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .unwrap_or_default()
-}
-
-fn condition(w: &Value, kind: &str) -> bool {
-    condition_reason(w, kind).is_some()
-}
-
-/// The reason of condition `kind` if it is true.
-fn condition_reason(w: &Value, kind: &str) -> Option<String> {
-    w.pointer("/status/conditions")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|c| c["type"] == kind && c["status"] == "True")
-        .map(|c| c["reason"].as_str().unwrap_or_default().to_owned())
-}
-
-fn active(w: &Value) -> bool {
-    w.pointer("/spec/active").and_then(Value::as_bool) != Some(false)
-}
-
-fn has_hold_finalizer(w: &Value) -> bool {
-    w.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|s| s == HOLD_FINALIZER))
-}
-
-fn uid(o: &Value) -> String {
-    o["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
 }
 
 /// A Workload in a few words, for the report.
@@ -680,12 +382,12 @@ fn controller_writes<'a>(events: &'a [Value], from: usize, ns: &str) -> Vec<&'a 
 async fn hold_stays_in_force_when_kueue_restarts_during_the_eviction_and_while_held() {
     let _one = ONE_AT_A_TIME.lock().await;
     let mut f = Fixture::start("kqf-hold").await;
-    f.create_job(&f.ns, "job", true).await;
+    f.create_job("job", json!({})).await;
     f.open_and_run("job").await;
     f.create_pods("job", 2).await;
     let job_uid = uid(&f.trainjob("job").await);
-    let jobs = History::start(f.trainjobs(&f.ns)).await;
-    let workloads = History::start(f.workload_api()).await;
+    let jobs = History::start(f.trainjobs(&f.admin)).await;
+    let workloads = History::start(f.workload_api(&f.admin)).await;
     let before = ["claim", "raise_attempt", "ready"].map(|s| f.metrics.writes(s));
 
     // Hold; Kueue is killed the moment it returns, in the middle of evicting.
@@ -718,7 +420,7 @@ async fn hold_stays_in_force_when_kueue_restarts_during_the_eviction_and_while_h
         assert!(suspended(&tj), "the held job must not run: {tj:#}");
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    let now = f.workloads("job").await;
+    let now = f.live_workloads("job").await;
     assert_eq!(now.len(), 1, "one Workload: {now:#?}");
     assert_eq!(uid(&now[0]), uid(&evicted), "the same Workload");
     assert!(!active(&now[0]));
@@ -795,7 +497,7 @@ async fn hold_stays_in_force_when_kueue_restarts_during_the_eviction_and_while_h
 async fn release_passes_the_gate_exactly_once_when_kueue_restarts_during_readmission() {
     let _one = ONE_AT_A_TIME.lock().await;
     let mut f = Fixture::start("kqf-release").await;
-    f.create_job(&f.ns, "job", true).await;
+    f.create_job("job", json!({})).await;
     f.open_and_run("job").await;
     // The execution's pods: the gate keeps the re-admission waiting until they are gone.
     f.create_pods("job", 2).await;
@@ -814,8 +516,8 @@ async fn release_passes_the_gate_exactly_once_when_kueue_restarts_during_readmis
     .await;
     let job_uid = uid(&f.trainjob("job").await);
 
-    let jobs = History::start(f.trainjobs(&f.ns)).await;
-    let workloads = History::start(f.workload_api()).await;
+    let jobs = History::start(f.trainjobs(&f.admin)).await;
+    let workloads = History::start(f.workload_api(&f.admin)).await;
     let audit_from = settled_audit(f.cp).await.len();
     let before = ["claim", "raise_attempt", "ready"].map(|s| f.metrics.writes(s));
 

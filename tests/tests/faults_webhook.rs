@@ -37,6 +37,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use holdfast_tests::control_plane::free_port;
+use holdfast_tests::holdfast::owned_control_plane;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
@@ -149,7 +150,7 @@ async fn losing_one_of_two_replicas_under_load_never_lets_a_protected_edit_throu
     const MIN_AFTER: usize = 60;
     let _one = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
-    let bin = webhook_binary();
+    let bin = holdfast_tests::holdfast::binary("holdfast-webhook");
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-replica").await.expect("namespace");
     let (cert, key) = serving_cert(&cp, "replicas");
@@ -274,7 +275,7 @@ impl Overload {
         extra: &[&str],
         want_failure_policy: bool,
     ) -> Overload {
-        let bin = webhook_binary();
+        let bin = holdfast_tests::holdfast::binary("holdfast-webhook");
         let cp = owned_control_plane().await;
         let ns = cp.namespace(prefix).await.expect("namespace");
         let (cert, key) = serving_cert(&cp, prefix);
@@ -369,25 +370,6 @@ const SHED: (&str, (&str, &str)) = (
 );
 /// Answered AdmissionReviews.
 const ADMISSIONS: &str = "holdfast_webhook_admissions_total";
-
-async fn owned_control_plane() -> ControlPlane {
-    tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .expect("join")
-        .expect("start a control plane")
-}
-
-/// The real webhook binary, built by `cargo build -p holdfast-webhook`.
-fn webhook_binary() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/holdfast-webhook");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first with `cargo build -p holdfast-webhook` \
-         (`cargo test --workspace` builds it)",
-        bin.display()
-    );
-    bin
-}
 
 /// A serving certificate naming 127.0.0.1 (the apiserver calls `https://127.0.0.1:PORT`),
 /// from the control plane's CA, written under the control plane's directory.
@@ -918,7 +900,7 @@ async fn writer(
 /// The audit log: every protected edit the clients sent reached the apiserver (one event
 /// each) and none of them succeeded.
 async fn assert_audit_shows_no_protected_edit(cp: &ControlPlane, ns: &str, sent: usize) {
-    let events = settled_audit(cp).await;
+    let events = cp.settled_audit_events().await.expect("audit log");
     let mut by_code: BTreeMap<i64, usize> = BTreeMap::new();
     for e in &events {
         let s = |p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or_default();
@@ -949,28 +931,6 @@ async fn assert_audit_shows_no_protected_edit(cp: &ControlPlane, ns: &str, sent:
         sent,
         "the audit log does not show every protected edit sent"
     );
-}
-
-/// Every audit event, once a request made now shows in the log (so everything before it is
-/// written).
-async fn settled_audit(cp: &ControlPlane) -> Vec<Value> {
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let sentinel = format!("audit-sentinel-{}", rand::random::<u64>());
-    let _ = Api::<ConfigMap>::namespaced(admin, "default")
-        .get_opt(&sentinel)
-        .await;
-    wait_for(
-        "the audit log to show the sentinel request",
-        Duration::from_secs(20),
-        || async {
-            let events = cp.audit_events().expect("audit log");
-            events
-                .iter()
-                .any(|e| e.pointer("/objectRef/name").and_then(Value::as_str) == Some(&sentinel))
-                .then_some(events)
-        },
-    )
-    .await
 }
 
 /// Send bursts of concurrent AdmissionReviews straight to the webhook (as the apiserver

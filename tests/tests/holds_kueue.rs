@@ -8,13 +8,11 @@
 //! them itself with the label the gate looks them up by, and deletes them as Trainer would.
 
 mod hold_support;
+mod kueue_support;
 
-use std::future::Future;
 use std::time::Duration;
 
-use hold_support::{annotation, client_without_retries, config, meta, settled_audit};
-use holdfast_controller::hold::HoldExecutor;
-use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
+use hold_support::{annotation, meta, settled_audit};
 use holdfast_core::{
     classify::ObjectState,
     hold::{Outcome, RejectCause},
@@ -22,372 +20,13 @@ use holdfast_core::{
     names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_REASON, HOLD_FINALIZER},
     readmission::claimed_attempt,
 };
-use holdfast_tests::{ControlPlane, Identity, kueue};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use holdfast_tests::Identity;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kueue_support::{
+    CHECK, Fixture, MINUTE, QUEUE, SETTLE, Setup, active, check, condition, condition_reason,
+    finalizers, runtime_spec, trainer, uid,
+};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-
-const MINUTE: Duration = Duration::from_secs(60);
-/// How long Kueue and the gate get for each step.
-const SETTLE: Duration = Duration::from_secs(60);
-/// The readmission AdmissionCheck every test's ClusterQueue requires.
-const CHECK: &str = "holdfast-readmission";
-const QUEUE: &str = "main";
-
-fn trainer(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
-    )
-}
-
-/// One test's world: a namespace whose queue requires the readmission check, a runtime, a
-/// kueue-mode executor acting as the controller, and a readmission gate.
-struct Fixture {
-    cp: &'static ControlPlane,
-    ns: String,
-    runtime: String,
-    admin: kube::Client,
-    exec: HoldExecutor,
-    metrics: ReadmissionMetrics,
-    gate: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
-}
-
-impl Fixture {
-    async fn start(prefix: &str) -> Fixture {
-        Fixture::start_with(prefix, true, &[CHECK]).await
-    }
-
-    /// `gate`: run a readmission gate; `checks`: the AdmissionChecks the queue requires.
-    async fn start_with(prefix: &str, gate: bool, checks: &[&str]) -> Fixture {
-        let cp = ControlPlane::shared();
-        cp.start_kueue().await.expect("kueue starts");
-        let ns = cp.namespace(prefix).await.expect("namespace");
-        let admin = cp.client(Identity::Admin).await.expect("admin");
-        ensure_admission_check(&admin).await;
-        kueue::create_queues(&admin, &ns, QUEUE, checks)
-            .await
-            .expect("queues");
-        let runtime = format!("torch-{ns}");
-        let rt: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": runtime, "labels": {"trainer.kubeflow.org/framework": "torch"}},
-            "spec": runtime_spec("1"),
-        }))
-        .expect("runtime");
-        Api::<DynamicObject>::all_with(
-            admin.clone(),
-            &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
-        )
-        .create(&PostParams::default(), &rt)
-        .await
-        .expect("create runtime");
-        let exec = HoldExecutor::new(
-            client_without_retries(cp, Identity::Controller).await,
-            Mode::Kueue,
-            config(),
-        );
-        let mut f = Fixture {
-            cp,
-            ns,
-            runtime,
-            admin,
-            exec,
-            metrics: ReadmissionMetrics::default(),
-            gate: None,
-        };
-        if gate {
-            f.start_gate().await;
-        }
-        f
-    }
-
-    /// Runs a readmission gate (as holdfast's controller) for this namespace.
-    async fn start_gate(&mut self) {
-        let client = self
-            .cp
-            .client(Identity::Controller)
-            .await
-            .expect("controller");
-        let gate = ReadmissionGate::new(
-            client,
-            readmission::Config {
-                namespace: Some(self.ns.clone()),
-                retry_min: Duration::from_millis(100),
-                retry_max: Duration::from_secs(2),
-                resync: Duration::from_secs(3),
-                sweep_interval: Duration::from_secs(2),
-                ..readmission::Config::default()
-            },
-            self.metrics.clone(),
-        );
-        let token = CancellationToken::new();
-        let stop = token.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = gate.run(stop).await {
-                panic!("the readmission gate failed: {e:#}");
-            }
-        });
-        self.gate = Some((token, task));
-    }
-
-    async fn stop_gate(&mut self) {
-        if let Some((token, task)) = self.gate.take() {
-            token.cancel();
-            let _ = task.await;
-        }
-    }
-
-    fn trainjobs(&self, client: &kube::Client) -> Api<DynamicObject> {
-        Api::namespaced_with(client.clone(), &self.ns, &trainer("TrainJob", "trainjobs"))
-    }
-
-    fn workload_api(&self, client: &kube::Client) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            client.clone(),
-            &self.ns,
-            &kueue::api_resource("Workload", "workloads"),
-        )
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.admin.clone(), &self.ns)
-    }
-
-    /// Creates a managed, queued TrainJob (Kueue's webhook suspends it at creation).
-    async fn create_job(&self, name: &str, labels: Value) -> Value {
-        let mut all = json!({"holdfast.dev/managed": "true", "kueue.x-k8s.io/queue-name": QUEUE});
-        if let (Some(a), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
-            a.extend(extra.clone());
-        }
-        let tj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": name, "labels": all},
-            "spec": {"runtimeRef": {"name": self.runtime}}
-        }))
-        .expect("trainjob");
-        let created = self
-            .trainjobs(&self.admin)
-            .create(&PostParams::default(), &tj)
-            .await
-            .expect("create TrainJob");
-        let v = serde_json::to_value(created).expect("json");
-        assert_eq!(v["spec"]["suspend"], true, "Kueue suspends a queued job");
-        v
-    }
-
-    async fn trainjob(&self, name: &str) -> Value {
-        serde_json::to_value(
-            self.trainjobs(&self.admin)
-                .get(name)
-                .await
-                .expect("get TrainJob"),
-        )
-        .expect("json")
-    }
-
-    /// The TrainJob's Workloads, as they are now.
-    async fn workloads(&self, name: &str) -> Vec<Value> {
-        let uid = self.trainjob(name).await["metadata"]["uid"]
-            .as_str()
-            .expect("uid")
-            .to_owned();
-        self.workload_api(&self.admin)
-            .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
-            .await
-            .expect("list workloads")
-            .items
-            .into_iter()
-            .map(|w| serde_json::to_value(w).expect("json"))
-            .collect()
-    }
-
-    /// Polls `probe` until it answers `Some`, for at most `within`.
-    async fn eventually<T, F, Fut>(&self, what: &str, within: Duration, mut probe: F) -> T
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Option<T>>,
-    {
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(t) = probe().await {
-                return t;
-            }
-            assert!(
-                start.elapsed() < within,
-                "{what}: not within {within:?}\nkueue log:\n{}",
-                self.cp.log_tail("kueue", 25)
-            );
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-    }
-
-    /// The TrainJob's one live Workload, once it satisfies `pred`.
-    async fn workload_when(&self, job: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        self.eventually(what, SETTLE, || async {
-            let live: Vec<Value> = self
-                .workloads(job)
-                .await
-                .into_iter()
-                .filter(|w| w["metadata"].get("deletionTimestamp").is_none())
-                .collect();
-            live.into_iter().find(|w| pred(w))
-        })
-        .await
-    }
-
-    async fn job_when(&self, job: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        self.eventually(what, SETTLE, || async {
-            let tj = self.trainjob(job).await;
-            pred(&tj).then_some(tj)
-        })
-        .await
-    }
-
-    /// Creates `n` pods of TrainJob `job`'s execution, labelled as JobSet labels them.
-    async fn create_pods(&self, job: &str, n: usize) {
-        for i in 0..n {
-            let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": format!("{job}-node-0-{i}"),
-                    "labels": {"jobset.sigs.k8s.io/jobset-name": job}},
-                "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
-            }))
-            .expect("pod");
-            self.pods()
-                .create(&PostParams::default(), &pod)
-                .await
-                .expect("create pod");
-        }
-    }
-
-    /// Deletes the pods of `job`'s execution, as Trainer's JobSet would, and waits until
-    /// they are gone.
-    async fn delete_pods(&self, job: &str) {
-        let selector = format!("jobset.sigs.k8s.io/jobset-name={job}");
-        self.pods()
-            .delete_collection(
-                &DeleteParams::default(),
-                &ListParams::default().labels(&selector),
-            )
-            .await
-            .expect("delete pods");
-        self.eventually("the pods are gone", SETTLE, || async {
-            let left = self
-                .pods()
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .expect("list pods");
-            left.items.is_empty().then_some(())
-        })
-        .await;
-    }
-
-    /// Runs `job` through its start gate: Open, then the gate lets the first execution
-    /// through (A = 1) and Kueue unsuspends the TrainJob.
-    async fn open_and_run(&self, job: &str) -> Value {
-        let workload = self
-            .workload_when(job, "the Workload has quota and waits at the gate", |w| {
-                check(w).0 == "Pending" && condition(w, "QuotaReserved")
-            })
-            .await;
-        assert!(!condition(&workload, "Admitted"));
-        assert_eq!(
-            self.exec.open(&self.ns, job, meta(None, MINUTE)).await,
-            Ok(Outcome::Opened { started: false }),
-            "Kueue mode: Open only writes the mark"
-        );
-        let tj = self
-            .job_when(job, "the job runs", |tj| tj["spec"]["suspend"] == false)
-            .await;
-        assert_eq!(
-            annotation(&tj, ANN_ATTEMPT),
-            Some("1"),
-            "A rose at the gate"
-        );
-        tj
-    }
-
-    async fn finish(mut self) {
-        self.stop_gate().await;
-    }
-}
-
-/// The readmission AdmissionCheck (cluster-scoped; shared by every test).
-async fn ensure_admission_check(admin: &kube::Client) {
-    let ac: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
-        "metadata": {"name": CHECK},
-        "spec": {"controllerName": holdfast_core::names::READMISSION_CONTROLLER}
-    }))
-    .expect("admission check");
-    Api::<DynamicObject>::all_with(
-        admin.clone(),
-        &kueue::api_resource("AdmissionCheck", "admissionchecks"),
-    )
-    .patch(
-        CHECK,
-        &PatchParams::apply("holdfast-tests").force(),
-        &Patch::Apply(&ac),
-    )
-    .await
-    .expect("apply the AdmissionCheck");
-}
-
-fn runtime_spec(cpu: &str) -> Value {
-    json!({"mlPolicy": {"numNodes": 1, "torch": {}},
-        "template": {"spec": {"replicatedJobs": [{"name": "node",
-            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0",
-                "resources": {"requests": {"cpu": cpu}}}]}}}}}]}}})
-}
-
-/// Our check's `(state, message)` on a Workload.
-fn check(w: &Value) -> (String, String) {
-    w.pointer("/status/admissionChecks")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["name"] == CHECK))
-        .map(|c| {
-            (
-                c["state"].as_str().unwrap_or_default().to_owned(),
-                c["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .unwrap_or_default()
-}
-
-fn condition(w: &Value, kind: &str) -> bool {
-    condition_reason(w, kind).is_some()
-}
-
-/// The reason of condition `kind` if it is true.
-fn condition_reason(w: &Value, kind: &str) -> Option<String> {
-    w.pointer("/status/conditions")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|c| c["type"] == kind && c["status"] == "True")
-        .map(|c| c["reason"].as_str().unwrap_or_default().to_owned())
-}
-
-fn active(w: &Value) -> bool {
-    w.pointer("/spec/active").and_then(Value::as_bool) != Some(false)
-}
-
-fn finalizers(w: &Value) -> Vec<String> {
-    w.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|f| {
-            f.iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn uid(o: &Value) -> String {
-    o["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
-}
 
 /// Asserts the TrainJob stays suspended for `for_` (polling), returning its last version.
 async fn stays_suspended(f: &Fixture, job: &str, for_: Duration) -> Value {
@@ -715,7 +354,14 @@ async fn unmanaged_job_passes_the_gate_without_an_opened_mark() {
 #[tokio::test]
 async fn a_rises_exactly_once_when_the_gate_crashes_between_its_writes() {
     // The gate is down while the admission waits at it.
-    let mut f = Fixture::start_with("kq-crash", false, &[CHECK]).await;
+    let mut f = Fixture::start_with(
+        "kq-crash",
+        Setup {
+            gate: false,
+            ..Setup::default()
+        },
+    )
+    .await;
     f.create_job("job", json!({})).await;
     f.exec
         .open(&f.ns, "job", meta(None, MINUTE))
@@ -1359,7 +1005,15 @@ async fn status_classifies_what_real_kueue_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_holds_and_releases_in_kueue_mode_never_let_an_older_instance_replace_a_newer_one()
  {
-    let f = Fixture::start_with("kq-race", false, &[]).await;
+    let f = Fixture::start_with(
+        "kq-race",
+        Setup {
+            gate: false,
+            checks: &[],
+            ..Setup::default()
+        },
+    )
+    .await;
     f.create_job("race", json!({})).await;
     let workload = f
         .workload_when("race", "admitted", |w| condition(w, "Admitted"))

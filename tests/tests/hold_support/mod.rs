@@ -10,7 +10,6 @@ use chrono::{DateTime, Utc};
 use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry, resources};
 use holdfast_core::{hold::CallMeta, mode::Mode};
 use holdfast_tests::{ControlPlane, Identity, control_plane::APISERVER_REQUEST_TIMEOUT};
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     api::{Api, DynamicObject, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
@@ -126,26 +125,7 @@ pub async fn write_status(trainer: &kube::Client, ns: &str, name: &str, step: u6
 /// Every audit event written so far, once every request made before this call has been
 /// logged: a sentinel request is made and awaited in the log.
 pub async fn settled_audit(cp: &ControlPlane) -> Vec<Value> {
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let sentinel = format!("audit-sentinel-{}", rand::random::<u64>());
-    let _ = Api::<ConfigMap>::namespaced(admin, "default")
-        .get_opt(&sentinel)
-        .await;
-    let start = std::time::Instant::now();
-    loop {
-        let events = cp.audit_events().expect("audit log");
-        if events
-            .iter()
-            .any(|e| e.pointer("/objectRef/name").and_then(Value::as_str) == Some(&sentinel))
-        {
-            return events;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the audit log did not show the sentinel request"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    cp.settled_audit_events().await.expect("audit log")
 }
 
 /// The audit events of requests holdfast's controller made in namespace `ns`.

@@ -1,0 +1,433 @@
+//! What the Kueue-mode tests (`holds_kueue.rs`, `faults_kueue.rs`) share: a fixture with a
+//! namespace whose queue requires holdfast's readmission AdmissionCheck, a runtime, a
+//! kueue-mode executor acting as the controller and a readmission gate; and helpers that read
+//! Workloads.
+//!
+//! Included with `mod kueue_support;` next to `mod hold_support;`, whose helpers it uses.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::hold_support::{annotation, client_without_retries, config, meta};
+use holdfast_controller::hold::HoldExecutor;
+use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
+use holdfast_core::{
+    hold::Outcome,
+    mode::Mode,
+    names::{ANN_ATTEMPT, HOLD_FINALIZER},
+};
+use holdfast_tests::{ControlPlane, Identity, kueue};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub const MINUTE: Duration = Duration::from_secs(60);
+/// How long Kueue and the gate get for each step, unless [`Setup::settle`] says otherwise.
+pub const SETTLE: Duration = Duration::from_secs(60);
+/// The readmission AdmissionCheck the tests' ClusterQueues require.
+pub const CHECK: &str = "holdfast-readmission";
+pub const QUEUE: &str = "main";
+
+pub fn trainer(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
+        plural,
+    )
+}
+
+/// The TrainJobs in namespace `ns`, as `client`.
+pub fn trainjobs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &trainer("TrainJob", "trainjobs"))
+}
+
+/// How a [`Fixture`] starts; [`Setup::default`] is a gate running, a queue requiring
+/// [`CHECK`] and [`SETTLE`] for each step.
+pub struct Setup<'a> {
+    /// Run a readmission gate from the start.
+    pub gate: bool,
+    /// The AdmissionChecks the queue requires.
+    pub checks: &'a [&'a str],
+    /// How long [`Fixture::workload_when`], [`Fixture::job_when`] and
+    /// [`Fixture::delete_pods`] wait.
+    pub settle: Duration,
+}
+
+impl Default for Setup<'static> {
+    fn default() -> Self {
+        Setup {
+            gate: true,
+            checks: &[CHECK],
+            settle: SETTLE,
+        }
+    }
+}
+
+/// One test's world: a namespace whose queue requires the AdmissionChecks of its [`Setup`]
+/// (the readmission check by default), a runtime, a kueue-mode executor acting as the
+/// controller, and a readmission gate (unless the setup leaves it off).
+pub struct Fixture {
+    pub cp: &'static ControlPlane,
+    pub ns: String,
+    pub runtime: String,
+    pub admin: kube::Client,
+    pub exec: HoldExecutor,
+    pub metrics: ReadmissionMetrics,
+    gate: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+    settle: Duration,
+}
+
+impl Fixture {
+    pub async fn start(prefix: &str) -> Fixture {
+        Fixture::start_with(prefix, Setup::default()).await
+    }
+
+    pub async fn start_with(prefix: &str, setup: Setup<'_>) -> Fixture {
+        let cp = ControlPlane::shared();
+        cp.start_kueue().await.expect("kueue starts");
+        let ns = cp.namespace(prefix).await.expect("namespace");
+        let admin = cp.client(Identity::Admin).await.expect("admin");
+        ensure_admission_check(&admin).await;
+        kueue::create_queues(&admin, &ns, QUEUE, setup.checks)
+            .await
+            .expect("queues");
+        let runtime = format!("torch-{ns}");
+        let rt: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": runtime, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+            "spec": runtime_spec("1"),
+        }))
+        .expect("runtime");
+        Api::<DynamicObject>::all_with(
+            admin.clone(),
+            &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+        )
+        .create(&PostParams::default(), &rt)
+        .await
+        .expect("create runtime");
+        let exec = HoldExecutor::new(
+            client_without_retries(cp, Identity::Controller).await,
+            Mode::Kueue,
+            config(),
+        );
+        let mut f = Fixture {
+            cp,
+            ns,
+            runtime,
+            admin,
+            exec,
+            metrics: ReadmissionMetrics::default(),
+            gate: None,
+            settle: setup.settle,
+        };
+        if setup.gate {
+            f.start_gate().await;
+        }
+        f
+    }
+
+    /// Runs a readmission gate (as holdfast's controller) for this namespace.
+    pub async fn start_gate(&mut self) {
+        let client = self
+            .cp
+            .client(Identity::Controller)
+            .await
+            .expect("controller");
+        let gate = ReadmissionGate::new(
+            client,
+            readmission::Config {
+                namespace: Some(self.ns.clone()),
+                retry_min: Duration::from_millis(100),
+                retry_max: Duration::from_secs(2),
+                resync: Duration::from_secs(3),
+                sweep_interval: Duration::from_secs(2),
+                ..readmission::Config::default()
+            },
+            self.metrics.clone(),
+        );
+        let token = CancellationToken::new();
+        let stop = token.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = gate.run(stop).await {
+                panic!("the readmission gate failed: {e:#}");
+            }
+        });
+        self.gate = Some((token, task));
+    }
+
+    pub async fn stop_gate(&mut self) {
+        if let Some((token, task)) = self.gate.take() {
+            token.cancel();
+            let _ = task.await;
+        }
+    }
+
+    /// The TrainJobs of this namespace, as `client`.
+    pub fn trainjobs(&self, client: &kube::Client) -> Api<DynamicObject> {
+        trainjobs(client, &self.ns)
+    }
+
+    pub fn workload_api(&self, client: &kube::Client) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            client.clone(),
+            &self.ns,
+            &kueue::api_resource("Workload", "workloads"),
+        )
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.admin.clone(), &self.ns)
+    }
+
+    /// Creates a managed, queued TrainJob (Kueue's webhook suspends it at creation), with
+    /// `labels` besides.
+    pub async fn create_job(&self, name: &str, labels: Value) -> Value {
+        let mut all = json!({"holdfast.dev/managed": "true", "kueue.x-k8s.io/queue-name": QUEUE});
+        if let (Some(a), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
+            a.extend(extra.clone());
+        }
+        let tj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "labels": all},
+            "spec": {"runtimeRef": {"name": self.runtime}}
+        }))
+        .expect("trainjob");
+        let created = self
+            .trainjobs(&self.admin)
+            .create(&PostParams::default(), &tj)
+            .await
+            .expect("create TrainJob");
+        let v = serde_json::to_value(created).expect("json");
+        assert_eq!(v["spec"]["suspend"], true, "Kueue suspends a queued job");
+        v
+    }
+
+    pub async fn trainjob(&self, name: &str) -> Value {
+        serde_json::to_value(
+            self.trainjobs(&self.admin)
+                .get(name)
+                .await
+                .expect("get TrainJob"),
+        )
+        .expect("json")
+    }
+
+    /// The TrainJob's Workloads, as they are now (those being deleted included).
+    pub async fn workloads(&self, name: &str) -> Vec<Value> {
+        let uid = self.trainjob(name).await["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_owned();
+        self.workload_api(&self.admin)
+            .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
+            .await
+            .expect("list workloads")
+            .items
+            .into_iter()
+            .map(|w| serde_json::to_value(w).expect("json"))
+            .collect()
+    }
+
+    /// The TrainJob's live Workloads (not being deleted), as they are now.
+    pub async fn live_workloads(&self, name: &str) -> Vec<Value> {
+        self.workloads(name)
+            .await
+            .into_iter()
+            .filter(|w| w["metadata"].get("deletionTimestamp").is_none())
+            .collect()
+    }
+
+    /// Polls `probe` until it answers `Some`, for at most `within`.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, within: Duration, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(t) = probe().await {
+                return t;
+            }
+            assert!(
+                start.elapsed() < within,
+                "{what}: not within {within:?}\nkueue log:\n{}",
+                self.cp.log_tail("kueue", 25)
+            );
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+
+    /// The TrainJob's one live Workload, once it satisfies `pred`.
+    pub async fn workload_when(
+        &self,
+        job: &str,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        self.eventually(what, self.settle, || async {
+            self.live_workloads(job).await.into_iter().find(|w| pred(w))
+        })
+        .await
+    }
+
+    pub async fn job_when(&self, job: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        self.eventually(what, self.settle, || async {
+            let tj = self.trainjob(job).await;
+            pred(&tj).then_some(tj)
+        })
+        .await
+    }
+
+    /// Creates `n` pods of TrainJob `job`'s execution, labelled as JobSet labels them.
+    pub async fn create_pods(&self, job: &str, n: usize) {
+        for i in 0..n {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{job}-node-0-{i}"),
+                    "labels": {"jobset.sigs.k8s.io/jobset-name": job}},
+                "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
+            }))
+            .expect("pod");
+            self.pods()
+                .create(&PostParams::default(), &pod)
+                .await
+                .expect("create pod");
+        }
+    }
+
+    /// Deletes the pods of `job`'s execution, as Trainer's JobSet would, and waits until
+    /// they are gone. (Pods are the core API's: Kueue plays no part.)
+    pub async fn delete_pods(&self, job: &str) {
+        let selector = format!("jobset.sigs.k8s.io/jobset-name={job}");
+        self.pods()
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&selector),
+            )
+            .await
+            .expect("delete pods");
+        self.eventually("the pods are gone", self.settle, || async {
+            let left = self
+                .pods()
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .expect("list pods");
+            left.items.is_empty().then_some(())
+        })
+        .await;
+    }
+
+    /// Runs `job` through its start gate: Open, then the gate lets the first execution
+    /// through (A = 1) and Kueue unsuspends the TrainJob, which is returned.
+    pub async fn open_and_run(&self, job: &str) -> Value {
+        let workload = self
+            .workload_when(job, "the Workload has quota and waits at the gate", |w| {
+                check(w).0 == "Pending" && condition(w, "QuotaReserved")
+            })
+            .await;
+        assert!(!condition(&workload, "Admitted"));
+        assert_eq!(
+            self.exec.open(&self.ns, job, meta(None, MINUTE)).await,
+            Ok(Outcome::Opened { started: false }),
+            "Kueue mode: Open only writes the mark"
+        );
+        let tj = self
+            .job_when(job, "the job runs", |tj| tj["spec"]["suspend"] == false)
+            .await;
+        assert_eq!(
+            annotation(&tj, ANN_ATTEMPT),
+            Some("1"),
+            "A rose at the gate"
+        );
+        tj
+    }
+
+    /// Stops the gate, if it runs.
+    pub async fn finish(mut self) {
+        self.stop_gate().await;
+    }
+}
+
+/// The readmission AdmissionCheck (cluster-scoped; shared by every test).
+pub async fn ensure_admission_check(admin: &kube::Client) {
+    let ac: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
+        "metadata": {"name": CHECK},
+        "spec": {"controllerName": holdfast_core::names::READMISSION_CONTROLLER}
+    }))
+    .expect("admission check");
+    Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &kueue::api_resource("AdmissionCheck", "admissionchecks"),
+    )
+    .patch(
+        CHECK,
+        &PatchParams::apply("holdfast-tests").force(),
+        &Patch::Apply(&ac),
+    )
+    .await
+    .expect("apply the AdmissionCheck");
+}
+
+/// A ClusterTrainingRuntime's spec: one node, requesting `cpu`.
+pub fn runtime_spec(cpu: &str) -> Value {
+    json!({"mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {"spec": {"replicatedJobs": [{"name": "node",
+            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0",
+                "resources": {"requests": {"cpu": cpu}}}]}}}}}]}}})
+}
+
+/// Our check's `(state, message)` on a Workload.
+pub fn check(w: &Value) -> (String, String) {
+    w.pointer("/status/admissionChecks")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["name"] == CHECK))
+        .map(|c| {
+            (
+                c["state"].as_str().unwrap_or_default().to_owned(),
+                c["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Whether condition `kind` is true.
+pub fn condition(w: &Value, kind: &str) -> bool {
+    condition_reason(w, kind).is_some()
+}
+
+/// The reason of condition `kind` if it is true.
+pub fn condition_reason(w: &Value, kind: &str) -> Option<String> {
+    w.pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c["type"] == kind && c["status"] == "True")
+        .map(|c| c["reason"].as_str().unwrap_or_default().to_owned())
+}
+
+/// Whether the Workload is active (`spec.active` not false).
+pub fn active(w: &Value) -> bool {
+    w.pointer("/spec/active").and_then(Value::as_bool) != Some(false)
+}
+
+pub fn finalizers(w: &Value) -> Vec<String> {
+    w.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| {
+            f.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the object carries holdfast's hold finalizer.
+pub fn has_hold_finalizer(w: &Value) -> bool {
+    finalizers(w).iter().any(|f| f == HOLD_FINALIZER)
+}
+
+pub fn uid(o: &Value) -> String {
+    o["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
+}
