@@ -10,11 +10,11 @@ mod hold_support;
 
 use futures::StreamExt;
 use hold_support::{
-    create_trainjob as create_plain_trainjob, executor, meta, received_at, settled_audit,
-    user_agent,
+    create_trainjob as create_plain_trainjob, executor, meta, read_trainjob, received_at,
+    settled_audit, user_agent,
 };
 use holdfast_controller::hold::deadline_in_user_agent;
-use holdfast_core::hold::HoldError;
+use holdfast_core::hold::{HoldError, Outcome, RejectCause};
 use holdfast_core::names;
 use holdfast_tests::audit::ConfigMapWrites;
 use holdfast_tests::holdfast::{owned_control_plane, start_plain_controller, wait_readyz};
@@ -313,6 +313,131 @@ async fn hold_call_whose_deadline_passes_during_an_outage_sends_nothing_after_it
     cp.stop();
 }
 
+/// A hold call cut off by an apiserver crash — its update may or may not have landed — is
+/// retried with the same instance once the apiserver is back: the instance rules settle it
+/// either way. Not landed: the retry holds (`Held`, one update). Landed: the retry finds its
+/// own instance in force (`AlreadyInForce`) and writes nothing. Then a late release of an
+/// older instance is refused. Round 0 kills the apiserver before the call, round 1 right
+/// after it returns, the others at a random moment during it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_cut_off_by_an_apiserver_crash_is_settled_by_the_instance_rules_on_retry() {
+    const ROUNDS: u64 = 6;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cp = owned_control_plane().await;
+    let exec = executor(&cp).await;
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for round in 0..ROUNDS {
+        let ns = cp
+            .namespace(&format!("faults-cut-{round}"))
+            .await
+            .expect("namespace");
+        create_plain_trainjob(&cp, &ns, "mnist", false).await;
+        let instance = 10 + round;
+
+        // The first try, and the crash.
+        let first = match round {
+            0 => {
+                cp.stop_apiserver();
+                exec.hold(&ns, "mnist", meta(Some(instance), Duration::from_secs(2)))
+                    .await
+            }
+            1 => {
+                let r = exec
+                    .hold(&ns, "mnist", meta(Some(instance), Duration::from_secs(20)))
+                    .await;
+                cp.stop_apiserver();
+                r
+            }
+            _ => {
+                let call = {
+                    let (exec, ns) = (exec.clone(), ns.clone());
+                    tokio::spawn(async move {
+                        exec.hold(&ns, "mnist", meta(Some(instance), Duration::from_secs(3)))
+                            .await
+                    })
+                };
+                tokio::time::sleep(Duration::from_micros(rand::random::<u64>() % 8_000)).await;
+                cp.stop_apiserver();
+                call.await.expect("join")
+            }
+        };
+        cp.restart_apiserver().await.expect("restart the apiserver");
+
+        // The retry: the same instance, a fresh deadline.
+        let m = meta(Some(instance), Duration::from_secs(30));
+        let retry_deadline = m.deadline;
+        let retry = exec
+            .hold(&ns, "mnist", m)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the retry failed: {e} (first: {first:?})"));
+        let after = read_trainjob(&cp, &ns, "mnist").await;
+        assert_eq!(
+            hold_annotations_of(&after).get(names::ANN_HOLD_INSTANCE),
+            Some(&instance.to_string()),
+            "round {round}: {after:#}"
+        );
+        assert_eq!(after["spec"]["suspend"], true, "round {round}");
+        let audit = settled_audit(&cp).await;
+        let retry_updates: Vec<&Value> = audit
+            .iter()
+            .filter(|e| deadline_in_user_agent(user_agent(e)) == Some(retry_deadline))
+            .filter(|e| e["verb"] == "update")
+            .collect();
+        match (&first, &retry) {
+            (Ok(Outcome::Held), Outcome::AlreadyInForce) => {}
+            (Ok(other), _) => panic!("round {round}: first try {other:?}, retry {retry:?}"),
+            (Err(_), Outcome::Held | Outcome::AlreadyInForce) => {}
+            (Err(e), other) => panic!("round {round}: first try {e}, retry {other:?}"),
+        }
+        match retry {
+            Outcome::Held => assert_eq!(
+                retry_updates.len(),
+                1,
+                "round {round}: the retry wrote once: {retry_updates:#?}"
+            ),
+            _ => assert!(
+                retry_updates.is_empty(),
+                "round {round}: the hold was already in force, yet the retry wrote: {retry_updates:#?}"
+            ),
+        }
+        let landed = if retry == Outcome::Held {
+            "first try had not landed: retry Held"
+        } else {
+            "first try had landed: retry AlreadyInForce"
+        };
+        let first_kind = if first.is_ok() {
+            "first try answered"
+        } else {
+            "first try failed"
+        };
+        *seen.entry(format!("{first_kind}, {landed}")).or_default() += 1;
+
+        // A late call of an older instance changes nothing.
+        let stale = exec
+            .release(
+                &ns,
+                "mnist",
+                meta(Some(instance - 1), Duration::from_secs(30)),
+            )
+            .await
+            .expect_err("a release of an older instance");
+        assert_eq!(stale.cause(), Some(RejectCause::StaleHold), "{stale}");
+        let still = read_trainjob(&cp, &ns, "mnist").await;
+        assert_eq!(
+            still["metadata"]["resourceVersion"],
+            after["metadata"]["resourceVersion"]
+        );
+    }
+    println!("rounds: {seen:?}");
+    assert_eq!(seen.values().sum::<usize>(), ROUNDS as usize);
+    assert!(
+        seen.keys().any(|k| k.ends_with("retry Held"))
+            && seen.keys().any(|k| k.ends_with("retry AlreadyInForce")),
+        "both cases (landed and not) were exercised: {seen:?}"
+    );
+    cp.stop();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_again() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -404,6 +529,17 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
+
+/// holdfast's annotations of an object.
+fn hold_annotations_of(obj: &Value) -> BTreeMap<String, String> {
+    obj["metadata"]["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("holdfast.dev/"))
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect()
+}
 
 /// The controller on a free admin port.
 fn start_controller(cp: &ControlPlane, ns: &str, name: &str, extra: &[&str]) -> Supervised {
