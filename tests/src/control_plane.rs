@@ -423,6 +423,31 @@ impl ControlPlane {
         self.wait_ready().await
     }
 
+    /// Kill etcd (SIGKILL) and start it again on the same data directory and port, then wait
+    /// until it is healthy — for fault tests (stop the apiserver first for a whole-cluster
+    /// outage).
+    pub async fn restart_etcd(&self) -> anyhow::Result<()> {
+        lock(&self.procs).etcd.restart()?;
+        let health = format!("{}/health", self.etcd_url);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = reqwest::get(&health).await
+                && r.text()
+                    .await
+                    .is_ok_and(|t| t.contains("\"health\":\"true\""))
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "etcd not healthy 60s after its restart:\n{}",
+                    self.log_tail("etcd", 30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The last lines of a component's log (`etcd`, `kube-apiserver`, `kube-controller-manager`).
     pub fn log_tail(&self, component: &str, lines: usize) -> String {
         let p = lock(&self.procs);

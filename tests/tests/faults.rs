@@ -1,10 +1,12 @@
-//! Fault tests (light variants): the real holdfast-controller binary killed with SIGKILL in
-//! the middle of a migration, the apiserver stopped and restarted under it, and a hold call
-//! whose deadline passes while the apiserver is down. Each test owns its control plane (the
-//! apiserver is restarted), and they run one at a time to keep the suite light on CI.
+//! Fault tests: the real holdfast-controller binary killed with SIGKILL in the middle of a
+//! migration (light here, 5,000 jobs in the `--ignored` soak), the apiserver and etcd stopped
+//! and restarted under the controller and the webhook, hold calls cut off by an apiserver
+//! crash or outliving their deadline in one, and a paused leader. Each test owns its control
+//! plane, and they run one at a time to keep the suite light on CI. The rest of the group:
+//! `faults_compaction`, `faults_webhook`, `faults_kueue` (`--test 'faults*'`).
 //!
-//! The controller binary must be built first (`cargo build -p holdfast-controller`;
-//! `cargo test --workspace` builds it).
+//! The binaries must be built first (`cargo build -p holdfast-controller -p
+//! holdfast-webhook`; `tests/run.sh` does).
 
 mod hold_support;
 
@@ -17,13 +19,17 @@ use holdfast_controller::hold::deadline_in_user_agent;
 use holdfast_core::hold::{HoldError, Outcome, RejectCause};
 use holdfast_core::names;
 use holdfast_tests::audit::ConfigMapWrites;
-use holdfast_tests::holdfast::{owned_control_plane, start_plain_controller, wait_readyz};
+use holdfast_tests::holdfast::{
+    WebhookReplica, owned_control_plane, register_webhook, serving_cert, start_plain_controller,
+    wait_readyz,
+};
 use holdfast_tests::objects::{
     cluster_training_runtime, create_dynamic, ctr_resource, trainjob_resource,
 };
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
+use holdfast_webhook::registration::DEFAULT_TIMEOUT_SECONDS;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -200,8 +206,12 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
     cp.stop();
 }
 
+/// The apiserver stopped, etcd killed and restarted, the apiserver restarted, under the
+/// running controller and webhook: `/readyz` goes unready while the watches are down, jobs
+/// created after are snapshotted, and the webhook still records the admitted runtime version
+/// and refuses a plain user's edit of a snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_snapshotted() {
+async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhook() {
     let _one = ONE_AT_A_TIME.lock().await;
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-outage").await.expect("namespace");
@@ -233,6 +243,11 @@ async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_sn
         &["--lease-duration-secs=15"],
     );
     wait_readyz(&mut ctrl, admin_port, true, Duration::from_secs(60)).await;
+    // And the webhook, registered for this namespace.
+    let (cert, key) = serving_cert(&cp, "outage");
+    let mut hook = WebhookReplica::start(&cp, "outage", &cert, &key, &[]);
+    hook.wait_ready().await;
+    register_webhook(&cp, &ns, hook.port, DEFAULT_TIMEOUT_SECONDS).await;
     create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("before")).await;
     wait_for("the snapshot of before", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "before")
@@ -247,6 +262,8 @@ async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_sn
         "/readyz not ready {:?} after the apiserver stopped",
         start.elapsed()
     );
+    // etcd goes down and comes back too, while the apiserver is away.
+    cp.restart_etcd().await.expect("restart etcd");
 
     cp.restart_apiserver().await.expect("restart the apiserver");
     // If it gave up leadership while the apiserver was away, it exits non-zero and is
@@ -270,6 +287,33 @@ async fn apiserver_restart_is_survived_and_jobs_created_during_the_outage_are_sn
     }
     wait_readyz(&mut ctrl, admin_port, true, Duration::from_secs(60)).await;
     assert!(snapshot(&admin, &ns, "before").await.is_some());
+
+    // The webhook rode it out: the runtime lookup at admission reaches the apiserver again,
+    // and a plain user's edit of a snapshot is refused by the webhook itself.
+    assert!(hook.proc.running(), "{}", hook.proc.log_tail(30));
+    let tjs = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &trainjob_resource());
+    let after_0 = tjs.get("after-0").await.expect("after-0");
+    assert!(
+        after_0
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION),
+        "the mutating webhook recorded the admitted runtime version after the outage"
+    );
+    let alice = cp.client(Identity::User).await.expect("alice");
+    let edit = Api::<ConfigMap>::namespaced(alice, &ns)
+        .patch(
+            &names::snapshot_name("before"),
+            &PatchParams::default(),
+            // (Its data is immutable anyway; metadata is what only the webhook protects.)
+            &Patch::Merge(json!({"metadata": {"labels": {"example.com/mine": "yes"}}})),
+        )
+        .await;
+    assert!(
+        matches!(&edit, Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("validate.holdfast.dev")),
+        "{edit:?}"
+    );
     drop(ctrl);
     cp.stop();
 }

@@ -36,22 +36,18 @@
 //! webhook binary must be built first (`cargo build -p holdfast-webhook`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use holdfast_tests::control_plane::free_port;
-use holdfast_tests::holdfast::owned_control_plane;
-use holdfast_tests::process::Supervised;
+use holdfast_tests::holdfast::{
+    WebhookReplica, owned_control_plane, register_webhook as register, serving_cert,
+};
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
-use holdfast_webhook::registration::{DEFAULT_TIMEOUT_SECONDS, Namespaces, Registration, Target};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
+use holdfast_webhook::registration::DEFAULT_TIMEOUT_SECONDS;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -150,18 +146,17 @@ async fn losing_one_of_two_replicas_under_load_never_lets_a_protected_edit_throu
     const MIN_AFTER: usize = 60;
     let _one = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
-    let bin = holdfast_tests::holdfast::binary("holdfast-webhook");
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-replica").await.expect("namespace");
     let (cert, key) = serving_cert(&cp, "replicas");
     let mut replicas = vec![
-        Replica::start(&cp, &bin, "replica-a", &cert, &key, &[]),
-        Replica::start(&cp, &bin, "replica-b", &cert, &key, &[]),
+        WebhookReplica::start(&cp, "replica-a", &cert, &key, &[]),
+        WebhookReplica::start(&cp, "replica-b", &cert, &key, &[]),
     ];
     for r in &mut replicas {
         r.wait_ready().await;
     }
-    let lb = Balancer::start(replicas.iter().map(Replica::addr).collect()).await;
+    let lb = Balancer::start(replicas.iter().map(WebhookReplica::addr).collect()).await;
     register(&cp, &ns, lb.port, DEFAULT_TIMEOUT_SECONDS).await;
     let objects = Objects::create(&cp, &ns).await;
 
@@ -259,7 +254,7 @@ async fn losing_one_of_two_replicas_under_load_never_lets_a_protected_edit_throu
 struct Overload {
     cp: ControlPlane,
     ns: String,
-    replica: Replica,
+    replica: WebhookReplica,
     tally: Arc<Tally>,
     /// Admission calls the webhook shed during the load.
     shed: f64,
@@ -275,13 +270,12 @@ impl Overload {
         extra: &[&str],
         want_failure_policy: bool,
     ) -> Overload {
-        let bin = holdfast_tests::holdfast::binary("holdfast-webhook");
         let cp = owned_control_plane().await;
         let ns = cp.namespace(prefix).await.expect("namespace");
         let (cert, key) = serving_cert(&cp, prefix);
         let mut args = vec!["--max-concurrent=1"];
         args.extend_from_slice(extra);
-        let mut replica = Replica::start(&cp, &bin, prefix, &cert, &key, &args);
+        let mut replica = WebhookReplica::start(&cp, prefix, &cert, &key, &args);
         replica.wait_ready().await;
         register(&cp, &ns, replica.port, timeout_seconds).await;
         let objects = Objects::create(&cp, &ns).await;
@@ -371,106 +365,6 @@ const SHED: (&str, (&str, &str)) = (
 /// Answered AdmissionReviews.
 const ADMISSIONS: &str = "holdfast_webhook_admissions_total";
 
-/// A serving certificate naming 127.0.0.1 (the apiserver calls `https://127.0.0.1:PORT`),
-/// from the control plane's CA, written under the control plane's directory.
-fn serving_cert(cp: &ControlPlane, name: &str) -> (PathBuf, PathBuf) {
-    let cert = cp
-        .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
-        .expect("serving certificate");
-    let dir = cp.dir().join(format!("{name}-tls"));
-    std::fs::create_dir_all(&dir).expect("tls dir");
-    let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    std::fs::write(&crt, &cert.cert_pem).expect("write cert");
-    std::fs::write(&key, &cert.key_pem).expect("write key");
-    (crt, key)
-}
-
-/// One `holdfast-webhook` process, plain mode, as the webhook's identity.
-struct Replica {
-    proc: Supervised,
-    port: u16,
-    admin_port: u16,
-}
-
-impl Replica {
-    fn start(
-        cp: &ControlPlane,
-        bin: &Path,
-        name: &str,
-        cert: &Path,
-        key: &Path,
-        extra: &[&str],
-    ) -> Replica {
-        let (port, admin_port) = (free_port().expect("port"), free_port().expect("port"));
-        let mut args = vec![
-            "--mode=plain".to_string(),
-            format!(
-                "--kubeconfig={}",
-                cp.kubeconfig(Identity::Webhook).display()
-            ),
-            format!("--addr=127.0.0.1:{port}"),
-            format!("--admin-addr=127.0.0.1:{admin_port}"),
-            format!("--tls-cert={}", cert.display()),
-            format!("--tls-key={}", key.display()),
-            format!("--controller-users={}", Identity::Controller.username()),
-            format!("--snapshot-creators={}", Identity::Trainer.username()),
-            format!("--kueue-users={}", Identity::Kueue.username()),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let proc = Supervised::start(
-            &format!("holdfast-webhook-{name}"),
-            bin,
-            args,
-            cp.dir(),
-            cp.process_group(),
-        )
-        .expect("start holdfast-webhook");
-        Replica {
-            proc,
-            port,
-            admin_port,
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    async fn wait_ready(&mut self) {
-        let url = format!("http://127.0.0.1:{}/readyz", self.admin_port);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if matches!(reqwest::get(&url).await, Ok(r) if r.status().is_success()) {
-                return;
-            }
-            assert!(
-                self.proc.running(),
-                "{} exited:\n{}",
-                self.proc.name,
-                self.proc.log_tail(30)
-            );
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} not ready within 60 s:\n{}",
-                self.proc.name,
-                self.proc.log_tail(30)
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// The text of its `/metrics`.
-    async fn metrics(&self) -> String {
-        let url = format!("http://127.0.0.1:{}/metrics", self.admin_port);
-        reqwest::get(&url)
-            .await
-            .expect("GET /metrics")
-            .text()
-            .await
-            .expect("/metrics body")
-    }
-}
-
 /// The sum of every series of counter `name` whose labels include `labels`.
 fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
@@ -489,50 +383,6 @@ fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
             }
         })
         .fold(0.0, |sum, v| sum + v)
-}
-
-/// Register the webhook configurations, by URL `https://127.0.0.1:port`, for `ns` alone, with
-/// `timeout_seconds`, and wait until the apiserver calls them (dry-run probes, no side
-/// effect).
-async fn register(cp: &ControlPlane, ns: &str, port: u16, timeout_seconds: i32) {
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let mut registration = Registration::new(
-        format!("holdfast-{ns}"),
-        Target::Url(format!("https://127.0.0.1:{port}")),
-        cp.ca_pem().as_bytes().to_vec(),
-    )
-    .with_namespaces(Namespaces::Only(vec![ns.to_owned()]));
-    registration.timeout_seconds = timeout_seconds;
-    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
-        .create(&PostParams::default(), &registration.validating())
-        .await
-        .expect("register the validating webhooks");
-    Api::<MutatingWebhookConfiguration>::all(admin)
-        .create(&PostParams::default(), &registration.mutating())
-        .await
-        .expect("register the mutating webhook");
-
-    let alice = cp.client(Identity::User).await.expect("alice");
-    let cms = Api::<ConfigMap>::namespaced(alice.clone(), ns);
-    let tjs = Api::<DynamicObject>::namespaced_with(alice, ns, &trainjobs());
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    wait_for(
-        "the webhook configurations to take effect",
-        Duration::from_secs(60),
-        || async {
-            let snapshot = cms.create(&dry, &configmap("probe-runtime-snapshot")).await;
-            let snapshot = matches!(&snapshot, Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("is a runtime snapshot"));
-            let held = tjs
-                .create(&dry, &trainjob("probe", json!({HOLD: "1"})))
-                .await;
-            let held = matches!(&held, Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(HOLD));
-            (snapshot && held).then_some(())
-        },
-    )
-    .await;
 }
 
 fn trainjobs() -> ApiResource {
