@@ -1,6 +1,7 @@
 //! Small helpers the tests share for objects of any kind.
 
-use kube::api::{Api, DynamicObject, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 
 /// Create `obj` (JSON) as a `DynamicObject` of `ar`, namespaced when `ns` is given; panics
@@ -70,4 +71,56 @@ pub fn trainjob(name: &str, runtime: &str) -> serde_json::Value {
         "metadata": {"name": name},
         "spec": {"runtimeRef": {"name": runtime}}
     })
+}
+
+/// Sets the container image of a ClusterTrainingRuntime built by [`cluster_training_runtime`]
+/// (an admin's edit, a merge patch); panics with the apiserver's answer if it fails.
+pub async fn set_runtime_image(client: &kube::Client, name: &str, image: &str) -> DynamicObject {
+    let patch = serde_json::json!({"spec": {"template": {"spec": {"replicatedJobs": [{
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
+        }
+    }]}}}});
+    match Api::<DynamicObject>::all_with(client.clone(), &ctr_resource())
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(o) => o,
+        Err(e) => panic!("edit the runtime: {e}"),
+    }
+}
+
+/// The container image of a runtime built by [`cluster_training_runtime`] (as JSON, or as
+/// the YAML of its snapshot parsed); empty if it has none.
+pub fn runtime_image(runtime: &serde_json::Value) -> &str {
+    runtime
+        .pointer(
+            "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0/image",
+        )
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The snapshot ConfigMaps in `ns` (holdfast's label), by name.
+pub async fn snapshot_configmaps(
+    client: &kube::Client,
+    ns: &str,
+) -> std::collections::BTreeMap<String, ConfigMap> {
+    let lp = ListParams::default().labels(&format!(
+        "{}=true",
+        holdfast_core::names::LABEL_RUNTIME_SNAPSHOT
+    ));
+    match Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+    {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .filter_map(|cm| Some((cm.metadata.name.clone()?, cm)))
+            .collect(),
+        Err(e) => panic!("list ConfigMaps: {e}"),
+    }
 }

@@ -24,7 +24,8 @@ use holdfast_tests::holdfast::{
     wait_readyz,
 };
 use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, ctr_resource, trainjob_resource,
+    cluster_training_runtime, create_dynamic, ctr_resource, runtime_image, set_runtime_image,
+    snapshot_configmaps, trainjob, trainjob_resource,
 };
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
@@ -32,7 +33,7 @@ use holdfast_tests::{ControlPlane, Identity};
 use holdfast_webhook::registration::DEFAULT_TIMEOUT_SECONDS;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -87,12 +88,7 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
         .map(|i| {
             let (admin, ns, runtime_name) = (admin.clone(), ns.clone(), runtime_name.clone());
             async move {
-                let job = json!({
-                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
-                    "kind": "TrainJob",
-                    "metadata": {"name": format!("job-{i:03}")},
-                    "spec": {"runtimeRef": {"name": runtime_name}}
-                });
+                let job = trainjob(&format!("job-{i:03}"), &runtime_name);
                 create_dynamic(&admin, &trainjob_resource(), Some(&ns), job).await;
             }
         })
@@ -114,7 +110,7 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
             wait_for(
                 "every TrainJob to have a snapshot",
                 Duration::from_secs(120 + JOBS as u64 / 10),
-                || async { (snapshots(&admin, &ns).await.len() == JOBS).then_some(()) },
+                || async { (snapshot_configmaps(&admin, &ns).await.len() == JOBS).then_some(()) },
             )
             .await;
             drop(ctrl);
@@ -122,10 +118,10 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
         }
         // Kill it once it has made progress (it holds the Lease and is writing), at a random
         // moment after that — or at a random moment anyway if everything is already done.
-        let before = snapshots(&admin, &ns).await.len();
+        let before = snapshot_configmaps(&admin, &ns).await.len();
         if before < JOBS {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            while snapshots(&admin, &ns).await.len() <= before {
+            while snapshot_configmaps(&admin, &ns).await.len() <= before {
                 assert!(ctrl.running(), "controller exited:\n{}", ctrl.log_tail(30));
                 assert!(
                     tokio::time::Instant::now() < deadline,
@@ -139,10 +135,10 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
         tokio::time::sleep(Duration::from_millis(jitter)).await;
         ctrl.kill();
         kills += 1;
-        progress_at_kill.push(snapshots(&admin, &ns).await.len());
+        progress_at_kill.push(snapshot_configmaps(&admin, &ns).await.len());
 
         // An admin edits the runtime between kills.
-        let edited = set_image(&admin, &runtime_name, &image(round + 1)).await;
+        let edited = set_runtime_image(&admin, &runtime_name, &image(round + 1)).await;
         images.insert(rv(&edited), image(round + 1));
     }
     assert_eq!(kills, KILLS);
@@ -150,7 +146,7 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
 
     // Every TrainJob has exactly one snapshot, copied from a version it could have seen, and
     // the YAML is that version's.
-    let cms = snapshots(&admin, &ns).await;
+    let cms = snapshot_configmaps(&admin, &ns).await;
     let jobs: BTreeSet<String> = (0..JOBS).map(|i| format!("job-{i:03}")).collect();
     let expected: BTreeSet<String> = jobs.iter().map(|j| names::snapshot_name(j)).collect();
     let got: BTreeSet<String> = cms.keys().cloned().collect();
@@ -171,7 +167,11 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
                 .unwrap_or_else(|| panic!("{name} has no runtime key")),
         )
         .expect("the snapshot is YAML");
-        assert_eq!(image_of(&yaml), want, "{name} (from version {version})");
+        assert_eq!(
+            runtime_image(&yaml),
+            want,
+            "{name} (from version {version})"
+        );
         assert_eq!(cm.immutable, Some(true), "{name}");
         *per_version.entry(version.clone()).or_default() += 1;
     }
@@ -224,14 +224,6 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
         cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
     .await;
-    let trainjob = |name: &str| {
-        json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": name},
-            "spec": {"runtimeRef": {"name": runtime_name}}
-        })
-    };
 
     let admin_port = holdfast_tests::control_plane::free_port().expect("port");
     // A Lease long enough (renewal given up after 10 s) to outlast the outage.
@@ -248,7 +240,13 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
     let mut hook = WebhookReplica::start(&cp, "outage", &cert, &key, &[]);
     hook.wait_ready().await;
     register_webhook(&cp, &ns, hook.port, DEFAULT_TIMEOUT_SECONDS).await;
-    create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("before")).await;
+    create_dynamic(
+        &admin,
+        &trainjob_resource(),
+        Some(&ns),
+        trainjob("before", &runtime_name),
+    )
+    .await;
     wait_for("the snapshot of before", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "before")
     })
@@ -274,7 +272,13 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
     }
     let after: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
     for name in &after {
-        create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob(name)).await;
+        create_dynamic(
+            &admin,
+            &trainjob_resource(),
+            Some(&ns),
+            trainjob(name, &runtime_name),
+        )
+        .await;
     }
     for name in &after {
         let cm = wait_for(
@@ -496,18 +500,16 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
     .await;
-    let trainjob = |name: &str| {
-        json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": name},
-            "spec": {"runtimeRef": {"name": runtime_name}}
-        })
-    };
     let lease_args = ["--lease-duration-secs=3"];
     let mut a = start_controller(&cp, &ns, "pause-a", &lease_args);
     let mut b = start_controller(&cp, &ns, "pause-b", &lease_args);
-    create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("first")).await;
+    create_dynamic(
+        &admin,
+        &trainjob_resource(),
+        Some(&ns),
+        trainjob("first", &runtime_name),
+    )
+    .await;
     wait_for("the snapshot of first", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "first")
     })
@@ -531,7 +533,13 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         },
     )
     .await;
-    create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("second")).await;
+    create_dynamic(
+        &admin,
+        &trainjob_resource(),
+        Some(&ns),
+        trainjob("second", &runtime_name),
+    )
+    .await;
     wait_for("the snapshot of second", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "second")
     })
@@ -561,7 +569,13 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         standby.log_tail(30)
     );
     assert_eq!(lease_holder(&admin, &ns).await, new_holder);
-    create_dynamic(&admin, &trainjob_resource(), Some(&ns), trainjob("third")).await;
+    create_dynamic(
+        &admin,
+        &trainjob_resource(),
+        Some(&ns),
+        trainjob("third", &runtime_name),
+    )
+    .await;
     wait_for("the snapshot of third", Duration::from_secs(60), || {
         snapshot(&admin, &ns, "third")
     })
@@ -602,48 +616,11 @@ async fn lease_holder(client: &kube::Client, ns: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Sets the runtime's container image (an admin's edit).
-async fn set_image(client: &kube::Client, name: &str, image: &str) -> DynamicObject {
-    let patch = json!({"spec": {"template": {"spec": {"replicatedJobs": [{
-        "name": "node",
-        "template": {
-            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
-        }
-    }]}}}});
-    Api::<DynamicObject>::all_with(client.clone(), &ctr_resource())
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("edit the runtime")
-}
-
 fn rv(obj: &DynamicObject) -> String {
     obj.metadata
         .resource_version
         .clone()
         .expect("resourceVersion")
-}
-
-fn image_of(runtime: &Value) -> &str {
-    runtime
-        .pointer(
-            "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0/image",
-        )
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
-/// The snapshot ConfigMaps in `ns`, by name.
-async fn snapshots(client: &kube::Client, ns: &str) -> BTreeMap<String, ConfigMap> {
-    let lp = ListParams::default().labels(&format!("{}=true", names::LABEL_RUNTIME_SNAPSHOT));
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await
-        .expect("list ConfigMaps")
-        .items
-        .into_iter()
-        .filter_map(|cm| Some((cm.metadata.name.clone()?, cm)))
-        .collect()
 }
 
 async fn snapshot(client: &kube::Client, ns: &str, job: &str) -> Option<ConfigMap> {

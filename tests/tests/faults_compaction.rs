@@ -35,7 +35,8 @@ use holdfast_tests::Identity;
 use holdfast_tests::audit::ConfigMapWrites;
 use holdfast_tests::holdfast::{owned_control_plane, start_plain_controller, wait_readyz};
 use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, ctr_resource, trainjob_resource,
+    cluster_training_runtime, create_dynamic, ctr_resource, snapshot_configmaps, trainjob,
+    trainjob_resource,
 };
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
@@ -135,7 +136,7 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
         "the deleted TrainJobs' snapshots to be garbage-collected",
         Duration::from_secs(60),
         || async {
-            let now = snapshots(&admin, &ns).await;
+            let now = snapshot_configmaps(&admin, &ns).await;
             gone.iter().all(|n| !now.contains_key(n)).then_some(())
         },
     )
@@ -252,7 +253,7 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
         jobs.keys().collect::<BTreeSet<_>>(),
         live.iter().copied().collect::<BTreeSet<_>>()
     );
-    let cms_now = snapshots(&admin, &ns).await;
+    let cms_now = snapshot_configmaps(&admin, &ns).await;
     for (name, job) in &jobs {
         let cm = &cms_now[&names::snapshot_name(name)];
         let read = read_snapshot(
@@ -302,7 +303,7 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
         let name = names::snapshot_name(job);
         assert_eq!(writes.creates_of(&name), 1, "successful creates of {name}");
     }
-    let cms_end: BTreeSet<String> = snapshots(&admin, &ns).await.into_keys().collect();
+    let cms_end: BTreeSet<String> = snapshot_configmaps(&admin, &ns).await.into_keys().collect();
     assert_eq!(cms_end, expected);
     drop(ctrl);
     cp.stop();
@@ -319,13 +320,13 @@ fn trainjobs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 async fn create_trainjobs(client: &kube::Client, ns: &str, runtime: &str, names: &[String]) {
     futures::stream::iter(names)
         .map(|name| async move {
-            let job = json!({
-                "apiVersion": "trainer.kubeflow.org/v1alpha1",
-                "kind": "TrainJob",
-                "metadata": {"name": name},
-                "spec": {"runtimeRef": {"name": runtime}}
-            });
-            create_dynamic(client, &trainjob_resource(), Some(ns), job).await;
+            create_dynamic(
+                client,
+                &trainjob_resource(),
+                Some(ns),
+                trainjob(name, runtime),
+            )
+            .await;
         })
         .buffer_unordered(16)
         .collect::<Vec<()>>()
@@ -448,19 +449,6 @@ async fn etcd_range_at(etcd: &str, revision: u64) -> String {
     if ok { String::new() } else { json.to_string() }
 }
 
-/// The snapshot ConfigMaps in `ns` (holdfast's label), by name.
-async fn snapshots(client: &kube::Client, ns: &str) -> BTreeMap<String, ConfigMap> {
-    let lp = ListParams::default().labels(&format!("{}=true", names::LABEL_RUNTIME_SNAPSHOT));
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .list(&lp)
-        .await
-        .expect("list ConfigMaps")
-        .items
-        .into_iter()
-        .filter_map(|cm| Some((cm.metadata.name.clone()?, cm)))
-        .collect()
-}
-
 /// Waits until the snapshots in `ns` are exactly `expected`; on timeout, says which are
 /// missing or extra, with the controller's log.
 async fn wait_snapshots(
@@ -472,7 +460,7 @@ async fn wait_snapshots(
 ) {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let got: BTreeSet<String> = snapshots(client, ns).await.into_keys().collect();
+        let got: BTreeSet<String> = snapshot_configmaps(client, ns).await.into_keys().collect();
         if &got == expected {
             return;
         }

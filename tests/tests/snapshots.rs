@@ -15,7 +15,7 @@ use holdfast_controller::snapshot::{
 use holdfast_core::names;
 use holdfast_core::snapshot::Writer;
 use holdfast_serve::Readiness;
-use holdfast_tests::objects::create_dynamic;
+use holdfast_tests::objects::{create_dynamic, runtime_image, set_runtime_image};
 use holdfast_tests::rbac;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
@@ -175,7 +175,7 @@ async fn updating_the_runtime_leaves_the_snapshot_and_the_resolved_runtime_uncha
         .expect("resolve");
     assert!(resolved_before.from_snapshot(), "{resolved_before:?}");
 
-    set_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
+    set_runtime_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
     // The reconciler has seen the edit once the job shows as drifted.
     wait_for("the edit to be seen", Duration::from_secs(30), || async {
         let report = r.snapshotter.drift().await.ok()?;
@@ -197,14 +197,17 @@ async fn updating_the_runtime_leaves_the_snapshot_and_the_resolved_runtime_uncha
         .await
         .expect("resolve");
     assert_eq!(resolved_after, resolved_before);
-    assert_eq!(image_of(&resolved_after.runtime), "pytorch/pytorch:2.10.0");
+    assert_eq!(
+        runtime_image(&resolved_after.runtime),
+        "pytorch/pytorch:2.10.0"
+    );
 
     // A TrainJob created after the edit gets the edited runtime.
     create_trainjob(&admin, &ns, "later", ctr_ref(&runtime), None).await;
     let later = wait_snapshot(&admin, &ns, "later").await;
     let later_yaml: Value =
         serde_saphyr::from_str(&later.data.expect("data")["runtime"]).expect("yaml");
-    assert_eq!(image_of(&later_yaml), "pytorch/pytorch:2.11.0");
+    assert_eq!(runtime_image(&later_yaml), "pytorch/pytorch:2.11.0");
     // Written once, never again.
     let writes: Vec<Value> = controller_requests(cp, &ns)
         .into_iter()
@@ -235,7 +238,7 @@ async fn drifted_trainjobs_are_listed_and_counted() {
     })
     .await;
 
-    set_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
+    set_runtime_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
     wait_for("the gauge at 2", Duration::from_secs(30), || async {
         (r.metrics.drifted.get(&labels).map(|g| g.get()) == Some(2)).then_some(())
     })
@@ -314,7 +317,7 @@ async fn deleting_the_runtime_leaves_the_snapshot() {
         .await
         .expect("resolved from the snapshot");
     assert!(resolved.from_snapshot());
-    assert_eq!(image_of(&resolved.runtime), "pytorch/pytorch:2.10.0");
+    assert_eq!(runtime_image(&resolved.runtime), "pytorch/pytorch:2.10.0");
     r.stop().await;
 }
 
@@ -375,7 +378,7 @@ async fn a_trainjob_recreated_under_the_same_name_gets_its_own_snapshot() {
         },
     )
     .await;
-    set_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
+    set_runtime_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
     let second = create_trainjob(&admin, &ns, "again", ctr_ref(&runtime), None).await;
     let uid = second.metadata.uid.clone().expect("uid");
     let cm = wait_for(
@@ -389,7 +392,7 @@ async fn a_trainjob_recreated_under_the_same_name_gets_its_own_snapshot() {
     )
     .await;
     let yaml: Value = serde_saphyr::from_str(&cm.data.expect("data")["runtime"]).expect("yaml");
-    assert_eq!(image_of(&yaml), "pytorch/pytorch:2.11.0");
+    assert_eq!(runtime_image(&yaml), "pytorch/pytorch:2.11.0");
     assert!(
         warnings(&admin, &ns, "again").await.is_empty(),
         "an earlier incarnation's snapshot is not a squatter"
@@ -758,7 +761,7 @@ async fn trainer_written_snapshot_is_accepted() {
         "{:?}",
         resolved.origin
     );
-    assert_eq!(image_of(&resolved.runtime), "pytorch/pytorch:2.10.0");
+    assert_eq!(runtime_image(&resolved.runtime), "pytorch/pytorch:2.10.0");
     r.stop().await;
 }
 
@@ -865,7 +868,7 @@ async fn admission_race_is_flagged() {
     let admitted = runtime.metadata.resource_version.clone().expect("rv");
     let r = start(cp, &ns).await;
     // Admitted against the runtime as it was; edited before the first reconcile.
-    let edited = set_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
+    let edited = set_runtime_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
     let current = edited.metadata.resource_version.clone().expect("rv");
     create_trainjob(&admin, &ns, "raced", ctr_ref(&runtime), Some(&admitted)).await;
     create_trainjob(&admin, &ns, "in-step", ctr_ref(&runtime), Some(&current)).await;
@@ -1081,30 +1084,6 @@ async fn finish(client: &kube::Client, ns: &str, name: &str, condition: &str) {
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .expect("patch status");
-}
-
-/// Sets the runtime's container image (an admin's edit).
-async fn set_image(client: &kube::Client, name: &str, image: &str) -> DynamicObject {
-    let patch = json!({"spec": {"template": {"spec": {"replicatedJobs": [{
-        "name": "node",
-        "template": {
-            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
-        }
-    }]}}}});
-    Api::<DynamicObject>::all_with(client.clone(), &ctr())
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("edit the runtime")
-}
-
-fn image_of(runtime: &Value) -> &str {
-    runtime
-        .pointer(
-            "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0/image",
-        )
-        .and_then(Value::as_str)
-        .unwrap_or_default()
 }
 
 fn squatted_cm_data(cm: &ConfigMap) -> Option<BTreeMap<String, String>> {
