@@ -267,15 +267,19 @@ impl ControlPlane {
     }
 
     fn write_kubeconfig(&self, id: Identity) -> anyhow::Result<()> {
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: holdfast-local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {slug}\n  user:\n    token: {token}\ncontexts:\n- name: {slug}\n  context:\n    cluster: holdfast-local\n    user: {slug}\n    namespace: default\ncurrent-context: {slug}\n",
-            server = self.server,
-            ca = self.dir.join("ca.crt").display(),
-            slug = id.slug(),
-            token = self.token(id),
-        );
+        let text = self.kubeconfig_yaml(id.slug(), self.token(id), "default");
         std::fs::write(self.kubeconfig(id), text)?;
         Ok(())
+    }
+
+    /// A kubeconfig for this control plane that authenticates with bearer `token` (as user
+    /// `user` of the file) in namespace `namespace`.
+    pub fn kubeconfig_yaml(&self, user: &str, token: &str, namespace: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: holdfast-local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: {user}\n  context:\n    cluster: holdfast-local\n    user: {user}\n    namespace: {namespace}\ncurrent-context: {user}\n",
+            server = self.server,
+            ca = self.dir.join("ca.crt").display(),
+        )
     }
 
     /// A client acting as `id`, bound to the calling tokio runtime.

@@ -122,11 +122,7 @@ pub async fn service_account_client(
 ) -> anyhow::Result<kube::Client> {
     let admin = cp.client(Identity::Admin).await?;
     let token = mint_token(&admin, namespace, name, 3600).await?;
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: holdfast-local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: sa\n  context:\n    cluster: holdfast-local\n    user: sa\n    namespace: {namespace}\ncurrent-context: sa\n",
-        server = cp.server,
-        ca = cp.dir().join("ca.crt").display(),
-    );
+    let text = cp.kubeconfig_yaml("sa", &token, namespace);
     let kc = Kubeconfig::from_yaml(&text)?;
     let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
     Ok(kube::Client::try_from(cfg)?)

@@ -885,15 +885,7 @@ async fn controller_missing_one_verb_takes_no_snapshot_and_its_log_names_the_per
         .await
         .expect("token");
     let kubeconfig = cp.dir().join(format!("kubeconfig-{release_ns}.yaml"));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
-            cp.server,
-            cp.dir().join("ca.crt").display()
-        ),
-    )
-    .expect("kubeconfig");
+    std::fs::write(&kubeconfig, cp.kubeconfig_yaml("u", &token, "default")).expect("kubeconfig");
     let free = || holdfast_tests::control_plane::free_port().expect("port");
     let mut ctl = Supervised::start(
         &format!("holdfast-controller-{release_ns}"),
