@@ -65,4 +65,13 @@ pub struct Args {
     /// every request reaches the apiserver before the deadline, not merely leaves before it.
     #[arg(long, env = "HOLDFAST_HOLD_TRANSIT_MARGIN_MS", default_value_t = 50)]
     pub hold_transit_margin_ms: u64,
+    /// Runtime kinds besides Trainer's TrainingRuntime and ClusterTrainingRuntime, as
+    /// `group/plural` (e.g. `slurm.example.com/slurmruntimes`), comma-separated: only these
+    /// are read, watched and snapshotted (the chart passes `runtimes.extra`).
+    #[arg(long, env = "HOLDFAST_EXTRA_RUNTIME_RESOURCES", value_delimiter = ',')]
+    pub extra_runtime_resources: Vec<String>,
+    /// Seconds between preflight probes (the capability of each call is probed again this
+    /// often; a call trusts a probe at most twice this old, and probes itself otherwise).
+    #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL_SECS", default_value_t = 30)]
+    pub preflight_interval_secs: u64,
 }

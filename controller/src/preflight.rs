@@ -4,12 +4,22 @@
 //! what each call needs (SelfSubjectAccessReview), whether the CRDs are served (discovery),
 //! and makes a hold round trip for real but without effect: the hold write, rendered on a real
 //! object exactly as Hold would render it, PUT with `dryRun=All`, so that admission (the
-//! webhook included) and validation judge it. A failed probe makes the calls it gates answer
-//! `Unsupported` with the reason, until a later preflight passes ([`Capability`]).
+//! webhook included) and validation judge it. In Kueue mode it also lists every ClusterQueue
+//! that does not require holdfast's readmission check (a held job there is refused at call
+//! time).
+//!
+//! The capability fails closed and is never decided once for good ([`Capability`]): a probe
+//! that failed *or could not be made* makes the calls it gates answer `Unsupported` with the
+//! reason; the controller probes again on a timer (`--preflight-interval`), and a call
+//! probes again itself, on its own TrainJob, when the last probe is older than the interval,
+//! did not pass, or could not dry-run a hold for want of a TrainJob. Every replica probes the
+//! same cluster this way, so replicas agree within one interval, and a refusal is never based
+//! on a probe more than [`REPROBE_AFTER`] old.
 
 use std::{
     collections::BTreeMap,
     sync::{Arc, RwLock},
+    time::Instant,
 };
 
 use chrono::{SecondsFormat, Utc};
@@ -163,6 +173,9 @@ impl Check {
     }
 }
 
+/// How old a failed probe may be before a call that it would refuse probes again.
+pub const REPROBE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Whether a call is supported, and if not why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallSupport {
@@ -184,10 +197,22 @@ pub struct PreflightReport {
     pub checks: Vec<Check>,
     /// Per call (`hold`, `release`, `open`, `status`): supported, or why not.
     pub calls: BTreeMap<Gated, CallSupport>,
+    /// Kueue mode: every ClusterQueue that does not require holdfast's readmission check on
+    /// every flavor, and why. A job queued there cannot be held, released or opened.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ungated_cluster_queues: Vec<UngatedQueue>,
+}
+
+/// A ClusterQueue without holdfast's readmission check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UngatedQueue {
+    pub name: String,
+    pub why: String,
 }
 
 impl PreflightReport {
-    /// A report of `checks` in `mode`: each call is supported unless a probe gating it failed.
+    /// A report of `checks` in `mode`: each call is supported unless a probe gating it failed
+    /// or could not be made (fail closed).
     pub fn new(
         mode: Mode,
         call_bound: std::time::Duration,
@@ -198,10 +223,18 @@ impl PreflightReport {
         for call in [Gated::Hold, Gated::Release, Gated::Open, Gated::Status] {
             let failed: Vec<String> = checks
                 .iter()
-                .filter(|c| c.result == CheckResult::Failed && c.probe.gates(mode).contains(&call))
-                .map(|c| match &c.detail {
-                    Some(d) => format!("{}: {d}", probe_name(c.probe)),
-                    None => probe_name(c.probe),
+                .filter(|c| c.result != CheckResult::Passed && c.probe.gates(mode).contains(&call))
+                .map(|c| {
+                    let what = match c.result {
+                        CheckResult::NotChecked => {
+                            format!("{} could not be checked", probe_name(c.probe))
+                        }
+                        _ => probe_name(c.probe),
+                    };
+                    match &c.detail {
+                        Some(d) => format!("{what}: {d}"),
+                        None => what,
+                    }
                 })
                 .collect();
             calls.insert(
@@ -220,7 +253,20 @@ impl PreflightReport {
             checked_at: Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
             checks,
             calls,
+            ungated_cluster_queues: Vec::new(),
         }
+    }
+
+    /// Whether the hold round trip could not be made for want of a TrainJob (an untargeted
+    /// preflight on a cluster with none): a call can make it on its own TrainJob.
+    pub fn round_trip_untried(&self) -> bool {
+        self.checks.iter().any(|c| {
+            c.probe == Probe::HoldRoundTrip
+                && c.result == CheckResult::NotChecked
+                && c.detail
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with(NO_TRAINJOB))
+        })
     }
 
     /// `Unsupported` with the reason, if a probe gating `call` failed.
@@ -256,26 +302,59 @@ fn probe_name(p: Probe) -> String {
         .unwrap_or_default()
 }
 
-/// The last preflight result, shared by the executor (which consults it) and whoever runs
-/// preflight. Before any preflight has run every call is allowed: only a failed probe
-/// refuses.
+/// The last preflight result and when it was made, shared by the executor (which consults
+/// it) and whoever runs preflight.
 #[derive(Clone, Debug, Default)]
-pub struct Capability(Arc<RwLock<Option<PreflightReport>>>);
+pub struct Capability {
+    last: Arc<RwLock<Option<(PreflightReport, Instant)>>>,
+    /// One probe at a time: calls that find the capability stale at once probe once.
+    pub(crate) probing: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// What the last preflight says about a call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CapabilityVerdict {
+    Supported,
+    /// Refused, on a probe younger than [`REPROBE_AFTER`].
+    Refused(HoldError),
+    /// No probe yet, one older than the allowed age, one that refused longer ago than
+    /// [`REPROBE_AFTER`], or one that could not dry-run a hold: probe again first.
+    ProbeFirst,
+}
 
 impl Capability {
     pub fn record(&self, report: PreflightReport) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(report);
+        *self.last.write().unwrap_or_else(|e| e.into_inner()) = Some((report, Instant::now()));
     }
 
     pub fn report(&self) -> Option<PreflightReport> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.last
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(r, _)| r.clone())
     }
 
-    /// `Unsupported` with the reason if the last preflight says `call` cannot work.
-    pub fn check(&self, call: CallKind) -> Result<(), HoldError> {
-        match &*self.0.read().unwrap_or_else(|e| e.into_inner()) {
-            Some(report) => report.check(Gated::from(call)),
-            None => Ok(()),
+    /// What the last preflight says about `call`, if it is at most `max_age` old.
+    pub fn verdict(&self, call: CallKind, max_age: std::time::Duration) -> CapabilityVerdict {
+        let last = self.last.read().unwrap_or_else(|e| e.into_inner());
+        let Some((report, at)) = last.as_ref() else {
+            return CapabilityVerdict::ProbeFirst;
+        };
+        let age = at.elapsed();
+        if age > max_age {
+            return CapabilityVerdict::ProbeFirst;
+        }
+        let gates_round_trip = Probe::HoldRoundTrip
+            .gates(report.mode)
+            .contains(&Gated::from(call));
+        match report.check(Gated::from(call)) {
+            Ok(()) => CapabilityVerdict::Supported,
+            Err(_) if gates_round_trip && report.round_trip_untried() => {
+                CapabilityVerdict::ProbeFirst
+            }
+            Err(e) if age < REPROBE_AFTER => CapabilityVerdict::Refused(e),
+            Err(_) => CapabilityVerdict::ProbeFirst,
         }
     }
 }
@@ -319,12 +398,20 @@ pub(crate) async fn run(exec: &HoldExecutor, target: Option<(&str, &str)>) -> Pr
         };
         checks.push(check);
     }
-    PreflightReport::new(
+    let mut report = PreflightReport::new(
         mode,
         exec.call_bound(),
         config.apiserver_request_timeout,
         checks,
-    )
+    );
+    if let Some(queues) = exec.queues() {
+        report.ungated_cluster_queues = queues
+            .ungated()
+            .into_iter()
+            .map(|(name, why)| UngatedQueue { name, why })
+            .collect();
+    }
+    report
 }
 
 /// A SelfSubjectAccessReview of the probe's access, cluster-wide.
@@ -442,6 +529,9 @@ async fn served(reqs: &mut CallRequests<'_>, probe: Probe, path: &str, resource:
     }
 }
 
+/// How a round trip that found no TrainJob says so.
+const NO_TRAINJOB: &str = "no TrainJob to dry-run a hold on";
+
 /// The hold write of a probe Hold, rendered on a real object and PUT with `dryRun=All`.
 async fn round_trip(
     exec: &HoldExecutor,
@@ -487,10 +577,9 @@ async fn round_trip(
     };
     let trainjob = match trainjob {
         Ok(Value::Null) => {
-            return not_checked(
-                "no TrainJob to dry-run a hold on; name one (GET /v1/preflight?namespace=NS&name=NAME)"
-                    .to_owned(),
-            );
+            return not_checked(format!(
+                "{NO_TRAINJOB}; name one (GET /v1/preflight?namespace=NS&name=NAME), or call it: a call dry-runs its own"
+            ));
         }
         Ok(tj) => tj,
         Err(HoldError::Unsupported { reason }) => {
@@ -596,13 +685,6 @@ mod tests {
         }
         assert!(r.check(Gated::Open).is_ok());
         assert!(r.check(Gated::Status).is_ok());
-        let cap = Capability::default();
-        assert!(cap.check(CallKind::Hold).is_ok(), "nothing probed yet");
-        cap.record(r);
-        assert_eq!(
-            cap.check(CallKind::Hold).map_err(|e| e.kind()),
-            Err("Unsupported")
-        );
     }
 
     #[test]
@@ -634,26 +716,90 @@ mod tests {
     }
 
     #[test]
-    fn not_checked_gates_nothing_and_the_report_serialises() {
-        let mut r = report(Mode::Plain, &[]);
-        r.checks.push(Check::new(
-            Probe::HoldRoundTrip,
-            CheckResult::NotChecked,
-            "no TrainJob",
-        ));
-        r = PreflightReport::new(
+    fn a_probe_that_could_not_run_fails_closed_and_the_report_serialises() {
+        // Seam: probes that could not run gated nothing.
+        let checks = Probe::all(Mode::Plain)
+            .into_iter()
+            .map(|p| match p {
+                Probe::ListPods => Check::new(p, CheckResult::NotChecked, "timeout"),
+                _ => Check::new(p, CheckResult::Passed, ""),
+            })
+            .collect();
+        let r = PreflightReport::new(
             Mode::Plain,
             Duration::from_secs(66),
             Duration::from_secs(60),
-            r.checks,
+            checks,
         );
-        assert!(r.check(Gated::Hold).is_ok());
+        let err = r.check(Gated::Release).expect_err("fails closed");
+        assert!(
+            matches!(&err, HoldError::Unsupported { reason } if reason.contains("list-pods could not be checked: timeout")),
+            "{err:?}"
+        );
+        assert!(r.check(Gated::Hold).is_ok(), "list-pods gates Release only");
         let body = r.body();
         assert_eq!(body["result"], "Ok");
         assert_eq!(body["callBoundSeconds"], 66.0);
         assert_eq!(body["calls"]["hold"]["supported"], true);
+        assert_eq!(body["calls"]["release"]["supported"], false);
         assert_eq!(body["checks"][0]["probe"], "get-trainjobs");
         let back: PreflightReport = serde_json::from_value(body).expect("parse");
         assert_eq!(back.calls, r.calls);
+    }
+
+    #[test]
+    fn the_capability_is_probed_again_when_old_refusing_or_untried() {
+        let cap = Capability::default();
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            cap.verdict(CallKind::Hold, day),
+            CapabilityVerdict::ProbeFirst,
+            "nothing probed yet: probe, never assume"
+        );
+        cap.record(report(Mode::Plain, &[]));
+        assert_eq!(
+            cap.verdict(CallKind::Hold, day),
+            CapabilityVerdict::Supported
+        );
+        assert_eq!(
+            cap.verdict(CallKind::Hold, Duration::ZERO),
+            CapabilityVerdict::ProbeFirst,
+            "too old"
+        );
+        cap.record(report(Mode::Plain, &[Probe::HoldRoundTrip]));
+        assert!(matches!(
+            cap.verdict(CallKind::Hold, day),
+            CapabilityVerdict::Refused(HoldError::Unsupported { .. })
+        ));
+        assert_eq!(
+            cap.verdict(CallKind::Open, day),
+            CapabilityVerdict::Supported
+        );
+        // No TrainJob to dry-run on: the call makes the round trip on its own.
+        let checks = Probe::all(Mode::Plain)
+            .into_iter()
+            .map(|p| match p {
+                Probe::HoldRoundTrip => Check::new(
+                    p,
+                    CheckResult::NotChecked,
+                    format!("{NO_TRAINJOB}; name one"),
+                ),
+                _ => Check::new(p, CheckResult::Passed, ""),
+            })
+            .collect();
+        cap.record(PreflightReport::new(
+            Mode::Plain,
+            Duration::from_secs(66),
+            Duration::from_secs(60),
+            checks,
+        ));
+        assert_eq!(
+            cap.verdict(CallKind::Hold, day),
+            CapabilityVerdict::ProbeFirst
+        );
+        assert_eq!(
+            cap.verdict(CallKind::Open, day),
+            CapabilityVerdict::Supported
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The process: wires the parts together and runs them until SIGTERM.
 //!
-//! - the admin port (`/livez`, `/readyz`, `/metrics`, `/v1/drift`) on every replica;
+//! - the admin port (`/livez`, `/readyz`, `/metrics`) on every replica;
 //! - the hold API (HTTPS) on every replica: its writes are preconditioned, so any replica
 //!   may serve them, and preflight runs once at start-up;
 //! - certificate management (self-managed mode) on every replica (its writes are
@@ -90,15 +90,20 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     .with_metrics(call_metrics);
     let report = executor.preflight(None).await;
     tracing::info!(preflight = %report.body(), "preflight");
+    tasks.spawn(reprobe(
+        executor.clone(),
+        Duration::from_secs(args.preflight_interval_secs.max(1)),
+        shutdown.clone(),
+    ));
 
     let snapshots = Snapshotter::new(
         client.clone(),
-        snapshot::Config::from_args(&args),
+        snapshot::Config::from_args(&args)?,
         metrics.snapshots.clone(),
         reconciler_ready.clone(),
     );
 
-    let admin = admin_router(Arc::new(registry), ready.clone()).merge(snapshots.router());
+    let admin = admin_router(Arc::new(registry), ready.clone());
     let admin_listener = tokio::net::TcpListener::bind(args.admin_addr)
         .await
         .with_context(|| format!("binding the admin port {}", args.admin_addr))?;
@@ -126,6 +131,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             let router = api::router(ApiState {
                 executor: executor.clone(),
                 auth: KubeAuth::new(client.clone()),
+                snapshots: Some(snapshots.clone()),
             });
             let files = CertFiles {
                 cert: cert.clone(),
@@ -200,6 +206,26 @@ async fn leader_work(
             let (s, g) = tokio::join!(snapshots.run(token.clone()), gate.run(token.clone()));
             s?;
             g
+        }
+    }
+}
+
+/// Probes the capability again every `every`, so that a cluster that changes (CRDs or the
+/// AdmissionCheck installed after the controller, RBAC edited) is seen without a restart.
+async fn reprobe(executor: HoldExecutor, every: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    let mut last = String::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let report = executor.preflight(None).await;
+        let calls = serde_json::to_string(&report.calls).unwrap_or_default();
+        if calls != last {
+            tracing::info!(preflight = %report.body(), "preflight changed");
+            last = calls;
         }
     }
 }

@@ -21,8 +21,14 @@ pub enum ObjectState {
     /// The TrainJob is Complete (`succeeded`) or Failed.
     Finished { succeeded: bool },
     /// A hold of ours is on the held object. `instance` is `None` when the annotation is
-    /// not a decimal u64.
-    HeldByUs { instance: Option<u64> },
+    /// not a decimal u64. `underlying`: what had already stopped the object when the hold was
+    /// placed (or, in Kueue mode, a deactivation of Kueue's own since), which Release leaves
+    /// in place.
+    HeldByUs {
+        instance: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        underlying: Option<Underlying>,
+    },
     /// Kueue mode: Kueue deactivated the Workload for its own reason (a requeueing limit, a
     /// maximum execution time, a rejected admission check). Not a hold.
     DeactivatedByKueue { reason: String },
@@ -37,6 +43,31 @@ pub enum ObjectState {
     Pending,
     /// Not stopped: the execution is (or is about to be) running.
     Running,
+}
+
+/// A stop under a hold of ours, which is not ours and which Release does not lift.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum Underlying {
+    /// Kueue mode: Kueue deactivated the Workload for its own reason.
+    DeactivatedByKueue { reason: String },
+    /// Someone else suspended the TrainJob (plain mode) or deactivated the Workload (Kueue
+    /// mode).
+    DeactivatedBySomeoneElse,
+}
+
+impl Underlying {
+    /// Reads the value of [`crate::names::ANN_HOLD_FOUND`]: Kueue's own reason
+    /// (`DeactivatedDueTo...`) or anything else (`suspended`, `inactive`).
+    pub fn from_found(found: &str) -> Underlying {
+        if found.starts_with(KUEUE_DEACTIVATED_DUE_TO) {
+            Underlying::DeactivatedByKueue {
+                reason: found.to_owned(),
+            }
+        } else {
+            Underlying::DeactivatedBySomeoneElse
+        }
+    }
 }
 
 /// What [`classify`] looks at, already read from the objects.
@@ -58,6 +89,9 @@ pub struct Observed<'a> {
     pub workload_present: bool,
     /// Kueue mode: Kueue's own deactivation reason, from [`kueue_deactivation_reason`].
     pub kueue_reason: Option<&'a str>,
+    /// The hold's [`crate::names::ANN_HOLD_FOUND`]: what stopped the held object before the
+    /// hold was placed.
+    pub found: Option<&'a str>,
 }
 
 /// Classifies a TrainJob. A finished job is `Finished` whatever else holds; then our hold;
@@ -67,8 +101,16 @@ pub fn classify(o: &Observed<'_>) -> ObjectState {
         return ObjectState::Finished { succeeded };
     }
     if o.hold.is_held() {
+        let underlying = match (o.mode, o.kueue_reason, o.found) {
+            (Mode::Kueue, Some(reason), _) => Some(Underlying::DeactivatedByKueue {
+                reason: reason.to_owned(),
+            }),
+            (_, _, Some(found)) => Some(Underlying::from_found(found)),
+            _ => None,
+        };
         return ObjectState::HeldByUs {
             instance: o.hold.instance(),
+            underlying,
         };
     }
     let gate_or = |otherwise: ObjectState| {
@@ -81,6 +123,9 @@ pub fn classify(o: &Observed<'_>) -> ObjectState {
     match o.mode {
         Mode::Plain if o.held_stopped => gate_or(ObjectState::DeactivatedBySomeoneElse),
         Mode::Plain => ObjectState::Running,
+        // No Workload: Kueue does not manage the job (no queue name). Suspended, it waits;
+        // not suspended, it runs — never reported as waiting.
+        Mode::Kueue if !o.workload_present && !o.trainjob_suspended => ObjectState::Running,
         Mode::Kueue if !o.workload_present => gate_or(ObjectState::Pending),
         Mode::Kueue if o.held_stopped => match o.kueue_reason {
             Some(reason) => ObjectState::DeactivatedByKueue {
@@ -160,6 +205,7 @@ mod tests {
             trainjob_suspended: false,
             workload_present: true,
             kueue_reason: None,
+            found: None,
         }
     }
 
@@ -251,7 +297,17 @@ mod tests {
                 kueue_reason: Some("DeactivatedDueToRequeuingLimitExceeded"),
                 ..observed(mode, &ours)
             });
-            assert_eq!(state, ObjectState::HeldByUs { instance: Some(5) }, "{mode}");
+            let underlying = (mode == Mode::Kueue).then(|| Underlying::DeactivatedByKueue {
+                reason: "DeactivatedDueToRequeuingLimitExceeded".into(),
+            });
+            assert_eq!(
+                state,
+                ObjectState::HeldByUs {
+                    instance: Some(5),
+                    underlying
+                },
+                "{mode}: a hold, with Kueue's own reason under it"
+            );
         }
         let unreadable = HoldState::Unreadable { value: "x".into() };
         assert_eq!(
@@ -259,7 +315,10 @@ mod tests {
                 held_stopped: true,
                 ..observed(Mode::Plain, &unreadable)
             }),
-            ObjectState::HeldByUs { instance: None }
+            ObjectState::HeldByUs {
+                instance: None,
+                underlying: None
+            }
         );
     }
 
@@ -311,6 +370,41 @@ mod tests {
                     ..base(Mode::Kueue)
                 },
                 ObjectState::Pending,
+            ),
+            (
+                "kueue, no Workload, not suspended: running, never waiting",
+                Observed {
+                    workload_present: false,
+                    opened: false,
+                    ..base(Mode::Kueue)
+                },
+                ObjectState::Running,
+            ),
+            (
+                "plain, held over someone else's suspend",
+                Observed {
+                    held_stopped: true,
+                    found: Some("suspended"),
+                    ..observed(Mode::Plain, &ours)
+                },
+                ObjectState::HeldByUs {
+                    instance: Some(2),
+                    underlying: Some(Underlying::DeactivatedBySomeoneElse),
+                },
+            ),
+            (
+                "kueue, held over Kueue's own deactivation, recorded",
+                Observed {
+                    held_stopped: true,
+                    found: Some("DeactivatedDueToMaximumExecutionTimeExceeded"),
+                    ..observed(Mode::Kueue, &ours)
+                },
+                ObjectState::HeldByUs {
+                    instance: Some(2),
+                    underlying: Some(Underlying::DeactivatedByKueue {
+                        reason: "DeactivatedDueToMaximumExecutionTimeExceeded".into(),
+                    }),
+                },
             ),
             (
                 "kueue, not opened",

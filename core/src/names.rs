@@ -20,6 +20,12 @@ pub const ANN_RUNTIME_SHA256: &str = "holdfast.dev/runtime-sha256";
 pub const ANN_HOLD_INSTANCE: &str = "holdfast.dev/hold-instance";
 pub const ANN_HOLD_REASON: &str = "holdfast.dev/hold-reason";
 pub const ANN_HOLD_PLACED_AT: &str = "holdfast.dev/hold-placed-at";
+/// What stopped the held object before the hold was placed, if anything did: written with the
+/// hold, read by Release, which leaves such an object stopped. Plain mode: `suspended` (an
+/// opened TrainJob someone else suspended). Kueue mode: Kueue's own deactivation reason
+/// (e.g. `DeactivatedDueToRequeuingLimitExceeded`), or `inactive` for a Workload someone
+/// else deactivated. Absent when the object was running (or at its start gate).
+pub const ANN_HOLD_FOUND: &str = "holdfast.dev/hold-found";
 /// Prefix shared by every hold annotation.
 pub const HOLD_ANNOTATION_PREFIX: &str = "holdfast.dev/hold-";
 /// Kueue mode: on a terminating held Workload, the name of the Workload its hold is being
@@ -52,6 +58,12 @@ pub const TRAINING_RUNTIME_KIND: &str = "TrainingRuntime";
 
 /// Kueue's API group.
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+/// Kueue's queue label on a job: a TrainJob carrying it (non-empty) is managed by Kueue, with
+/// Kueue's default `manageJobsWithoutQueueName: false`.
+pub const QUEUE_NAME_LABEL: &str = "kueue.x-k8s.io/queue-name";
+/// Kueue's label (or annotation) naming a prebuilt Workload a job is to adopt: Kueue makes
+/// the job the controller of the Workload it names and lets go of any other.
+pub const PREBUILT_WORKLOAD_LABEL: &str = "kueue.x-k8s.io/prebuilt-workload-name";
 
 /// The name of a TrainJob's snapshot ConfigMap.
 pub fn snapshot_name(trainjob: &str) -> String {

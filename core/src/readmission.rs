@@ -80,7 +80,7 @@ use crate::{
     hold::{HeldObject, HoldState, Outcome, Write, object},
     names::{
         ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_HOLD_TRANSFER_TO,
-        HOLD_FINALIZER, LABEL_MANAGED, READMISSION_CONTROLLER,
+        HOLD_FINALIZER, LABEL_MANAGED, READMISSION_CONTROLLER, TRAINER_GROUP, TRAINJOB_KIND,
     },
 };
 
@@ -302,15 +302,39 @@ pub enum Selected<'a> {
     TransferPending,
 }
 
-/// Chooses the Workload a hold call acts on:
+/// Whether `workload` is TrainJob `trainjob_uid`'s: its controller ownerReference is that
+/// TrainJob (`trainer.kubeflow.org`, kind `TrainJob`, the uid). A label alone (Kueue's
+/// `kueue.x-k8s.io/job-uid`, which anyone who may create a Workload can copy) never makes a
+/// Workload the TrainJob's.
+pub fn owned_by(workload: &Value, trainjob_uid: &str) -> bool {
+    !trainjob_uid.is_empty()
+        && workload
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|refs| {
+                refs.iter().any(|r| {
+                    r.get("controller").and_then(Value::as_bool) == Some(true)
+                        && r.get("uid").and_then(Value::as_str) == Some(trainjob_uid)
+                        && r.get("kind").and_then(Value::as_str) == Some(TRAINJOB_KIND)
+                        && r.get("apiVersion")
+                            .and_then(Value::as_str)
+                            .is_some_and(|v| v.split('/').next() == Some(TRAINER_GROUP))
+                })
+            })
+}
+
+/// Chooses the Workload a hold call acts on, among `items` (listed by Kueue's job-uid label,
+/// an index only):
 ///
+/// - only Workloads the TrainJob `trainjob_uid` owns as controller ([`owned_by`]) count: a
+///   decoy carrying the label is ignored;
 /// - a Workload being deleted without the hold finalizer is ignored: it is going away, and
 ///   no finalizer can be added to it;
 /// - a held Workload being deleted (with the finalizer) next to a live one: the hold is
 ///   being moved, so wait ([`Selected::TransferPending`]);
 /// - else the newest live Workload (by creation time, then name);
 /// - else the newest held Workload being deleted: with no replacement it is the held object.
-pub fn select_workload(items: &[Value]) -> Selected<'_> {
+pub fn select_workload<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'a> {
     let key = |w: &&Value| {
         (
             w.pointer("/metadata/creationTimestamp")
@@ -323,9 +347,9 @@ pub fn select_workload(items: &[Value]) -> Selected<'_> {
                 .to_owned(),
         )
     };
-    let live = items.iter().filter(|w| !terminating(w)).max_by_key(key);
-    let source = items
-        .iter()
+    let owned = || items.iter().filter(|w| owned_by(w, trainjob_uid));
+    let live = owned().filter(|w| !terminating(w)).max_by_key(key);
+    let source = owned()
         .filter(|w| terminating(w) && has_hold_finalizer(w))
         .max_by_key(key);
     match (live, source) {
@@ -744,6 +768,8 @@ pub fn activate_check(check: &mut Value, now: &str) -> bool {
     }
     true
 }
+
+pub mod queues;
 
 #[cfg(test)]
 mod tests;

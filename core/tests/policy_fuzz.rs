@@ -47,6 +47,8 @@ fn who() -> Identities {
 const SNAPSHOT_LABEL: &str = "holdfast.dev/runtime-snapshot";
 const MANAGED_LABEL: &str = "holdfast.dev/managed";
 const HOLD_INSTANCE: &str = "holdfast.dev/hold-instance";
+const HOLD_FINALIZER: &str = "holdfast.dev/hold";
+const PREBUILT: &str = "kueue.x-k8s.io/prebuilt-workload-name";
 const OPENED: &str = "holdfast.dev/opened";
 const ADMITTED: &str = "holdfast.dev/admitted-runtime-resource-version";
 /// Kueue manages a job with a non-empty queue name (manageJobsWithoutQueueName: false).
@@ -95,13 +97,69 @@ fn labelled_true(v: &Map<String, Value>, key: &str) -> bool {
         == Some(&Value::String("true".into()))
 }
 
-fn queued(v: &Map<String, Value>) -> bool {
+fn queue(v: &Map<String, Value>) -> Option<&str> {
     v.get("metadata")
         .and_then(|m| m.get("labels"))
         .and_then(Value::as_object)
         .and_then(|l| l.get(QUEUE_LABEL))
         .and_then(Value::as_str)
-        .is_some_and(|q| !q.is_empty())
+        .filter(|q| !q.is_empty())
+}
+
+fn queued(v: &Map<String, Value>) -> bool {
+    queue(v).is_some()
+}
+
+fn meta_get<'a>(v: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    v.get("metadata")?.as_object()?.get(key)
+}
+
+fn prebuilt(v: &Map<String, Value>) -> (Option<&Value>, Option<&Value>) {
+    (
+        meta_get(v, "labels").and_then(|l| l.get(PREBUILT)),
+        meta_get(v, "annotations").and_then(|a| a.get(PREBUILT)),
+    )
+}
+
+fn hold_finalizer(v: &Map<String, Value>) -> bool {
+    meta_get(v, "finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.contains(&json!(HOLD_FINALIZER)))
+}
+
+/// `(uid, controller)` of every ownerReference to a Trainer TrainJob.
+fn trainjob_owners(v: &Map<String, Value>) -> Vec<(String, bool)> {
+    meta_get(v, "ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| {
+            r.get("kind") == Some(&json!("TrainJob"))
+                && r.get("apiVersion")
+                    .and_then(Value::as_str)
+                    .is_some_and(|a| a.starts_with("trainer.kubeflow.org/"))
+        })
+        .map(|r| {
+            (
+                r.get("uid")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                r.get("controller") == Some(&json!(true)),
+            )
+        })
+        .collect()
+}
+
+/// Some ownerReference is a controller: the snapshot still belongs to something.
+fn has_controller(v: &Map<String, Value>) -> bool {
+    meta_get(v, "ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|r| r.iter().any(|r| r.get("controller") == Some(&json!(true))))
+}
+
+fn queue_of_workload(v: &Map<String, Value>) -> Option<&Value> {
+    v.get("spec")?.as_object()?.get("queueName")
 }
 
 fn suspended(v: &Map<String, Value>) -> bool {
@@ -152,7 +210,10 @@ fn forbidden(i: &AdmissionInput, mode: Mode) -> Option<String> {
     match i.resource {
         Resource::ConfigMap if is_snapshot(i) => match i.operation {
             Operation::Create if !(controller || user == TRAINER) => Some("snapshot create".into()),
-            Operation::Delete if !(controller || user == GC || user == NS) => {
+            Operation::Delete
+                if !(controller || user == GC || user == NS)
+                    && (old.is_none() || old.is_some_and(has_controller)) =>
+            {
                 Some("snapshot delete".into())
             }
             Operation::Update => {
@@ -195,12 +256,29 @@ fn forbidden(i: &AdmissionInput, mode: Mode) -> Option<String> {
                     {
                         return Some(format!("create with {k}"));
                     }
+                    if hold_finalizer(n) {
+                        return Some("hold finalizer added".into());
+                    }
                     if mode == Mode::Plain
                         && trainjob
                         && labelled_true(n, MANAGED_LABEL)
                         && !suspended(n)
                     {
                         return Some("managed TrainJob created unsuspended".into());
+                    }
+                    if mode == Mode::Kueue
+                        && trainjob
+                        && labelled_true(n, MANAGED_LABEL)
+                        && !queued(n)
+                    {
+                        return Some("managed TrainJob without a queue".into());
+                    }
+                    if mode == Mode::Kueue
+                        && !trainjob
+                        && user != KUEUE
+                        && !trainjob_owners(n).is_empty()
+                    {
+                        return Some("Workload made a TrainJob's".into());
                     }
                     None
                 }
@@ -209,10 +287,12 @@ fn forbidden(i: &AdmissionInput, mode: Mode) -> Option<String> {
                     if !controller && our_annotations(o) != our_annotations(n) {
                         return Some("controller annotations changed".into());
                     }
+                    if !controller && hold_finalizer(o) != hold_finalizer(n) {
+                        return Some("hold finalizer added".into());
+                    }
                     if mode == Mode::Kueue
                         && trainjob
                         && user != KUEUE
-                        && (queued(o) || queued(n))
                         && suspended(o) != suspended(n)
                     {
                         return Some("suspend flipped in kueue mode".into());
@@ -220,12 +300,37 @@ fn forbidden(i: &AdmissionInput, mode: Mode) -> Option<String> {
                     if controller {
                         return None;
                     }
-                    if mode == Mode::Kueue
-                        && !trainjob
-                        && annotated(o, HOLD_INSTANCE)
-                        && active(o) != active(n)
-                    {
-                        return Some("held Workload's active flipped".into());
+                    let gate_closed = !annotated(o, OPENED) && labelled_true(o, MANAGED_LABEL);
+                    if trainjob && gate_closed && !labelled_true(n, MANAGED_LABEL) {
+                        return Some("managed label dropped at the closed gate".into());
+                    }
+                    if mode == Mode::Kueue && !trainjob {
+                        let before = trainjob_owners(o);
+                        if user != KUEUE && trainjob_owners(n).iter().any(|r| !before.contains(r)) {
+                            return Some("Workload made a TrainJob's".into());
+                        }
+                        if annotated(o, HOLD_INSTANCE) && active(o) != active(n) {
+                            return Some("held Workload's active flipped".into());
+                        }
+                        if annotated(o, HOLD_INSTANCE)
+                            && queue_of_workload(o) != queue_of_workload(n)
+                        {
+                            return Some("held Workload moved to another queue".into());
+                        }
+                    }
+                    if mode == Mode::Kueue && trainjob && user != KUEUE {
+                        let stopped = suspended(o) || gate_closed;
+                        if queue(o).is_some() && queue(o) != queue(n) && stopped {
+                            return Some("queue name changed while stopped".into());
+                        }
+                        if prebuilt(o) != prebuilt(n) && stopped {
+                            return Some("prebuilt Workload named while stopped".into());
+                        }
+                        let unqueued_managed =
+                            |v: &Map<String, Value>| labelled_true(v, MANAGED_LABEL) && !queued(v);
+                        if unqueued_managed(n) && !unqueued_managed(o) {
+                            return Some("managed TrainJob without a queue".into());
+                        }
                     }
                     let unsuspends = suspended(o) && !suspended(n);
                     if mode == Mode::Plain && trainjob && unsuspends && annotated(o, HOLD_INSTANCE)
@@ -272,15 +377,15 @@ fn must_allow(i: &AdmissionInput, mode: Mode) -> Option<&'static str> {
         {
             Some("the controller")
         }
-        // The controller may write an unqueued TrainJob in kueue mode too: Kueue does not
-        // own its spec.suspend.
+        // In kueue mode the controller writes anything of a TrainJob but spec.suspend.
         (Resource::TrainJob, Operation::Update)
             if i.user.username == CONTROLLER
                 && mode == Mode::Kueue
-                && obj(i.old_object.as_ref()).is_some_and(|o| !queued(o))
-                && obj(i.object.as_ref()).is_some_and(|n| !queued(n)) =>
+                && obj(i.old_object.as_ref())
+                    .zip(obj(i.object.as_ref()))
+                    .is_some_and(|(o, n)| suspended(o) == suspended(n)) =>
         {
-            Some("the controller, on a TrainJob Kueue does not manage")
+            Some("the controller, leaving spec.suspend to Kueue")
         }
         (Resource::TrainJob | Resource::Workload, Operation::Create)
             if i.user.username == CONTROLLER =>
@@ -306,8 +411,10 @@ fn garbage() -> BoxedStrategy<Value> {
     .boxed()
 }
 
-const ANN_KEYS: [&str; 10] = [
+const ANN_KEYS: [&str; 12] = [
     "holdfast.dev/hold-instance",
+    "holdfast.dev/hold-found",
+    PREBUILT,
     "holdfast.dev/hold-reason",
     "holdfast.dev/hold-placed-at",
     "holdfast.dev/hold-anything",
@@ -318,10 +425,11 @@ const ANN_KEYS: [&str; 10] = [
     "example.com/hold-instance",
     "team",
 ];
-const LABEL_KEYS: [&str; 5] = [
+const LABEL_KEYS: [&str; 6] = [
     SNAPSHOT_LABEL,
     MANAGED_LABEL,
     QUEUE_LABEL,
+    PREBUILT,
     "app",
     "holdfast.dev/opened",
 ];
@@ -363,10 +471,11 @@ fn metadata() -> BoxedStrategy<Value> {
         member(select(&NAMES[..]).prop_map(|s| Value::String(s.to_owned()))),
         member(string_map(&ANN_KEYS, &["1", "2", "true", ""])),
         member(string_map(&LABEL_KEYS, &["true", "false", ""])),
-        member(Just(
-            json!([{"kind": "TrainJob", "name": "mnist", "uid": "u", "controller": true}]),
-        )),
-        member(Just(json!(["foregroundDeletion"]))),
+        member(prop_oneof![
+            Just(json!([{"kind": "TrainJob", "name": "mnist", "uid": "u", "controller": true}])),
+            owners(),
+        ]),
+        member(finalizers()),
         member(Just(
             json!([{"manager": "kubectl", "fieldsV1": {"f:metadata": {"f:annotations": {}}}}]),
         )),
@@ -392,22 +501,49 @@ fn metadata() -> BoxedStrategy<Value> {
         .boxed()
 }
 
+fn owners() -> BoxedStrategy<Value> {
+    (select(&["u", "v"][..]), any::<bool>())
+        .prop_map(|(uid, controller)| {
+            json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": "mnist", "uid": uid, "controller": controller}])
+        })
+        .boxed()
+}
+
+const FINALIZER_LISTS: [&[&str]; 3] = [
+    &["foregroundDeletion"],
+    &[HOLD_FINALIZER],
+    &["kueue.x-k8s.io/resource-in-use", HOLD_FINALIZER],
+];
+
+fn finalizers() -> BoxedStrategy<Value> {
+    select(&FINALIZER_LISTS[..]).prop_map(|f| json!(f)).boxed()
+}
+
 fn kube_object() -> BoxedStrategy<Value> {
     (
         member(metadata()),
         member(
-            (bool_member(), bool_member()).prop_map(|(suspend, active)| {
-                let mut spec = Map::new();
-                spec.insert("runtimeRef".into(), json!({"name": "torch"}));
-                spec.insert("trainer".into(), json!({"numNodes": 2}));
-                if let Some(s) = suspend {
-                    spec.insert("suspend".into(), s);
-                }
-                if let Some(a) = active {
-                    spec.insert("active".into(), a);
-                }
-                Value::Object(spec)
-            }),
+            (
+                bool_member(),
+                bool_member(),
+                member(select(&["q", "other"][..]).prop_map(|q| json!(q))),
+            )
+                .prop_map(|(suspend, active, queue)| {
+                    let mut spec = Map::new();
+                    spec.insert("runtimeRef".into(), json!({"name": "torch"}));
+                    spec.insert("trainer".into(), json!({"numNodes": 2}));
+                    for (k, v) in [
+                        ("suspend", suspend),
+                        ("active", active),
+                        ("queueName", queue),
+                    ] {
+                        if let Some(v) = v {
+                            spec.insert(k.into(), v);
+                        }
+                    }
+                    Value::Object(spec)
+                }),
         ),
         member(string_map(
             &["runtime", "other"],
@@ -484,6 +620,8 @@ enum Edit {
     Flip(&'static str),
     SetData(Option<Value>),
     DropOwners,
+    SetOwners(Value),
+    SetFinalizers(Option<Value>),
     Replace(Value),
 }
 
@@ -495,6 +633,9 @@ fn edit() -> BoxedStrategy<Edit> {
         2 => (select(&LABEL_KEYS[..]), string_or_garbage(&["true", "false"])).prop_map(|(k, v)| Edit::SetLabel(k, v)),
         2 => select(&LABEL_KEYS[..]).prop_map(Edit::RemoveLabel),
         3 => (select(&["suspend", "active"][..]), bool_member()).prop_map(|(k, v)| Edit::SetSpec(k, v)),
+        1 => member(select(&["q", "other"][..]).prop_map(|q| json!(q))).prop_map(|v| Edit::SetSpec("queueName", v)),
+        1 => owners().prop_map(Edit::SetOwners),
+        1 => member(finalizers()).prop_map(Edit::SetFinalizers),
         4 => select(&["suspend", "active"][..]).prop_map(Edit::Flip),
         1 => member(Just(json!({"runtime": "kind: Evil\n"}))).prop_map(Edit::SetData),
         1 => Just(Edit::DropOwners),
@@ -569,6 +710,19 @@ fn apply_edit(v: &mut Value, e: &Edit) {
         Edit::DropOwners => {
             if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
                 m.remove("ownerReferences");
+            }
+        }
+        Edit::SetOwners(o) => {
+            if let Some(m) = child(v, "metadata") {
+                m.insert("ownerReferences".into(), o.clone());
+            }
+        }
+        Edit::SetFinalizers(f) => {
+            if let Some(m) = child(v, "metadata") {
+                match f {
+                    Some(f) => m.insert("finalizers".into(), f.clone()),
+                    None => m.remove("finalizers"),
+                };
             }
         }
         Edit::Replace(r) => *v = r.clone(),
@@ -991,7 +1145,7 @@ fn oracle_covers_every_rule() {
     let who = who();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut allowed = 0;
-    let mut unqueued_suspend_flips_allowed = 0;
+    let mut kueue_suspend_flips_allowed = 0;
     for _ in 0..40_000 {
         let c = strategy.new_tree(&mut runner).unwrap().current();
         let patch = mutate(&c.input, &who, c.mode, c.admitted_rv.as_deref());
@@ -1016,12 +1170,10 @@ fn oracle_covers_every_rule() {
                 &post.subresource,
                 obj(post.old_object.as_ref()),
                 obj(post.object.as_ref()),
-            ) && post.user.username != KUEUE
-                && !queued(o)
-                && !queued(n)
+            ) && post.user.username == KUEUE
                 && suspended(o) != suspended(n)
             {
-                unqueued_suspend_flips_allowed += 1;
+                kueue_suspend_flips_allowed += 1;
             }
         }
     }
@@ -1036,6 +1188,13 @@ fn oracle_covers_every_rule() {
         "controller annotations changed",
         "suspend flipped in kueue mode",
         "held Workload's active flipped",
+        "held Workload moved to another queue",
+        "Workload made a TrainJob's",
+        "hold finalizer added",
+        "managed label dropped at the closed gate",
+        "managed TrainJob without a queue",
+        "queue name changed while stopped",
+        "prebuilt Workload named while stopped",
         "held TrainJob unsuspended",
         "start gate opened by someone else",
     ] {
@@ -1046,7 +1205,7 @@ fn oracle_covers_every_rule() {
     }
     assert!(allowed > 1000, "too few allowed requests: {allowed}");
     assert!(
-        unqueued_suspend_flips_allowed > 0,
-        "no allowed kueue-mode suspend flip of an unqueued TrainJob was generated"
+        kueue_suspend_flips_allowed > 0,
+        "no allowed kueue-mode suspend flip by Kueue was generated"
     );
 }

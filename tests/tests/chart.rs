@@ -544,6 +544,7 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("get", "", "configmaps", "tenant", "job-runtime-snapshot"),
         ("watch", "", "configmaps", "", ""),
         ("create", "", "configmaps", "tenant", ""),
+        ("delete", "", "configmaps", "tenant", "job-runtime-snapshot"),
         ("list", "", "pods", "", ""),
         ("watch", "", "pods", "tenant", ""),
         ("create", "events.k8s.io", "events", "tenant", ""),
@@ -610,7 +611,6 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("update", tj, "clustertrainingruntimes", "", "rt"),
         ("update", "", "configmaps", "tenant", "job-runtime-snapshot"),
         ("patch", "", "configmaps", "tenant", "job-runtime-snapshot"),
-        ("delete", "", "configmaps", "tenant", "job-runtime-snapshot"),
         ("get", "", "pods", "tenant", "p"),
         ("delete", "", "pods", "tenant", "p"),
         ("get", "", "secrets", "tenant", "x"),
@@ -706,9 +706,12 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
             "tbk-holdfast-readmission",
         ),
         ("update", tj, "trainjobs", "tenant", "job"),
+        ("list", kq, "localqueues", "", ""),
+        ("watch", kq, "clusterqueues", "", ""),
     ];
     let denied: Vec<Access> = vec![
         ("delete", kq, "workloads", "tenant", "w"),
+        ("update", kq, "localqueues", "tenant", "q"),
         ("patch", kq, "workloads", "tenant", "w"),
         (
             "update",
@@ -730,6 +733,17 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ),
     ];
     check_table(&admin, &release_ns, &tenant, ctl, &allowed, &denied).await;
+    let hook = "tbk-holdfast-webhook";
+    let allowed: Vec<Access> = vec![
+        ("list", kq, "localqueues", "", ""),
+        ("watch", kq, "clusterqueues", "", ""),
+        ("watch", kq, "admissionchecks", "", ""),
+    ];
+    let denied: Vec<Access> = vec![
+        ("get", kq, "workloads", "tenant", "w"),
+        ("update", kq, "clusterqueues", "", "q"),
+    ];
+    check_table(&admin, &release_ns, &tenant, hook, &allowed, &denied).await;
 }
 
 fn status_code(e: &kube::Error) -> Option<u16> {

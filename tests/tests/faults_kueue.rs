@@ -428,7 +428,13 @@ async fn hold_stays_in_force_when_kueue_restarts_during_the_eviction_and_while_h
     assert!(has_hold_finalizer(&now[0]));
     assert!(!condition(&now[0], "Admitted"));
     let status = f.exec.status(&f.ns, "job").await.expect("status");
-    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(1) });
+    assert_eq!(
+        status.state,
+        ObjectState::HeldByUs {
+            instance: Some(1),
+            underlying: None
+        }
+    );
 
     // The whole history, from before the hold.
     let job_versions = jobs.caught_up().await;

@@ -95,7 +95,13 @@ async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before
     })
     .await;
     let status = f.exec.status(&f.ns, "job").await.expect("status");
-    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(1) });
+    assert_eq!(
+        status.state,
+        ObjectState::HeldByUs {
+            instance: Some(1),
+            underlying: None
+        }
+    );
     let events = settled_audit(f.cp).await;
     let controller_writes: Vec<&Value> = events
         .iter()
@@ -289,7 +295,13 @@ async fn kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_ho
         .await
         .expect("hold");
     let status = f.exec.status(&f.ns, "job").await.expect("status");
-    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(1) });
+    assert_eq!(
+        status.state,
+        ObjectState::HeldByUs {
+            instance: Some(1),
+            underlying: None
+        }
+    );
     f.finish().await;
 }
 
@@ -609,7 +621,13 @@ async fn workload_recreated_by_kueue_while_held_stays_held() {
     assert_eq!(annotation(&all[0], ANN_HOLD_INSTANCE), Some("1"));
     assert!(!active(&all[0]));
     let status = f.exec.status(&f.ns, "job").await.expect("status");
-    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(1) });
+    assert_eq!(
+        status.state,
+        ObjectState::HeldByUs {
+            instance: Some(1),
+            underlying: None
+        }
+    );
     let err = f
         .exec
         .hold(&f.ns, "job", meta(Some(0), MINUTE))
@@ -676,7 +694,13 @@ async fn held_workload_deleted_by_a_user_stays_held_until_released() {
     let all = f.workloads("job").await;
     assert_eq!(all.len(), 1, "Kueue made no replacement while it matches");
     let status = f.exec.status(&f.ns, "job").await.expect("status");
-    assert_eq!(status.state, ObjectState::HeldByUs { instance: Some(4) });
+    assert_eq!(
+        status.state,
+        ObjectState::HeldByUs {
+            instance: Some(4),
+            underlying: None
+        }
+    );
     let err = f
         .exec
         .release(&f.ns, "job", meta(Some(3), MINUTE))
@@ -728,22 +752,28 @@ impl Webhook {
         };
         std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
         std::fs::write(&files.key, &cert.key_pem).expect("write key");
-        let admission = std::sync::Arc::new(holdfast_webhook::Admission::new(
-            Mode::Kueue,
-            Identities::new(
-                [Identity::Controller.username()],
-                [Identity::Trainer.username()],
-                [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
-                [Identity::Kueue.username()],
-            ),
-            std::sync::Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
-                f.cp.client(Identity::Webhook)
-                    .await
-                    .expect("webhook client"),
-            )),
-            holdfast_webhook::metrics::Metrics::unregistered(),
-            holdfast_webhook::Limits::DEFAULT,
-        ));
+        let webhook_client =
+            f.cp.client(Identity::Webhook)
+                .await
+                .expect("webhook client");
+        let admission = std::sync::Arc::new(
+            holdfast_webhook::Admission::new(
+                Mode::Kueue,
+                Identities::new(
+                    [Identity::Controller.username()],
+                    [Identity::Trainer.username()],
+                    [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
+                    [Identity::Kueue.username()],
+                ),
+                std::sync::Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
+                    webhook_client.clone(),
+                    Default::default(),
+                )),
+                holdfast_webhook::metrics::Metrics::unregistered(),
+                holdfast_webhook::Limits::DEFAULT,
+            )
+            .with_queues(Some(holdfast_cluster::Queues::start(webhook_client, None))),
+        );
         let hook = holdfast_webhook::RunningWebhook::start(
             holdfast_webhook::ServeOptions {
                 addr: "127.0.0.1:0".parse().expect("addr"),

@@ -509,6 +509,7 @@ async fn start_api(cp: &ControlPlane, exec: HoldExecutor) -> HoldApi {
         router(ApiState {
             executor: exec,
             auth,
+            snapshots: None,
         }),
         stop.clone(),
     ));

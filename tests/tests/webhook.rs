@@ -101,7 +101,7 @@ impl Harness {
         let admission = Arc::new(Admission::new(
             mode,
             identities(),
-            Arc::new(KubeRuntimeLookup::new(webhook_client)),
+            Arc::new(KubeRuntimeLookup::new(webhook_client, Default::default())),
             Metrics::unregistered(),
             Limits::DEFAULT,
         ));

@@ -71,6 +71,11 @@ pub struct Args {
         default_value = "system:serviceaccount:kueue-system:kueue-controller-manager"
     )]
     pub kueue_users: Vec<String>,
+    /// Runtime kinds besides Trainer's TrainingRuntime and ClusterTrainingRuntime, as
+    /// `group/plural`, comma-separated: only these are looked up at a TrainJob's admission
+    /// (the chart passes `runtimes.extra`).
+    #[arg(long, env = "HOLDFAST_EXTRA_RUNTIME_RESOURCES", value_delimiter = ',')]
+    pub extra_runtime_resources: Vec<String>,
     /// Largest AdmissionReview body accepted, in bytes (object and oldObject of an UPDATE);
     /// larger ones get 413.
     #[arg(long, env = "HOLDFAST_MAX_BODY_BYTES", default_value_t = Limits::DEFAULT.max_body_bytes)]
@@ -106,6 +111,12 @@ impl Args {
             &self.snapshot_deleters,
             &self.kueue_users,
         )
+    }
+
+    /// The runtime kinds the webhook may look up.
+    pub fn runtime_resources(&self) -> anyhow::Result<holdfast_core::snapshot::RuntimeResources> {
+        holdfast_core::snapshot::RuntimeResources::with_extra(&self.extra_runtime_resources)
+            .map_err(anyhow::Error::msg)
     }
 
     /// The request limits.

@@ -54,13 +54,18 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let admission = Arc::new(Admission::new(
-        args.mode,
-        args.identities(),
-        Arc::new(KubeRuntimeLookup::new(client)),
-        metrics,
-        args.limits(),
-    ));
+    let queues = (args.mode == holdfast_core::mode::Mode::Kueue)
+        .then(|| holdfast_cluster::Queues::start(client.clone(), None));
+    let admission = Arc::new(
+        Admission::new(
+            args.mode,
+            args.identities(),
+            Arc::new(KubeRuntimeLookup::new(client, args.runtime_resources()?)),
+            metrics,
+            args.limits(),
+        )
+        .with_queues(queues),
+    );
     let options = ServeOptions {
         addr: args.addr,
         admin_addr: args.admin_addr,

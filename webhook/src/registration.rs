@@ -46,14 +46,18 @@
 //! being up.
 //!
 //! `matchConditions` (one, named `holdfast-state`): the new or the old object carries an
-//! annotation or a label whose key starts with `holdfast.dev/`, or the label
-//! `kueue.x-k8s.io/queue-name`. Every request the policy can refuse has one of those (hold
-//! annotations, `opened`, `attempt`, the admitted version, the `managed` label of the start
-//! gate, the queue name that makes `spec.suspend` Kueue's); a unit test walks the policy over
-//! a catalogue of requests and checks none it refuses is filtered out:
+//! annotation, a label or a finalizer whose key starts with `holdfast.dev/`, or Kueue's
+//! `kueue.x-k8s.io/queue-name` label or `kueue.x-k8s.io/prebuilt-workload-name` label or
+//! annotation; or the new object carries an ownerReference to a TrainJob that the old one did
+//! not (a Workload made a TrainJob's); or `spec.suspend` changes (in kueue mode it is Kueue's
+//! whatever the labels). Every request the policy can refuse has one of those (hold
+//! annotations and finalizer, `opened`, `attempt`, the admitted version, the `managed` label
+//! of the start gate, the queue name and prebuilt Workload of a suspended job, a decoy
+//! Workload, a suspend flip); a unit test walks the policy over a catalogue of requests and
+//! checks none it refuses is filtered out:
 //!
 //! ```text
-//! (object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name')))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name'))))
+//! (object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))) || (has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && (oldObject == null || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences)))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (object != null && oldObject != null && has(object.spec) && has(oldObject.spec) && (has(object.spec.suspend) && object.spec.suspend == true) != (has(oldObject.spec.suspend) && oldObject.spec.suspend == true))
 //! ```
 //!
 //! # Mutating: `jobs.mutate.holdfast.dev` → `/mutate`
@@ -96,7 +100,7 @@ pub const JOBS_MUTATING_WEBHOOK: &str = "jobs.mutate.holdfast.dev";
 /// `matchConditions` of [`SNAPSHOTS_WEBHOOK`].
 pub const SNAPSHOT_CONDITION: &str = "(has(request.name) && request.name.endsWith('-runtime-snapshot')) || (object != null && ((has(object.metadata.name) && object.metadata.name.endsWith('-runtime-snapshot')) || (has(object.metadata.labels) && 'holdfast.dev/runtime-snapshot' in object.metadata.labels))) || (oldObject != null && ((has(oldObject.metadata.name) && oldObject.metadata.name.endsWith('-runtime-snapshot')) || (has(oldObject.metadata.labels) && 'holdfast.dev/runtime-snapshot' in oldObject.metadata.labels)))";
 /// `matchConditions` of [`JOBS_VALIDATING_WEBHOOK`].
-pub const JOBS_VALIDATING_CONDITION: &str = "(object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name')))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name'))))";
+pub const JOBS_VALIDATING_CONDITION: &str = "(object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))) || (has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && (oldObject == null || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences)))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (object != null && oldObject != null && has(object.spec) && has(oldObject.spec) && (has(object.spec.suspend) && object.spec.suspend == true) != (has(oldObject.spec.suspend) && oldObject.spec.suspend == true))";
 /// `matchConditions` of [`JOBS_MUTATING_WEBHOOK`].
 pub const JOBS_MUTATING_CONDITION: &str = "request.operation == 'CREATE' || (oldObject != null && has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/')))";
 

@@ -47,7 +47,8 @@ use holdfast_core::mode::Mode;
 use holdfast_core::names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION;
 use holdfast_core::policy::request::{decode_review, error_response, response};
 use holdfast_core::policy::{
-    AdmissionInput, Identities, Operation, Resource, Verdict, mutate, validate,
+    AdmissionInput, Identities, Operation, Resource, Verdict, mutate, queue_check, queue_verdict,
+    validate,
 };
 use holdfast_core::snapshot::runtime_ref;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -93,6 +94,9 @@ pub struct Admission {
     mode: Mode,
     identities: Identities,
     runtimes: Arc<dyn RuntimeLookup>,
+    /// Kueue mode: Kueue's queues, to refuse a managed TrainJob queued where the readmission
+    /// gate is not (see `holdfast_core::policy::queue_check`).
+    queues: Option<holdfast_cluster::Queues>,
     metrics: Metrics,
     limits: Limits,
     permits: Arc<Semaphore>,
@@ -123,7 +127,15 @@ impl Admission {
             metrics,
             permits: Arc::new(Semaphore::new(limits.max_concurrent.max(1))),
             limits,
+            queues: None,
         }
+    }
+
+    /// Kueue mode: the watched queues a managed TrainJob's queue is checked against. Without
+    /// them (`None`) in kueue mode, every such request is refused: the gate cannot be seen.
+    pub fn with_queues(mut self, queues: Option<holdfast_cluster::Queues>) -> Self {
+        self.queues = queues;
+        self
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -205,7 +217,18 @@ impl Admission {
     }
 
     fn validate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
-        let verdict = validate(input, &self.identities, self.mode);
+        let mut verdict = validate(input, &self.identities, self.mode);
+        if verdict.is_allowed()
+            && let Some(check) = queue_check(input, &self.identities, self.mode)
+        {
+            let refusal = match &self.queues {
+                Some(q) => q
+                    .gate_for_queue(&check.namespace, &check.local_queue)
+                    .refusal(),
+                None => Some("the webhook does not watch Kueue's queues".to_owned()),
+            };
+            verdict = queue_verdict(input, &check, refusal.as_deref());
+        }
         if let Verdict::Deny { field, message } = &verdict {
             tracing::info!(
                 uid,

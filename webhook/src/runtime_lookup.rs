@@ -1,12 +1,15 @@
 //! Reading the runtime a TrainJob names, at its admission, for
 //! `holdfast.dev/admitted-runtime-resource-version`.
 //!
-//! The runtime kind is not hard-coded (SPEC: any `runtimeRef` kind the cluster serves):
-//! `spec.runtimeRef`'s apiGroup and kind are resolved to a resource (plural, preferred
-//! version, scope) by API discovery, and the answer is cached for the life of the process.
-//! A kind the cluster does not serve is remembered as unknown for [`UNKNOWN_KIND_TTL`], so a
-//! job naming a kind that does not exist costs one discovery every half minute, not one per
-//! admission. Transient errors are never cached.
+//! The runtime kind is not hard-coded (SPEC: any `runtimeRef` kind the cluster serves), but
+//! only kinds that are runtimes are looked up ([`RuntimeResources`]: Trainer's two and those
+//! the operator listed): a `runtimeRef` naming `ConfigMap` or an invented kind costs no
+//! request. `spec.runtimeRef`'s apiGroup and kind are resolved to a resource (plural,
+//! preferred version, scope) by API discovery of the group, cached per group — so the cache
+//! is bounded by the operator's list, whatever kinds users write. A group's answer that lacks
+//! a kind is trusted for [`UNKNOWN_KIND_TTL`], so a job naming a kind that does not exist
+//! costs one discovery every half minute, not one per admission. Transient errors are never
+//! cached.
 //!
 //! Only the runtime's metadata is read (`PartialObjectMetadata`), and only its
 //! `resourceVersion` is used. What the webhook may read is bounded by its RBAC: a `runtimeRef`
@@ -15,7 +18,7 @@
 
 use crate::metrics::LookupResult;
 use futures::future::BoxFuture;
-use holdfast_core::snapshot::RuntimeRef;
+use holdfast_core::snapshot::{RuntimeRef, RuntimeResources};
 use kube::api::{Api, DynamicObject};
 use kube::discovery::{ApiResource, Scope};
 use std::collections::HashMap;
@@ -31,6 +34,8 @@ pub const UNKNOWN_KIND_TTL: Duration = Duration::from_secs(30);
 pub enum LookupError {
     #[error("the cluster serves no kind {kind} in API group {group:?}")]
     UnknownKind { group: String, kind: String },
+    #[error("{0}")]
+    NotARuntime(String),
     #[error("runtimeRef {0} is not a valid reference (group, kind and name must be DNS names)")]
     InvalidRef(String),
     #[error("{0} is namespaced, but the TrainJob has no namespace")]
@@ -47,7 +52,9 @@ impl LookupError {
     /// What the lookup found, for the `result` label.
     pub fn result(&self) -> LookupResult {
         match self {
-            LookupError::UnknownKind { .. } => LookupResult::UnknownKind,
+            LookupError::UnknownKind { .. } | LookupError::NotARuntime(_) => {
+                LookupResult::UnknownKind
+            }
             LookupError::InvalidRef(_) | LookupError::NoNamespace(_) => LookupResult::InvalidRef,
             LookupError::Api { .. } => LookupResult::Error,
         }
@@ -84,21 +91,19 @@ impl RuntimeLookup for NoRuntimes {
     }
 }
 
+/// One runtime group's kinds, as discovery last listed them.
 #[derive(Clone, Debug)]
-enum Resolved {
-    Served {
-        resource: ApiResource,
-        namespaced: bool,
-    },
-    Unknown {
-        until: Instant,
-    },
+struct GroupKinds {
+    kinds: HashMap<String, (ApiResource, bool)>,
+    /// A kind missing from `kinds` is trusted missing until then.
+    until: Instant,
 }
 
 /// Reads runtimes from the apiserver, resolving kinds by discovery.
 pub struct KubeRuntimeLookup {
     client: kube::Client,
-    kinds: Mutex<HashMap<(String, String), Resolved>>,
+    allowed: RuntimeResources,
+    groups: Mutex<HashMap<String, GroupKinds>>,
 }
 
 impl std::fmt::Debug for KubeRuntimeLookup {
@@ -133,60 +138,56 @@ pub fn valid_ref(runtime: &RuntimeRef) -> bool {
 }
 
 impl KubeRuntimeLookup {
-    pub fn new(client: kube::Client) -> Self {
+    /// Looks up the runtimes `allowed` names, and no other kind.
+    pub fn new(client: kube::Client, allowed: RuntimeResources) -> Self {
         Self {
             client,
-            kinds: Mutex::new(HashMap::new()),
+            allowed,
+            groups: Mutex::new(HashMap::new()),
         }
     }
 
-    fn cached(&self, key: &(String, String)) -> Option<Resolved> {
-        self.kinds
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, GroupKinds>> {
+        self.groups
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key)
-            .cloned()
     }
 
-    fn remember(&self, key: (String, String), r: Resolved) {
-        self.kinds
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, r);
+    /// The cached answer for a kind, if the cache can give one.
+    fn cached(&self, runtime: &RuntimeRef) -> Option<Result<(ApiResource, bool), LookupError>> {
+        let groups = self.groups();
+        let entry = groups.get(&runtime.api_group)?;
+        match entry.kinds.get(&runtime.kind) {
+            Some(found) => Some(Ok(found.clone())),
+            None if Instant::now() < entry.until => Some(Err(LookupError::UnknownKind {
+                group: runtime.api_group.clone(),
+                kind: runtime.kind.clone(),
+            })),
+            None => None,
+        }
     }
 
-    fn forget(&self, key: &(String, String)) {
-        self.kinds
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
+    fn forget(&self, group: &str) {
+        self.groups().remove(group);
     }
 
     async fn resolve(&self, runtime: &RuntimeRef) -> Result<(ApiResource, bool), LookupError> {
-        let key = (runtime.api_group.clone(), runtime.kind.clone());
-        let unknown = || LookupError::UnknownKind {
-            group: runtime.api_group.clone(),
-            kind: runtime.kind.clone(),
-        };
-        match self.cached(&key) {
-            Some(Resolved::Served {
-                resource,
-                namespaced,
-            }) => return Ok((resource, namespaced)),
-            Some(Resolved::Unknown { until }) if Instant::now() < until => return Err(unknown()),
-            _ => {}
+        if !self.allowed.has_group(&runtime.api_group) {
+            return Err(LookupError::NotARuntime(
+                self.allowed.refusal(&runtime.api_group, &runtime.kind),
+            ));
         }
-        let group = match kube::discovery::group(&self.client, &runtime.api_group).await {
-            Ok(g) => g,
-            Err(kube::Error::Discovery(_)) => {
-                self.remember(
-                    key,
-                    Resolved::Unknown {
-                        until: Instant::now() + UNKNOWN_KIND_TTL,
-                    },
-                );
-                return Err(unknown());
-            }
+        if let Some(answer) = self.cached(runtime) {
+            return answer;
+        }
+        let kinds = match kube::discovery::group(&self.client, &runtime.api_group).await {
+            Ok(g) => g
+                .recommended_resources()
+                .into_iter()
+                .filter(|(r, _)| self.allowed.allows(&runtime.api_group, &r.plural))
+                .map(|(r, caps)| (r.kind.clone(), (r, caps.scope == Scope::Namespaced)))
+                .collect(),
+            Err(kube::Error::Discovery(_)) => HashMap::new(),
             Err(source) => {
                 return Err(LookupError::Api {
                     runtime: runtime.to_string(),
@@ -194,28 +195,19 @@ impl KubeRuntimeLookup {
                 });
             }
         };
-        match group.recommended_kind(&runtime.kind) {
-            Some((resource, caps)) => {
-                let namespaced = caps.scope == Scope::Namespaced;
-                self.remember(
-                    key,
-                    Resolved::Served {
-                        resource: resource.clone(),
-                        namespaced,
-                    },
-                );
-                Ok((resource, namespaced))
-            }
-            None => {
-                self.remember(
-                    key,
-                    Resolved::Unknown {
-                        until: Instant::now() + UNKNOWN_KIND_TTL,
-                    },
-                );
-                Err(unknown())
-            }
-        }
+        self.groups().insert(
+            runtime.api_group.clone(),
+            GroupKinds {
+                kinds,
+                until: Instant::now() + UNKNOWN_KIND_TTL,
+            },
+        );
+        self.cached(runtime).unwrap_or_else(|| {
+            Err(LookupError::UnknownKind {
+                group: runtime.api_group.clone(),
+                kind: runtime.kind.clone(),
+            })
+        })
     }
 
     async fn read(
@@ -246,7 +238,7 @@ impl KubeRuntimeLookup {
                     .as_ref()
                     .is_some_and(|d| d.name == runtime.name);
                 if !names_it {
-                    self.forget(&(runtime.api_group.clone(), runtime.kind.clone()));
+                    self.forget(&runtime.api_group);
                 }
                 Ok(None)
             }

@@ -142,3 +142,15 @@ clientConfig:
   caBundle: {{ . }}
   {{- end }}
 {{- end -}}
+
+{{/* runtimes.extra as the binaries' --extra-runtime-resources: group/plural, comma-separated. */}}
+{{- define "holdfast.extraRuntimeResources" -}}
+{{- $out := list -}}
+{{- range .Values.runtimes.extra -}}
+{{- $group := .apiGroup -}}
+{{- range .resources -}}
+{{- $out = append $out (printf "%s/%s" $group .) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

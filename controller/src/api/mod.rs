@@ -6,11 +6,12 @@
 //! POST /v1/namespaces/{ns}/trainjobs/{name}/open      {"deadline":"..."}
 //! GET  /v1/namespaces/{ns}/trainjobs/{name}/status
 //! GET  /v1/preflight[?namespace=NS&name=NAME]
+//! GET  /v1/drift[?namespace=NS]
 //! ```
 //!
 //! Every request is authenticated (TokenReview of its bearer token) and authorised
 //! (SubjectAccessReview: `holdfast.dev` `trainjobs/<call>`, verb `create` for the POSTs and
-//! `get` for status and preflight) before anything else is read or written. A success is
+//! `get` for status, preflight and drift) before anything else is read or written. A success is
 //! `200 {"result":"Ok", ...}`; a call's failure is its `HoldError` status with
 //! `HoldError::body`; a refusal is 401 `Unauthenticated` or 403 `Forbidden` in the same
 //! shape.

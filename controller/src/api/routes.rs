@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::auth::{Access, KubeAuth, Refusal, bearer_token};
 use crate::hold::{HoldExecutor, MetricCall};
+use crate::snapshot::Snapshotter;
 
 /// The largest request body accepted: a call's body is a few hundred bytes (a reason is at
 /// most 1 KiB).
@@ -24,6 +25,8 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 pub struct ApiState {
     pub executor: HoldExecutor,
     pub auth: KubeAuth,
+    /// The snapshot reconciler, for `GET /v1/drift` (it answers on the replica that leads).
+    pub snapshots: Option<Snapshotter>,
 }
 
 /// The hold API's router.
@@ -53,6 +56,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/namespaces/{ns}/trainjobs/{name}/status", get(status))
         .route("/v1/preflight", get(preflight))
+        .route("/v1/drift", get(drift))
         .with_state(state)
 }
 
@@ -151,6 +155,61 @@ async fn preflight(
     };
     let report = s.executor.preflight(target).await;
     (StatusCode::OK, Json(report.body())).into_response()
+}
+
+/// `?namespace=NS`: drift of one namespace's TrainJobs (authorised there), else of all
+/// (authorised cluster-wide).
+#[derive(Debug, Deserialize)]
+struct DriftScope {
+    namespace: Option<String>,
+}
+
+/// `GET /v1/drift[?namespace=NS]`: the TrainJobs whose snapshot no longer equals their live
+/// runtime. It names namespaces and jobs, so it is authorised like the calls: `get` on
+/// `holdfast.dev` `trainjobs/drift`, in the namespace asked about or cluster-wide. A replica
+/// that is not running the reconciler (a standby) answers 503 with `Retry-After`.
+async fn drift(
+    State(s): State<ApiState>,
+    Query(scope): Query<DriftScope>,
+    headers: HeaderMap,
+) -> Response {
+    let access = Access {
+        verb: "get",
+        subresource: "drift",
+        namespace: scope.namespace.clone(),
+        name: None,
+    };
+    if let Err(refusal) = admit(&s, &headers, &access).await {
+        return refused(&s, MetricCall::status, refusal);
+    }
+    let report = match &s.snapshots {
+        Some(snapshots) => snapshots.drift().await.map_err(|e| e.to_string()),
+        None => Err("this process runs no snapshot reconciler".to_owned()),
+    };
+    match report {
+        Ok(mut report) => {
+            if let Some(ns) = &scope.namespace {
+                report.trainjobs.retain(|d| &d.namespace == ns);
+            }
+            (StatusCode::OK, Json(report)).into_response()
+        }
+        Err(message) => {
+            let mut response = error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &ErrorBody {
+                    error: "Unavailable".to_owned(),
+                    cause: None,
+                    message: format!(
+                        "{message}: drift is computed by the replica holding the Lease; ask again"
+                    ),
+                },
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            response
+        }
+    }
 }
 
 /// TokenReview, then SubjectAccessReview.

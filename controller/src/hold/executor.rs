@@ -14,6 +14,7 @@ use holdfast_core::{
 };
 use kube::core::params::ListParams;
 use serde_json::Value;
+use tokio::time::Duration as TokioDuration;
 
 use super::{
     hooks::{Hooks, WritePoint},
@@ -22,7 +23,8 @@ use super::{
     requests::{CallRequests, ReadRequest, RequestError},
     resources::{self, WORKLOAD_JOB_UID_LABEL},
 };
-use crate::preflight::{self, Capability, PreflightReport};
+use crate::preflight::{self, Capability, CapabilityVerdict, PreflightReport};
+use holdfast_cluster::queues::Queues;
 
 /// How the executor talks to the apiserver.
 #[derive(Clone, Debug)]
@@ -43,6 +45,9 @@ pub struct ExecutorConfig {
     /// The first pause before reading again after a transient failure (it doubles, up to a
     /// second), and between reads while Open waits for a Kueue Workload.
     pub transient_backoff: Duration,
+    /// The oldest preflight a call trusts; an older one is made again first (the controller
+    /// also probes on a timer this often, so calls rarely wait for one).
+    pub preflight_max_age: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -53,6 +58,7 @@ impl Default for ExecutorConfig {
             read_timeout: Duration::from_secs(10),
             user_agent: concat!("holdfast-controller/", env!("CARGO_PKG_VERSION")).to_owned(),
             transient_backoff: Duration::from_millis(50),
+            preflight_max_age: Duration::from_secs(60),
         }
     }
 }
@@ -63,6 +69,7 @@ impl ExecutorConfig {
         ExecutorConfig {
             apiserver_request_timeout: Duration::from_secs(args.apiserver_request_timeout_secs),
             transit_margin: Duration::from_millis(args.hold_transit_margin_ms),
+            preflight_max_age: Duration::from_secs(args.preflight_interval_secs.max(1) * 2),
             ..ExecutorConfig::default()
         }
     }
@@ -85,6 +92,9 @@ pub struct HoldExecutor {
     capability: Capability,
     hooks: Hooks,
     metrics: CallMetrics,
+    /// Kueue mode: Kueue's queues, watched, to tell whether a Workload goes through the
+    /// readmission gate.
+    queues: Option<Queues>,
 }
 
 /// What one read saw: the TrainJob and, in Kueue mode, its Workload.
@@ -95,8 +105,11 @@ struct Read {
 
 impl HoldExecutor {
     /// An executor acting through `client`, which must not retry on its own (see
-    /// [`client_without_retry`]).
+    /// [`client_without_retry`]). In Kueue mode it watches Kueue's queues (through a
+    /// retrying client of the same configuration) and so must be made within a tokio
+    /// runtime.
     pub fn new(client: kube::Client, mode: Mode, config: ExecutorConfig) -> Self {
+        let queues = (mode == Mode::Kueue).then(|| Queues::start(client.clone(), None));
         HoldExecutor {
             client,
             mode,
@@ -104,7 +117,13 @@ impl HoldExecutor {
             capability: Capability::default(),
             hooks: Hooks::default(),
             metrics: CallMetrics::default(),
+            queues,
         }
+    }
+
+    /// Kueue mode: the watched queues.
+    pub fn queues(&self) -> Option<&Queues> {
+        self.queues.as_ref()
     }
 
     /// Installs test hooks.
@@ -116,12 +135,6 @@ impl HoldExecutor {
     /// Records calls in `metrics` (see [`CallMetrics::register`]).
     pub fn with_metrics(mut self, metrics: CallMetrics) -> Self {
         self.metrics = metrics;
-        self
-    }
-
-    /// Shares `capability` (the last preflight result) with other executors.
-    pub fn with_capability(mut self, capability: Capability) -> Self {
-        self.capability = capability;
         self
     }
 
@@ -223,12 +236,72 @@ impl HoldExecutor {
     ) -> Result<Outcome, HoldError> {
         resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
         let call = Call::new(kind, meta, Utc::now())?;
-        self.capability.check(kind)?;
         reqs.time_left()?;
+        self.ensure_capable(kind, namespace, name).await?;
         let mut attempts = Attempts::new();
+        let result = self
+            .attempt(&call, kind, namespace, name, reqs, &mut attempts)
+            .await;
+        match result {
+            // The deadline came while a write of ours may have landed: say so.
+            Err(e)
+                if attempts.outcome_unknown() && e.cause() == Some(RejectCause::DeadlinePassed) =>
+            {
+                Err(HoldError::unknown(format!(
+                    "{e}; a write of this call was sent and its answer lost, so it may have landed (or still land within the CallBound): read Status"
+                )))
+            }
+            other => other,
+        }
+    }
+
+    /// Refuses the call (`Unsupported`) if the cluster cannot support it, probing again first
+    /// when the last probe is too old, refused longer ago than a moment, or could not try a
+    /// hold for want of a TrainJob (this call's is used). Fails closed.
+    async fn ensure_capable(
+        &self,
+        kind: CallKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), HoldError> {
+        let max_age = self.config.preflight_max_age;
+        match self.capability.verdict(kind, max_age) {
+            CapabilityVerdict::Supported => return Ok(()),
+            CapabilityVerdict::Refused(e) => return Err(e),
+            CapabilityVerdict::ProbeFirst => {}
+        }
+        let _one = self.capability.probing.lock().await;
+        // Someone may have probed while this call waited.
+        match self.capability.verdict(kind, max_age) {
+            CapabilityVerdict::Supported => return Ok(()),
+            CapabilityVerdict::Refused(e) => return Err(e),
+            CapabilityVerdict::ProbeFirst => {}
+        }
+        let report = self.probe(Some((namespace, name))).await;
+        report.check(kind.into())
+    }
+
+    /// The read-decide-write loop of one call.
+    async fn attempt(
+        &self,
+        call: &Call,
+        kind: CallKind,
+        namespace: &str,
+        name: &str,
+        reqs: &mut CallRequests<'_>,
+        attempts: &mut Attempts,
+    ) -> Result<Outcome, HoldError> {
+        let call = call.clone();
         let mut pause = self.config.transient_backoff;
         loop {
             let read = self.read(reqs, namespace, name).await?;
+            if let (Some(queues), Some(workload)) = (&self.queues, &read.workload)
+                && let Some(why) = queues.gate_for(workload).refusal()
+            {
+                return Err(HoldError::unsupported(format!(
+                    "{kind} needs holdfast's readmission gate, which this TrainJob's Workload would not pass: {why}"
+                )));
+            }
             let view = match HeldView::read(
                 &call,
                 self.mode,
@@ -251,16 +324,15 @@ impl HoldExecutor {
             };
             let mut decision = attempts.decide(&call, &view);
             if let Decision::Write(w) = &decision
-                && kind == CallKind::Release
                 && self.mode == Mode::Plain
                 && w.stop == Some(false)
             {
-                // Only a Release that would let the TrainJob run looks for pods: the
-                // decision is then remade knowing whether any remain. (Release does not read
+                // Only a Release or Open that would let the TrainJob run looks for pods: the
+                // decision is then remade knowing whether any remain. (Neither reads
                 // `after_conflict`; that is Hold's alone.)
                 let remaining = self.remaining_pods(reqs, namespace, name).await?;
                 if !remaining.is_empty() {
-                    tracing::info!(namespace, name, pods = ?remaining, "release refused: pods of the held execution remain");
+                    tracing::info!(namespace, name, call = %kind, pods = ?remaining, "refused: pods of an earlier execution remain");
                     decision = decide(
                         &call,
                         &HeldView {
@@ -303,15 +375,24 @@ impl HoldExecutor {
                 .await
             {
                 Ok(_) => return Ok(write.outcome),
-                Err(e) if e.is_conflict() => attempts.conflicted()?,
-                // The write's outcome is unknown: it may have landed. Reading again and
-                // deciding as after a conflict is safe either way: a landed write is seen as
-                // this instance in force.
+                // A 409: the object changed since the read. A 404: it is gone (a Workload
+                // deleted and replaced between the read and the write). Either way read
+                // again and decide again; it spends one of the eight tries.
+                Err(e) if e.is_conflict() || e.code() == Some(404) => attempts.conflicted()?,
+                // The write's outcome is unknown: it may have landed. Read again (spending
+                // no try): the read shows whether it did, and the call answers what is true.
                 Err(e) if e.is_transient() => {
-                    tracing::debug!(error = %e, "write failed transiently; reading again");
-                    attempts.conflicted()?;
+                    tracing::debug!(error = %e, "write's answer lost; reading again");
+                    attempts.unanswered(write.outcome);
                     reqs.pause(pause).await.map_err(|d| last_error(d, &e))?;
                     pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(RequestError::TimedOut) => {
+                    attempts.unanswered(write.outcome);
+                    return Err(HoldError::deadline_passed(format!(
+                        "updating {object_name}: {}",
+                        RequestError::TimedOut
+                    )));
                 }
                 Err(e) => return Err(e.into_hold_error(&format!("updating {object_name}"))),
             }
@@ -344,7 +425,17 @@ impl HoldExecutor {
     /// if given (else on any one TrainJob the controller can see), and records the result
     /// for Hold and Release to consult.
     pub async fn preflight(&self, target: Option<(&str, &str)>) -> PreflightReport {
+        let _one = self.capability.probing.lock().await;
+        self.probe(target).await
+    }
+
+    /// One preflight, recorded; the caller holds the probing lock.
+    async fn probe(&self, target: Option<(&str, &str)>) -> PreflightReport {
         let started = Instant::now();
+        if let Some(queues) = &self.queues {
+            // A fresh replica: give the queue watches a moment to list first.
+            queues.wait_synced(TokioDuration::from_secs(5)).await;
+        }
         let report = preflight::run(self, target).await;
         self.capability.record(report.clone());
         self.metrics
@@ -380,7 +471,14 @@ impl HoldExecutor {
                     name,
                 },
             )
-            .await?;
+            .await
+            .map_err(|e| match e {
+                HoldError::Rejected {
+                    cause: RejectCause::NotFound,
+                    ..
+                } => HoldError::not_found(format!("TrainJob {namespace}/{name} does not exist")),
+                other => other,
+            })?;
         let workload = match self.mode {
             Mode::Plain => None,
             Mode::Kueue => self.workload_of(reqs, namespace, &trainjob).await?,
@@ -388,9 +486,9 @@ impl HoldExecutor {
         Ok(Read { trainjob, workload })
     }
 
-    /// The TrainJob's Workload: among those labelled with its UID, the one
-    /// [`select_workload`] chooses (the newest live one; a held one being deleted when
-    /// nothing replaces it), or `None`. While a held Workload being deleted still carries
+    /// The TrainJob's Workload: among those it owns as controller (listed by Kueue's job-uid
+    /// label, then checked by ownerReference), the one [`select_workload`] chooses (the
+    /// newest live one; a held one being deleted when nothing replaces it), or `None`. While a held Workload being deleted still carries
     /// its hold next to its replacement, the readmission controller is moving the hold:
     /// read again until it is done or the deadline passes.
     pub(crate) async fn workload_of(
@@ -422,7 +520,7 @@ impl HoldExecutor {
                 .and_then(Value::as_array)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            match select_workload(items) {
+            match select_workload(items, uid) {
                 Selected::None => return Ok(None),
                 Selected::Workload(w) => return Ok(Some(w.clone())),
                 Selected::TransferPending => {

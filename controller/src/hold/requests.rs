@@ -90,7 +90,7 @@ impl RequestError {
             RequestError::Deadline(e) => e,
             RequestError::TimedOut => HoldError::deadline_passed(format!("{what}: {self}")),
             RequestError::Api { code: 404, .. } => {
-                HoldError::invalid(format!("{what}: not found ({self})"))
+                HoldError::not_found(format!("{what}: not found ({self})"))
             }
             RequestError::Api {
                 code: 401 | 403, ..
@@ -395,7 +395,11 @@ mod tests {
         }
         assert!(RequestError::Transport("reset".into()).is_transient());
         assert!(!api(409).is_transient());
-        assert_eq!(api(404).into_hold_error("read").kind(), "Invalid");
+        assert_eq!(
+            api(404).into_hold_error("read").cause(),
+            Some(holdfast_core::hold::RejectCause::NotFound),
+            "never Invalid for what the caller did not get wrong"
+        );
         assert_eq!(api(403).into_hold_error("write").kind(), "Unsupported");
         assert_eq!(api(422).into_hold_error("write").kind(), "Invalid");
         assert_eq!(

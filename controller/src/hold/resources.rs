@@ -5,7 +5,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 
 /// The Kueue API version holdfast reads and writes Workloads in. Kueue v0.19's Workload CRD
 /// serves `v1beta1` and `v1beta2`, and stores `v1beta2`.
-pub const KUEUE_VERSION: &str = "v1beta2";
+pub use holdfast_cluster::queues::KUEUE_VERSION;
 
 /// The label Kueue puts on a job's Workload: the job's UID.
 pub const WORKLOAD_JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";

@@ -10,24 +10,11 @@ use chrono::{SecondsFormat, Utc};
 use futures::channel::mpsc::UnboundedSender;
 use holdfast_core::readmission::{activate_check, is_our_check};
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 
 use super::{Error, ReadmissionMetrics};
-use crate::hold::resources::KUEUE_VERSION;
-
-/// `kueue.x-k8s.io/v1beta2` AdmissionChecks (cluster-scoped).
-pub fn admission_check_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            holdfast_core::names::KUEUE_GROUP,
-            KUEUE_VERSION,
-            "AdmissionCheck",
-        ),
-        "admissionchecks",
-    )
-}
+pub use holdfast_cluster::queues::admission_check_resource;
 
 /// The names of holdfast's AdmissionChecks, from the AdmissionCheck store.
 #[derive(Clone)]

@@ -3,7 +3,7 @@
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
@@ -22,6 +22,7 @@ struct ErrorLabels {
 pub struct ReadmissionMetrics {
     writes: Family<StepLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
+    ungated: Gauge,
 }
 
 impl ReadmissionMetrics {
@@ -38,6 +39,22 @@ impl ReadmissionMetrics {
             "Failed readmission reconciles, by error",
             self.errors.clone(),
         );
+        registry.register(
+            "holdfast_readmission_ungated_trainjobs",
+            "TrainJobs under holdfast's control (managed, or held) whose Workload is in a \
+             ClusterQueue that does not require the readmission AdmissionCheck: they cannot be \
+             held, released or opened until it does",
+            self.ungated.clone(),
+        );
+    }
+
+    pub(crate) fn set_ungated(&self, n: usize) {
+        self.ungated.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// TrainJobs counted as in a queue without the gate (for tests).
+    pub fn ungated(&self) -> i64 {
+        self.ungated.get()
     }
 
     pub(crate) fn wrote(&self, step: &'static str) {

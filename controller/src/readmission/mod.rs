@@ -211,6 +211,14 @@ impl ReadmissionGate {
         .reflect(trainjob_writer)
         .applied_objects();
 
+        let queues = holdfast_cluster::queues::Queues::start(client.clone(), namespace);
+        let recorder = kube::runtime::events::Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "holdfast-readmission".to_owned(),
+                instance: None,
+            },
+        );
         let ctx = Arc::new(reconcile::Context {
             client: client.clone(),
             config: config.clone(),
@@ -218,6 +226,9 @@ impl ReadmissionGate {
             workloads: workloads.clone(),
             checks: check_names,
             backoff: backoff::Backoffs::new(config.retry_min, config.retry_max),
+            queues,
+            recorder,
+            ungated: std::sync::Mutex::default(),
         });
         tasks.spawn(sweep::run(
             ctx.clone(),

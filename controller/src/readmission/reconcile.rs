@@ -7,8 +7,8 @@
 //! resourceVersion; after each write the reconcile reads again and decides again, so a 409
 //! costs one more round and never a wrong write.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
@@ -23,6 +23,7 @@ use holdfast_core::{
 };
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
@@ -32,6 +33,7 @@ use crate::hold::{
     pods,
     resources::{self, WORKLOAD_JOB_UID_LABEL},
 };
+use holdfast_cluster::queues::Queues;
 
 /// At most this many writes per reconcile; then the TrainJob is requeued.
 const MAX_ROUNDS: u32 = 12;
@@ -43,6 +45,10 @@ pub(crate) struct Context {
     pub(crate) workloads: Store<DynamicObject>,
     pub(crate) checks: CheckNames,
     pub(crate) backoff: Backoffs,
+    pub(crate) queues: Queues,
+    pub(crate) recorder: Recorder,
+    /// TrainJobs under holdfast's control whose Workload is in a queue without the gate.
+    pub(crate) ungated: Mutex<HashSet<(String, String)>>,
 }
 
 impl Context {
@@ -64,12 +70,15 @@ impl Context {
     }
 }
 
-/// Whether Workload `w` is TrainJob `uid`'s: Kueue's job-uid label, or its owner.
+/// Whether Workload `w` is TrainJob `uid`'s: the TrainJob is its controller owner. A label
+/// alone never makes a Workload the TrainJob's.
 fn belongs(w: &DynamicObject, uid: &str) -> bool {
-    w.labels().get(WORKLOAD_JOB_UID_LABEL).map(String::as_str) == Some(uid)
-        || w.owner_references()
-            .iter()
-            .any(|o| o.uid == uid && o.kind == holdfast_core::names::TRAINJOB_KIND)
+    w.owner_references().iter().any(|o| {
+        o.uid == uid
+            && o.controller == Some(true)
+            && o.kind == holdfast_core::names::TRAINJOB_KIND
+            && o.api_version.split('/').next() == Some(holdfast_core::names::TRAINER_GROUP)
+    })
 }
 
 /// Whether anything is to be done for this TrainJob, judged from cached objects. A wait
@@ -109,9 +118,76 @@ pub(crate) async fn reconcile(
         ctx.backoff.reset(&key);
         return Ok(Action::requeue(ctx.config.resync));
     }
+    watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
     let action = drive(&ctx, &namespace, &name, &uid, &ours).await?;
     ctx.backoff.reset(&key);
     Ok(action)
+}
+
+/// Makes a misconfigured queue visible: a TrainJob under holdfast's control (managed, or
+/// with a held Workload) whose live Workload is in a ClusterQueue without the readmission
+/// check gets a Warning Event when it is first seen so, and is counted in
+/// `holdfast_readmission_ungated_trainjobs` while it stays so. (Its hold calls answer
+/// `Unsupported`, naming the ClusterQueue.)
+async fn watch_queue(ctx: &Context, trainjob: &DynamicObject, cached: &Value, workloads: &[Value]) {
+    let key = (
+        trainjob.namespace().unwrap_or_default(),
+        trainjob.name_any(),
+    );
+    let tj = TrainJobView::read(cached);
+    let ours = ctx.checks.names();
+    let live = workloads
+        .iter()
+        .filter(|w| !holdfast_core::readmission::terminating(w));
+    let ungated = live
+        .filter(|w| tj.managed || WorkloadView::read(w, &ours).hold.is_held())
+        .find_map(|w| ctx.queues.gate_for(w).refusal());
+    let newly = {
+        let Ok(mut set) = ctx.ungated.lock() else {
+            return;
+        };
+        let newly = match &ungated {
+            Some(_) => set.insert(key.clone()),
+            None => {
+                set.remove(&key);
+                false
+            }
+        };
+        ctx.metrics.set_ungated(set.len());
+        newly
+    };
+    if let (true, Some(why)) = (newly, ungated) {
+        tracing::warn!(namespace = key.0, trainjob = key.1, "{why}");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "QueueWithoutReadmissionCheck".to_owned(),
+            note: Some(truncate_note(format!(
+                "{why}. Until it does, Hold, Release and Open of this TrainJob answer Unsupported."
+            ))),
+            action: "Readmission".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx
+            .recorder
+            .publish(&event, &trainjob.object_ref(&resources::trainjob()))
+            .await
+        {
+            tracing::warn!(error = %e, "publishing an event failed");
+        }
+    }
+}
+
+/// Kubernetes bounds an Event's note to 1 kB.
+fn truncate_note(mut text: String) -> String {
+    if text.len() > 1000 {
+        let mut cut = 997;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
 }
 
 pub(crate) fn error_policy(
@@ -150,6 +226,10 @@ async fn drive(
     for _ in 0..MAX_ROUNDS {
         let Some(read) = read(ctx, namespace, name, uid).await? else {
             // Gone, or another TrainJob of the same name: nothing of this one to serve.
+            if let Ok(mut set) = ctx.ungated.lock() {
+                set.remove(&(namespace.to_owned(), name.to_owned()));
+                ctx.metrics.set_ungated(set.len());
+            }
             return Ok(Action::await_change());
         };
         let result = step(ctx, namespace, name, &read, ours).await;
@@ -194,6 +274,7 @@ async fn read(
     let workloads = list
         .items
         .into_iter()
+        .filter(|w| belongs(w, uid))
         .map(|w| workload_value(&w))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Some(Read {

@@ -14,6 +14,14 @@ pub enum Error {
     /// The cluster serves no such runtime kind (discovery found none).
     #[error("the cluster serves no kind {kind:?} in API group {group:?}")]
     KindNotServed { group: String, kind: String },
+    /// The runtimeRef names a kind that is not a runtime (not Trainer's, not listed by the
+    /// operator): it is never read nor watched.
+    #[error("{message}")]
+    NotARuntime {
+        group: String,
+        kind: String,
+        message: String,
+    },
     /// Discovery itself failed.
     #[error("API discovery of group {group:?} failed: {source}")]
     Discovery {
@@ -55,6 +63,7 @@ impl Error {
             Error::Kube(_) => "api",
             Error::RuntimeNotFound(_) => "runtime_not_found",
             Error::KindNotServed { .. } => "kind_not_served",
+            Error::NotARuntime { .. } => "not_a_runtime",
             Error::Discovery { .. } => "discovery",
             Error::NotSynced { .. } => "not_synced",
             Error::Snapshot(e) => e.metric_label(),

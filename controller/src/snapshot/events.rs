@@ -31,6 +31,11 @@ pub enum Notice<'a> {
     RuntimeNotFound { runtime: &'a RuntimeRef },
     /// The cluster serves no such runtime kind.
     KindNotServed { runtime: &'a RuntimeRef },
+    /// The runtimeRef names a kind that is not a runtime holdfast reads.
+    NotARuntime {
+        runtime: &'a RuntimeRef,
+        why: &'a str,
+    },
     /// The TrainJob's runtimeRef, or the runtime, cannot be snapshotted (too large, ...).
     Unsnapshottable { error: &'a SnapshotError },
     /// The snapshot copied another runtime version than the TrainJob was admitted against.
@@ -50,6 +55,7 @@ impl Notice<'_> {
             Notice::Altered { .. } => "SnapshotAltered",
             Notice::RuntimeNotFound { .. } => "RuntimeNotFound",
             Notice::KindNotServed { .. } => "RuntimeKindNotServed",
+            Notice::NotARuntime { .. } => "NotARuntimeKind",
             Notice::Unsnapshottable {
                 error: SnapshotError::TooLarge { .. },
             } => "SnapshotTooLarge",
@@ -82,6 +88,9 @@ impl Notice<'_> {
                  retrying with backoff.",
                 runtime.kind, runtime.api_group
             ),
+            Notice::NotARuntime { runtime, why } => {
+                format!("runtimeRef {runtime} is not snapshotted: {why}.")
+            }
             Notice::Unsnapshottable { error } => format!(
                 "The runtime cannot be snapshotted: {error}. Nothing was written; the \
                  TrainJob is reconciled again when the runtime changes."

@@ -1,11 +1,16 @@
 //! Runtime kinds, found by API discovery: a `runtimeRef`'s group and kind → the resource to
-//! read (plural, preferred version) and whether it is namespaced. Nothing is hard-coded, so a
-//! kind holdfast has never heard of (a SlurmRuntime) works as soon as the cluster serves it.
+//! read (plural, preferred version) and whether it is namespaced. Only kinds that are
+//! runtimes ([`RuntimeResources`]: Trainer's two, and those the operator listed) are looked
+//! up at all: a `runtimeRef` naming `ConfigMap` or `Pod` never makes the controller watch
+//! every such object in the cluster.
 //!
-//! Answers are cached. A kind not found is looked up again on the next miss, but not more
-//! often than once per [`MISS_RETRY`] per kind, so TrainJobs naming a kind nobody serves do
-//! not turn into a discovery storm.
+//! Answers are cached per API group — one discovery document per runtime group, so the cache
+//! is bounded by the operator's list, not by what users write. A kind the group does not
+//! serve is looked up again on the next miss, but not more often than once per
+//! [`MISS_RETRY`] per group, so TrainJobs naming a kind nobody serves do not turn into a
+//! discovery storm.
 
+use holdfast_core::snapshot::RuntimeResources;
 use kube::core::ApiResource;
 use kube::discovery::{self, Scope};
 use std::collections::HashMap;
@@ -15,7 +20,7 @@ use tokio::time::Instant;
 
 use super::Error;
 
-/// A negative answer is trusted for this long.
+/// A group's discovery is trusted for this long when it lacks a kind asked for.
 pub const MISS_RETRY: Duration = Duration::from_secs(2);
 
 /// A runtime kind the cluster serves.
@@ -28,45 +33,64 @@ pub struct RuntimeKind {
     pub namespaced: bool,
 }
 
+/// One group's runtime kinds, as discovery last listed them.
 #[derive(Clone, Debug)]
-enum Cached {
-    Served(RuntimeKind),
-    NotServed { since: Instant },
+struct GroupKinds {
+    kinds: HashMap<String, RuntimeKind>,
+    fetched: Instant,
 }
 
 /// The discovery cache.
 #[derive(Clone)]
 pub struct RuntimeKinds {
     client: kube::Client,
-    cache: Arc<Mutex<HashMap<(String, String), Cached>>>,
+    allowed: Arc<RuntimeResources>,
+    cache: Arc<Mutex<HashMap<String, GroupKinds>>>,
     /// One discovery at a time: reconciliations missing the same kind at once ask once.
     discovering: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl RuntimeKinds {
-    pub fn new(client: kube::Client) -> Self {
+    pub fn new(client: kube::Client, allowed: RuntimeResources) -> Self {
         RuntimeKinds {
             client,
+            allowed: Arc::new(allowed),
             cache: Arc::default(),
             discovering: Arc::default(),
         }
     }
 
-    /// The kind `kind` of API group `group`, from the cache or discovery.
+    /// The kind `kind` of API group `group`, from the cache or discovery; an error if it is
+    /// not a runtime or not served.
     pub async fn resolve(&self, group: &str, kind: &str) -> Result<RuntimeKind, Error> {
-        let key = (group.to_owned(), kind.to_owned());
-        if let Some(answer) = self.fresh(&key) {
+        if !self.allowed.has_group(group) {
+            return Err(self.not_a_runtime(group, kind));
+        }
+        if let Some(answer) = self.cached(group, kind, false) {
             return answer;
         }
         let _one_at_a_time = self.discovering.lock().await;
         // Someone may have asked while we waited.
-        if let Some(answer) = self.fresh(&key) {
+        if let Some(answer) = self.cached(group, kind, false) {
             return answer;
         }
-        let found = match discovery::group(&self.client, group).await {
-            Ok(api_group) => api_group.recommended_kind(kind),
-            Err(kube::Error::Discovery(_)) => None,
-            Err(kube::Error::Api(s)) if s.code == 404 => None,
+        let listed = match discovery::group(&self.client, group).await {
+            Ok(api_group) => api_group
+                .recommended_resources()
+                .into_iter()
+                .filter(|(r, _)| self.allowed.allows(group, &r.plural))
+                .map(|(resource, caps)| {
+                    (
+                        resource.kind.clone(),
+                        RuntimeKind {
+                            resource,
+                            namespaced: caps.scope == Scope::Namespaced,
+                        },
+                    )
+                })
+                .collect(),
+            Err(kube::Error::Discovery(_)) => HashMap::new(),
+            Err(kube::Error::Api(s)) if s.code == 404 => HashMap::new(),
             Err(source) => {
                 return Err(Error::Discovery {
                     group: group.to_owned(),
@@ -74,42 +98,46 @@ impl RuntimeKinds {
                 });
             }
         };
-        let entry = match found {
-            Some((resource, caps)) => Cached::Served(RuntimeKind {
-                resource,
-                namespaced: caps.scope == Scope::Namespaced,
-            }),
-            None => Cached::NotServed {
-                since: Instant::now(),
-            },
-        };
         if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(key, entry.clone());
+            cache.insert(
+                group.to_owned(),
+                GroupKinds {
+                    kinds: listed,
+                    fetched: Instant::now(),
+                },
+            );
         }
-        match entry {
-            Cached::Served(k) => {
-                tracing::debug!(group, kind, plural = %k.resource.plural, version = %k.resource.version, "discovered runtime kind");
-                Ok(k)
-            }
-            Cached::NotServed { .. } => Err(not_served(group, kind)),
+        self.cached(group, kind, true)
+            .unwrap_or_else(|| Err(not_served(group, kind)))
+    }
+
+    /// Forgets a group (a watch found a kind of it gone), so the next lookup asks discovery
+    /// again.
+    pub fn forget(&self, group: &str, _kind: &str) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.remove(group);
         }
     }
 
-    /// Forgets a kind (its watch found it gone), so the next lookup asks discovery again.
-    pub fn forget(&self, group: &str, kind: &str) {
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.remove(&(group.to_owned(), kind.to_owned()));
+    /// The cached answer; a miss is trusted only for [`MISS_RETRY`] (always, `fresh`, right
+    /// after a discovery).
+    fn cached(&self, group: &str, kind: &str, fresh: bool) -> Option<Result<RuntimeKind, Error>> {
+        let cache = self.cache.lock().ok()?;
+        let entry = cache.get(group)?;
+        match entry.kinds.get(kind) {
+            Some(k) => Some(Ok(k.clone())),
+            None if fresh || entry.fetched.elapsed() < MISS_RETRY => {
+                Some(Err(not_served(group, kind)))
+            }
+            None => None,
         }
     }
 
-    /// The cached answer, unless it is a miss older than [`MISS_RETRY`].
-    fn fresh(&self, key: &(String, String)) -> Option<Result<RuntimeKind, Error>> {
-        match self.cache.lock().ok()?.get(key)? {
-            Cached::Served(k) => Some(Ok(k.clone())),
-            Cached::NotServed { since } if since.elapsed() < MISS_RETRY => {
-                Some(Err(not_served(&key.0, &key.1)))
-            }
-            Cached::NotServed { .. } => None,
+    fn not_a_runtime(&self, group: &str, kind: &str) -> Error {
+        Error::NotARuntime {
+            group: group.to_owned(),
+            kind: kind.to_owned(),
+            message: self.allowed.refusal(group, kind),
         }
     }
 }

@@ -40,7 +40,8 @@
 //!   one the webhook recorded at admission (`holdfast.dev/admitted-runtime-resource-version`)
 //!   is flagged: Warning event and `holdfast_snapshot_admission_races_total`.
 //! - Drift ([`drift`]): `holdfast_snapshot_drifted_trainjobs{kind,runtime}` and
-//!   `GET /v1/drift` ([`Snapshotter::router`]).
+//!   [`Snapshotter::drift`], served as `GET /v1/drift` by the hold API (authenticated and
+//!   authorised like every call: it names namespaces and jobs).
 //! - [`resolve_runtime`]: the runtime every later use must see, snapshot first.
 //!
 //! Only the leader writes: run it under [`crate::leader`] ([`Snapshotter::run_as_leader`]).
@@ -60,10 +61,6 @@ mod resolve;
 mod runtimes;
 mod trainjobs;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use futures::StreamExt;
 use holdfast_serve::Readiness;
 use kube::api::Api;
@@ -111,6 +108,8 @@ pub struct Config {
     pub retry_max: Duration,
     /// How often the drift gauge is recomputed (also shortly after any runtime changes).
     pub drift_interval: Duration,
+    /// The kinds that are runtimes: only these are read, watched and snapshotted.
+    pub runtime_resources: holdfast_core::snapshot::RuntimeResources,
 }
 
 impl Default for Config {
@@ -124,19 +123,24 @@ impl Default for Config {
             retry_min: Duration::from_millis(500),
             retry_max: Duration::from_secs(300),
             drift_interval: Duration::from_secs(10),
+            runtime_resources: holdfast_core::snapshot::RuntimeResources::default(),
         }
     }
 }
 
 impl Config {
     /// The configuration the command-line flags ask for.
-    pub fn from_args(args: &crate::Args) -> Self {
-        Config {
+    pub fn from_args(args: &crate::Args) -> anyhow::Result<Self> {
+        Ok(Config {
             namespace: args.watch_namespace.clone(),
             concurrency: args.snapshot_concurrency.max(1),
             instance: args.identity.clone(),
+            runtime_resources: holdfast_core::snapshot::RuntimeResources::with_extra(
+                &args.extra_runtime_resources,
+            )
+            .map_err(anyhow::Error::msg)?,
             ..Config::default()
-        }
+        })
     }
 }
 
@@ -175,14 +179,6 @@ impl Snapshotter {
                 drift_cache: Mutex::default(),
             }),
         }
-    }
-
-    /// `GET /v1/drift`: the drifted TrainJobs as JSON ([`DriftReport`]); 503 on a replica
-    /// that is not running the reconciler (a standby). For the admin port.
-    pub fn router(&self) -> axum::Router {
-        axum::Router::new()
-            .route("/v1/drift", get(drift_handler))
-            .with_state(self.clone())
     }
 
     /// The drifted TrainJobs, with the paths that differ.
@@ -288,6 +284,7 @@ impl Snapshotter {
         let runtimes = Arc::new(RuntimeIndex::new(
             client.clone(),
             config.namespace.clone(),
+            config.runtime_resources.clone(),
             health.clone(),
             retrigger,
         ));
@@ -379,19 +376,4 @@ pub async fn run(
     )
     .run(shutdown)
     .await
-}
-
-async fn drift_handler(State(snapshotter): State<Snapshotter>) -> Response {
-    match snapshotter.drift().await {
-        Ok(report) => axum::Json(report).into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({
-                "error": "Unavailable",
-                "cause": e.metric_label(),
-                "message": e.to_string(),
-            })),
-        )
-            .into_response(),
-    }
 }

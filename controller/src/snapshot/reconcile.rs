@@ -15,6 +15,7 @@
 //! against another resourceVersion than the store holds (the watch may lag the edit the
 //! webhook saw). A snapshot of another version than the admitted one is flagged.
 
+use holdfast_core::names;
 use holdfast_core::snapshot::{
     self as core, Integrity, MAX_CONFIGMAP_DATA_BYTES, Rendered, RuntimeRef, SnapshotError,
     SnapshotFault, Writer,
@@ -196,6 +197,11 @@ impl Context {
                 );
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
+            if owner.is_none()
+                && let Some(action) = self.remove_orphan(job).await?
+            {
+                return Ok(action);
+            }
             let fault = SnapshotFault::Squatted {
                 owner: owner.map(str::to_owned),
             };
@@ -215,6 +221,64 @@ impl Context {
             return Ok(Action::await_change());
         }
         self.read_existing(job, runtime_ref).await
+    }
+
+    /// A snapshot whose owner is gone (`kubectl delete trainjob --cascade=orphan` strips the
+    /// ownerReference and leaves it) would hold the TrainJob's name forever: nobody may
+    /// delete a snapshot, and a new TrainJob of that name cannot use another's. If the
+    /// ConfigMap at the snapshot's name has no controller and was demonstrably a snapshot —
+    /// holdfast's label, or written by Kubeflow Trainer's snapshot writer (field manager
+    /// `trainer`) — it is deleted, preconditioned on its uid and resourceVersion, and the
+    /// TrainJob gets its own. Anything else (a ConfigMap that was never a snapshot) is
+    /// left alone and reported as squatting. `None`: not removed.
+    async fn remove_orphan(&self, job: &Job<'_>) -> Result<Option<Action>, Error> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), job.namespace());
+        let name = snapshot_name(job);
+        let Some(cm) = api.get_opt(&name).await? else {
+            return Ok(Some(Action::requeue(Duration::from_secs(1))));
+        };
+        let meta = &cm.metadata;
+        let has_controller = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|r| r.controller == Some(true));
+        let ours = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(names::LABEL_RUNTIME_SNAPSHOT))
+            .is_some_and(|v| v == "true");
+        let trainers = meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|f| f.manager.as_deref() == Some(TRAINER_FIELD_MANAGER));
+        if has_controller || !(ours || trainers) {
+            return Ok(None);
+        }
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: meta.uid.clone(),
+                resource_version: meta.resource_version.clone(),
+            }),
+            ..Default::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                return Ok(Some(Action::requeue(Duration::from_secs(1))));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.metrics.failure("orphan_removed");
+        tracing::info!(
+            namespace = job.namespace(),
+            trainjob = job.name(),
+            configmap = name,
+            writer = if ours { "holdfast" } else { "trainer" },
+            "removed the snapshot of a TrainJob that no longer exists (orphaned); taking this TrainJob's own"
+        );
+        Ok(Some(Action::requeue(Duration::from_millis(200))))
     }
 
     /// Reads the ConfigMap at the snapshot's name and accepts or refuses it.
@@ -316,6 +380,18 @@ impl Context {
                     &job.reference(),
                     Notice::KindNotServed {
                         runtime: runtime_ref,
+                    },
+                )
+                .await;
+                return Err(e);
+            }
+            Err(e @ Error::NotARuntime { .. }) => {
+                warn(
+                    &self.recorder,
+                    &job.reference(),
+                    Notice::NotARuntime {
+                        runtime: runtime_ref,
+                        why: &e.to_string(),
                     },
                 )
                 .await;
@@ -503,6 +579,9 @@ impl Context {
         }
     }
 }
+
+/// The field manager of Kubeflow Trainer 2.3's snapshot writer (server-side apply).
+const TRAINER_FIELD_MANAGER: &str = "trainer";
 
 fn snapshot_name(job: &Job<'_>) -> String {
     holdfast_core::names::snapshot_name(job.name())

@@ -9,6 +9,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
 use super::kinds::RuntimeKinds;
+use holdfast_core::snapshot::RuntimeResources;
 
 /// Where a resolved runtime came from.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,7 +120,7 @@ pub async fn resolve_runtime(
         });
     }
 
-    let kind = RuntimeKinds::new(client.clone())
+    let kind = RuntimeKinds::new(client.clone(), RuntimeResources::default())
         .resolve(&reference.api_group, &reference.kind)
         .await
         .map_err(|e| match e {

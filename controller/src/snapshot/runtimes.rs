@@ -99,11 +99,12 @@ impl RuntimeIndex {
     pub fn new(
         client: kube::Client,
         namespace: Option<String>,
+        allowed: holdfast_core::snapshot::RuntimeResources,
         health: Health,
         retrigger: UnboundedSender<JobRef>,
     ) -> Self {
         RuntimeIndex {
-            kinds: RuntimeKinds::new(client.clone()),
+            kinds: RuntimeKinds::new(client.clone(), allowed),
             client,
             namespace,
             health,

@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 use super::{Call, CallKind, HeldView, HoldError, Seen, Write};
 use crate::{
     mode::Mode,
-    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED},
+    names::{
+        ANN_ATTEMPT, ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON,
+        ANN_OPENED,
+    },
 };
 
 /// How many writes a call makes at most: after the eighth 409 it fails with
@@ -24,7 +27,8 @@ pub enum Outcome {
     /// Release: the hold was lifted. `resumed`: plain mode, the TrainJob was unsuspended and
     /// A raised; Kueue mode, the Workload was re-activated (its next execution still waits
     /// for Kueue admission and the readmission gate). `false`: only the annotations were
-    /// removed (never opened, or ended).
+    /// removed (never opened, ended, or stopped by someone else — or by Kueue for its own
+    /// reason — before the hold was placed: that stop is left in place).
     Released { resumed: bool },
     /// Open: the opened mark was written. `started`: plain mode, the TrainJob was also
     /// unsuspended and A raised in the same update. `false`: a hold is in force, the job
@@ -62,7 +66,8 @@ pub enum Decision {
 /// Decides `call` on `read`.
 ///
 /// `after_conflict` is `Some(what the previous read saw)` when this read follows a 409 on
-/// this call's own write, and `None` on the first read. Only Hold looks at it.
+/// this call's own write (or a write whose answer was lost), and `None` on the first read.
+/// Only Hold looks at it.
 ///
 /// The rules are the seed's (holds-are-workload-deactivation):
 ///
@@ -77,10 +82,18 @@ pub enum Decision {
 ///   not ended, also unsuspend it and raise A in the same update, but only if no pod of it
 ///   remains, else `PodsRemain` and nothing written. Kueue mode: remove the annotations and
 ///   the hold finalizer and set `active: true` in one update; the readmission gate checks
-///   pods and raises A.
+///   pods and raises A. Either way, a stop the hold found (`hold-found`: someone else's
+///   suspend, Kueue's own deactivation) is left in place: Release restores what the hold
+///   found, and never resets Kueue's requeueing limit or hides its reason.
 /// - **Open**: already opened → done. Otherwise write the opened mark on the TrainJob; in
 ///   plain mode, if no hold is in force and the job has not ended, unsuspend it and raise A
-///   in the same update. A hold in force is never lifted by Open.
+///   in the same update — but only if no pod of the job's name remains (a TrainJob deleted
+///   and created again under its name may still have an execution terminating), else
+///   `PodsRemain` and nothing written. A hold in force is never lifted by Open.
+///
+/// Hold records in `hold-found` what stopped the object when it was placed (the
+/// [`HeldView::stop_cause`]), or keeps the record of the hold it replaces, whose stop it
+/// found.
 ///
 /// Choices where the seed is silent:
 /// - Hold(m) with `m` in force on an object that is not stopped and has not ended (someone
@@ -150,6 +163,17 @@ fn decide_hold(
         Some(r) => w.set(ANN_HOLD_REASON, r),
         None => w.remove(ANN_HOLD_REASON),
     }
+    // A hold replacing ours keeps what the first one found; otherwise record what stops
+    // the object now, if anything.
+    let found = if read.hold.is_held() {
+        read.found.as_deref()
+    } else {
+        read.stop_cause.as_deref()
+    };
+    match found {
+        Some(f) => w.set(ANN_HOLD_FOUND, f),
+        None => w.remove(ANN_HOLD_FOUND),
+    }
     Decision::Write(w)
 }
 
@@ -169,12 +193,19 @@ fn decide_release(m: u64, read: &HeldView) -> Decision {
         &read.resource_version,
         Outcome::Released { resumed: false },
     );
-    for key in [ANN_HOLD_INSTANCE, ANN_HOLD_REASON, ANN_HOLD_PLACED_AT] {
+    for key in [
+        ANN_HOLD_INSTANCE,
+        ANN_HOLD_REASON,
+        ANN_HOLD_PLACED_AT,
+        ANN_HOLD_FOUND,
+    ] {
         w.remove(key);
     }
+    // What the hold found stopped stays stopped.
+    let restart = read.found.is_none();
     match read.mode {
         Mode::Plain => {
-            if read.opened && !read.ended {
+            if read.opened && !read.ended && restart {
                 if read.pods_remain {
                     return Decision::Fail(HoldError::PodsRemain);
                 }
@@ -184,9 +215,11 @@ fn decide_release(m: u64, read: &HeldView) -> Decision {
             }
         }
         Mode::Kueue => {
-            w.stop = Some(false);
             w.hold_finalizer = hold_finalizer(read.mode, false);
-            w.outcome = Outcome::Released { resumed: true };
+            if restart {
+                w.stop = Some(false);
+                w.outcome = Outcome::Released { resumed: true };
+            }
         }
     }
     Decision::Write(w)
@@ -210,6 +243,9 @@ fn decide_open(read: &HeldView) -> Decision {
     );
     w.set(ANN_OPENED, "true");
     if read.mode == Mode::Plain && !read.hold.is_held() && !read.ended {
+        if read.pods_remain {
+            return Decision::Fail(HoldError::PodsRemain);
+        }
         w.stop = Some(false);
         w.set(ANN_ATTEMPT, read.attempt.saturating_add(1).to_string());
         w.outcome = Outcome::Opened { started: true };
@@ -253,6 +289,9 @@ fn describe(seen: Seen) -> String {
 pub struct Attempts {
     conflicts: u32,
     last_seen: Option<Seen>,
+    /// What the last write would have reported, while its outcome is unknown (its answer was
+    /// lost): the next read decides whether it landed.
+    unanswered: Option<Outcome>,
 }
 
 impl Attempts {
@@ -261,28 +300,68 @@ impl Attempts {
     }
 
     /// [`decide`]s `call` on `read`, passing what the previous read saw if this read follows
-    /// a conflict, and remembers what this read saw.
+    /// a conflict or a write whose answer was lost, and remembers what this read saw.
+    ///
+    /// After a lost answer the read tells what happened, and the answer is what is true:
+    /// a Release(m) whose read shows no hold at all lifted `m` (it, or another Release of `m`,
+    /// landed): it succeeds with the outcome its write would have had; one whose read shows
+    /// another instance in force cannot tell whether its write landed before that one, and
+    /// is [`HoldError::Unknown`]. Hold and Open need nothing new: the instance in force (the
+    /// opened mark) shows that an earlier try landed.
     pub fn decide(&mut self, call: &Call, read: &HeldView) -> Decision {
-        let after_conflict = if self.conflicts > 0 {
+        let after_conflict = if self.conflicts > 0 || self.unanswered.is_some() {
             self.last_seen
         } else {
             None
         };
         self.last_seen = Some(read.seen());
+        if let (Some(outcome), Call::Release { instance }) = (self.unanswered, call) {
+            match read.seen() {
+                Seen::Absent => return Decision::Done(outcome),
+                Seen::Instance(k) if k == *instance => {}
+                other => {
+                    return Decision::Fail(HoldError::unknown(format!(
+                        "the release of hold {instance} was sent and its answer lost; {} is in force now, so whether it landed cannot be told: read Status",
+                        describe(other)
+                    )));
+                }
+            }
+        }
         decide(call, read, after_conflict)
+    }
+
+    /// Records that the write decided on the last read was sent and its answer lost (a
+    /// transport error, a timeout, a 5xx): it may have landed. Unlike a 409 this spends no
+    /// try; the call reads again until it knows or its deadline passes.
+    pub fn unanswered(&mut self, outcome: Outcome) {
+        self.unanswered = Some(outcome);
+    }
+
+    /// Whether a write of this call was sent and its outcome is still unknown.
+    pub fn outcome_unknown(&self) -> bool {
+        self.unanswered.is_some()
     }
 
     /// Records that the write decided on the last read failed with a 409. Returns
     /// [`HoldError::Conflict`] once [`MAX_TRIES`] writes have failed so.
+    ///
+    /// If an earlier write's answer was lost, the call ends [`HoldError::Unknown`] instead of
+    /// `Conflict`: that write may have landed (a 409 on a later one does not prove otherwise:
+    /// the lost one may still have been on its way).
     pub fn conflicted(&mut self) -> Result<(), HoldError> {
         self.conflicts = self.conflicts.saturating_add(1);
-        if self.conflicts >= MAX_TRIES {
-            Err(HoldError::Conflict {
-                tries: self.conflicts,
-            })
-        } else {
-            Ok(())
+        if self.conflicts < MAX_TRIES {
+            return Ok(());
         }
+        if self.unanswered.is_some() {
+            return Err(HoldError::unknown(format!(
+                "an earlier write of this call was sent and its answer lost, then {} writes lost to other writers: whether the call took effect cannot be told; read Status",
+                self.conflicts
+            )));
+        }
+        Err(HoldError::Conflict {
+            tries: self.conflicts,
+        })
     }
 
     /// How many writes have failed with a 409 so far.

@@ -15,6 +15,8 @@ pub enum RejectCause {
     DeadlinePassed,
     /// Kueue mode: the TrainJob has no Workload to hold.
     NoWorkload,
+    /// The TrainJob does not exist (any more).
+    NotFound,
 }
 
 impl RejectCause {
@@ -23,6 +25,7 @@ impl RejectCause {
             RejectCause::StaleHold => "StaleHold",
             RejectCause::DeadlinePassed => "DeadlinePassed",
             RejectCause::NoWorkload => "NoWorkload",
+            RejectCause::NotFound => "NotFound",
         }
     }
 }
@@ -46,6 +49,9 @@ impl fmt::Display for RejectCause {
 /// | `Unsupported` | 501 Not Implemented | no: the cluster does not allow it (see Preflight) |
 /// | `PodsRemain` | 423 Locked | yes, later: the held execution's pods are still there |
 /// | `Conflict` | 503 Service Unavailable | yes: eight writes lost to other writers |
+/// | `Unknown` | 504 Gateway Timeout | no: a write was sent and its outcome could not be learnt before the deadline; read Status (after the CallBound) |
+///
+/// `Rejected { cause: NotFound }` (the TrainJob does not exist) answers 404.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HoldError {
     /// The request is malformed: no deadline, no instance where one is needed, bad JSON, or
@@ -58,12 +64,18 @@ pub enum HoldError {
     /// Hold is a probed capability and this cluster does not offer it.
     #[error("unsupported: {reason}")]
     Unsupported { reason: String },
-    /// Plain-mode Release while pods of the held execution remain: nothing was written.
+    /// Plain mode: a Release (or an Open) that would start the TrainJob while pods of an
+    /// earlier execution remain: nothing was written.
     #[error("pods of the held execution remain; nothing was written")]
     PodsRemain,
     /// Every one of `tries` writes lost a resourceVersion race to another writer.
     #[error("conflict: {tries} writes in a row lost to other writers; nothing was written")]
     Conflict { tries: u32 },
+    /// A write was sent, and whether it landed could not be learnt before the deadline (the
+    /// answer was lost, and no later read could tell). It may still land within the
+    /// CallBound.
+    #[error("outcome unknown: {message}")]
+    Unknown { message: String },
 }
 
 impl HoldError {
@@ -94,6 +106,19 @@ impl HoldError {
         }
     }
 
+    pub fn not_found(message: impl Into<String>) -> Self {
+        HoldError::Rejected {
+            cause: RejectCause::NotFound,
+            message: message.into(),
+        }
+    }
+
+    pub fn unknown(message: impl Into<String>) -> Self {
+        HoldError::Unknown {
+            message: message.into(),
+        }
+    }
+
     pub fn unsupported(reason: impl Into<String>) -> Self {
         HoldError::Unsupported {
             reason: reason.into(),
@@ -108,6 +133,7 @@ impl HoldError {
             HoldError::Unsupported { .. } => "Unsupported",
             HoldError::PodsRemain => "PodsRemain",
             HoldError::Conflict { .. } => "Conflict",
+            HoldError::Unknown { .. } => "Unknown",
         }
     }
 
@@ -123,10 +149,15 @@ impl HoldError {
     pub fn http_status(&self) -> u16 {
         match self {
             HoldError::Invalid { .. } => 400,
+            HoldError::Rejected {
+                cause: RejectCause::NotFound,
+                ..
+            } => 404,
             HoldError::Rejected { .. } => 409,
             HoldError::Unsupported { .. } => 501,
             HoldError::PodsRemain => 423,
             HoldError::Conflict { .. } => 503,
+            HoldError::Unknown { .. } => 504,
         }
     }
 
@@ -135,7 +166,7 @@ impl HoldError {
         matches!(self, HoldError::PodsRemain | HoldError::Conflict { .. })
     }
 
-    /// A bounded metric label: one of seven fixed strings, never a name or a message.
+    /// A bounded metric label: one of nine fixed strings, never a name or a message.
     pub fn metric_label(&self) -> &'static str {
         match self {
             HoldError::Invalid { .. } => "invalid",
@@ -143,17 +174,21 @@ impl HoldError {
                 RejectCause::StaleHold => "rejected_stale_hold",
                 RejectCause::DeadlinePassed => "rejected_deadline_passed",
                 RejectCause::NoWorkload => "rejected_no_workload",
+                RejectCause::NotFound => "rejected_not_found",
             },
             HoldError::Unsupported { .. } => "unsupported",
             HoldError::PodsRemain => "pods_remain",
             HoldError::Conflict { .. } => "conflict",
+            HoldError::Unknown { .. } => "unknown",
         }
     }
 
     /// The API body: `{"error":"Rejected","cause":"StaleHold","message":"..."}`.
     pub fn body(&self) -> ErrorBody {
         let message = match self {
-            HoldError::Invalid { message } | HoldError::Rejected { message, .. } => message.clone(),
+            HoldError::Invalid { message }
+            | HoldError::Rejected { message, .. }
+            | HoldError::Unknown { message } => message.clone(),
             HoldError::Unsupported { reason } => reason.clone(),
             other => other.to_string(),
         };
@@ -174,7 +209,7 @@ impl Serialize for HoldError {
 /// The body of a failed hold API call, as sent and as a client parses it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// `Invalid`, `Rejected`, `Unsupported`, `PodsRemain` or `Conflict`.
+    /// `Invalid`, `Rejected`, `Unsupported`, `PodsRemain`, `Conflict` or `Unknown`.
     pub error: String,
     /// Present for `Rejected` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,6 +231,8 @@ mod tests {
             HoldError::unsupported("preflight's hold round trip failed"),
             HoldError::PodsRemain,
             HoldError::Conflict { tries: 8 },
+            HoldError::not_found("no TrainJob"),
+            HoldError::unknown("the answer was lost"),
         ]
     }
 
@@ -243,7 +280,11 @@ mod tests {
     #[test]
     fn rejected_and_conflict_have_distinct_statuses() {
         let statuses: Vec<u16> = every_error().iter().map(HoldError::http_status).collect();
-        assert_eq!(statuses, vec![400, 409, 409, 409, 501, 423, 503]);
+        assert_eq!(statuses, vec![400, 409, 409, 409, 501, 423, 503, 404, 504]);
+        assert!(
+            !HoldError::unknown("lost").retryable(),
+            "read Status instead"
+        );
         assert!(HoldError::Conflict { tries: 8 }.retryable());
         assert!(HoldError::PodsRemain.retryable());
     }

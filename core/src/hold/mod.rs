@@ -30,5 +30,5 @@ pub use call::{
 pub use decide::{Attempts, Decision, MAX_TRIES, Outcome, decide};
 pub use error::{ErrorBody, HoldError, RejectCause};
 pub use status::{HoldStatus, Status};
-pub use view::{HeldView, HoldRecord, HoldState, Seen};
+pub use view::{FOUND_INACTIVE, FOUND_SUSPENDED, HeldView, HoldRecord, HoldState, Seen};
 pub use write::{ApplyError, Write, apply};

@@ -7,7 +7,7 @@ use super::{HeldObject, HoldError, HoldState, object};
 use crate::{
     classify::{self, ObjectState, Observed},
     mode::Mode,
-    names::{ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
+    names::{ANN_HOLD_FOUND, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
 };
 
 /// The hold in force, as Status reports it.
@@ -75,6 +75,7 @@ impl Status {
             trainjob_suspended: object::stopped(trainjob, HeldObject::TrainJob),
             workload_present: workload.is_some(),
             kueue_reason: kueue_reason.as_deref(),
+            found: held.and_then(|h| object::annotation(h, ANN_HOLD_FOUND)),
         });
         Ok(Status {
             mode,
@@ -160,6 +161,12 @@ mod tests {
         let hold = status.hold.expect("a hold");
         assert_eq!(hold.instance, None);
         assert_eq!(hold.unreadable_instance.as_deref(), Some("seven"));
-        assert_eq!(status.state, ObjectState::HeldByUs { instance: None });
+        assert_eq!(
+            status.state,
+            ObjectState::HeldByUs {
+                instance: None,
+                underlying: None
+            }
+        );
     }
 }

@@ -9,11 +9,19 @@ use super::sim::Sim;
 use super::*;
 use crate::{
     mode::Mode,
-    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED},
+    names::{
+        ANN_ATTEMPT, ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON,
+        ANN_OPENED,
+    },
 };
 
 const MODES: [Mode; 2] = [Mode::Plain, Mode::Kueue];
-const HOLD_KEYS: [&str; 3] = [ANN_HOLD_INSTANCE, ANN_HOLD_REASON, ANN_HOLD_PLACED_AT];
+const HOLD_KEYS: [&str; 4] = [
+    ANN_HOLD_INSTANCE,
+    ANN_HOLD_REASON,
+    ANN_HOLD_PLACED_AT,
+    ANN_HOLD_FOUND,
+];
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-29T11:00:00Z")
@@ -60,6 +68,8 @@ fn view(mode: Mode) -> HeldView {
         stopped: false,
         ended: false,
         pods_remain: false,
+        found: None,
+        stop_cause: None,
     }
 }
 
@@ -123,7 +133,11 @@ fn hold_lands_with_all_annotations_in_one_update() {
             ]
             .into()
         );
-        assert!(w.remove_annotations.is_empty());
+        assert_eq!(
+            w.remove_annotations,
+            [ANN_HOLD_FOUND.to_owned()].into(),
+            "a running object: nothing found stopped, no leftover record"
+        );
         assert_eq!(w.outcome, Outcome::Held);
 
         // Through the executor: one update, and the held object carries all of it.
@@ -571,7 +585,7 @@ fn release_of_an_ended_job_only_removes_annotations() {
     let w = expect_write(decide(&release(2), &v, None));
     assert_eq!(w.stop, None);
     assert!(w.set_annotations.is_empty());
-    assert_eq!(w.remove_annotations.len(), 3);
+    assert_eq!(w.remove_annotations.len(), 4);
     assert_eq!(w.outcome, Outcome::Released { resumed: false });
 }
 
@@ -588,7 +602,7 @@ fn kueue_release_sets_active_and_removes_annotations_in_one_update() {
         w.set_annotations.is_empty(),
         "A is the readmission gate's to raise"
     );
-    assert_eq!(w.remove_annotations.len(), 3);
+    assert_eq!(w.remove_annotations.len(), 4);
     assert_eq!(w.outcome, Outcome::Released { resumed: true });
 
     let mut sim = Sim::new(Mode::Kueue);
@@ -611,6 +625,129 @@ fn kueue_release_sets_active_and_removes_annotations_in_one_update() {
 }
 
 // ---- Open ------------------------------------------------------------------------------
+
+/// Seam: Release lifted stops that were not the hold's. A hold records what had stopped the
+/// object; Release leaves that in place.
+#[test]
+fn release_restores_what_the_hold_found() {
+    for (mode, cause) in [
+        (Mode::Plain, FOUND_SUSPENDED),
+        (Mode::Kueue, FOUND_INACTIVE),
+        (Mode::Kueue, "DeactivatedDueToMaximumExecutionTimeExceeded"),
+    ] {
+        let stopped_by_someone = HeldView {
+            stopped: true,
+            stop_cause: Some(cause.to_owned()),
+            ..view(mode)
+        };
+        let w = expect_write(decide(&hold(1), &stopped_by_someone, None));
+        assert_eq!(
+            w.set_annotations.get(ANN_HOLD_FOUND).map(String::as_str),
+            Some(cause),
+            "{mode}: the hold records what it found"
+        );
+        let held = HeldView {
+            found: Some(cause.to_owned()),
+            ..held_view(mode, 1)
+        };
+        let w = expect_write(decide(&release(1), &held, None));
+        assert_eq!(w.stop, None, "{mode}/{cause}: the stop found stays");
+        assert!(w.remove_annotations.contains(ANN_HOLD_FOUND));
+        assert!(
+            !w.set_annotations.contains_key(ANN_ATTEMPT),
+            "A does not rise"
+        );
+        assert_eq!(w.outcome, Outcome::Released { resumed: false });
+        // A newer hold over ours keeps the first one's record, not "stopped by our hold".
+        let w = expect_write(decide(&hold(2), &held, None));
+        assert_eq!(
+            w.set_annotations.get(ANN_HOLD_FOUND).map(String::as_str),
+            Some(cause)
+        );
+        let w = expect_write(decide(&hold(2), &held_view(mode, 1), None));
+        assert!(
+            w.remove_annotations.contains(ANN_HOLD_FOUND),
+            "{mode}: our own stop is not a stop found"
+        );
+    }
+
+    // Through the executor loop: someone suspends an opened job, dispatch holds and
+    // releases it: it stays suspended.
+    let mut sim = Sim::new(Mode::Plain);
+    sim.run(&Call::Open).expect("open");
+    sim.trainjob["spec"]["suspend"] = json!(true);
+    assert_eq!(sim.run(&hold(1)), Ok(Outcome::Held));
+    assert_eq!(
+        sim.run(&release(1)),
+        Ok(Outcome::Released { resumed: false })
+    );
+    assert!(sim.stopped(), "someone else's suspend is restored");
+    assert_eq!(object::annotation(&sim.trainjob, ANN_HOLD_FOUND), None);
+}
+
+/// The start gate's suspend is ours: a hold on a never-opened job records nothing, and
+/// Release after Open starts the job.
+#[test]
+fn a_hold_at_the_start_gate_finds_nothing() {
+    let mut sim = Sim::new(Mode::Plain);
+    assert_eq!(sim.run(&hold(1)), Ok(Outcome::Held));
+    assert_eq!(object::annotation(&sim.trainjob, ANN_HOLD_FOUND), None);
+    assert_eq!(sim.run(&Call::Open), Ok(Outcome::Opened { started: false }));
+    assert_eq!(
+        sim.run(&release(1)),
+        Ok(Outcome::Released { resumed: true })
+    );
+    assert!(!sim.stopped());
+}
+
+/// Seam: a Release whose write landed but whose answer was lost was reported `StaleHold`.
+/// The next read shows no hold: the release took effect, and the call says so.
+#[test]
+fn a_release_whose_answer_was_lost_succeeds_when_the_read_shows_it_landed() {
+    for mode in MODES {
+        let call = release(3);
+        let mut attempts = Attempts::new();
+        let w = expect_write(attempts.decide(&call, &held_view(mode, 3)));
+        attempts.unanswered(w.outcome);
+        assert!(attempts.outcome_unknown());
+        // It landed: no hold now.
+        assert_eq!(
+            attempts.decide(&call, &view(mode)),
+            Decision::Done(w.outcome),
+            "{mode}"
+        );
+        // It did not land: the same hold is in force; decided again, written again.
+        let mut attempts = Attempts::new();
+        let w = expect_write(attempts.decide(&call, &held_view(mode, 3)));
+        attempts.unanswered(w.outcome);
+        expect_write(attempts.decide(&call, &held_view(mode, 3)));
+        // Another hold is in force: nobody can tell.
+        let mut attempts = Attempts::new();
+        let w = expect_write(attempts.decide(&call, &held_view(mode, 3)));
+        attempts.unanswered(w.outcome);
+        match attempts.decide(&call, &held_view(mode, 4)) {
+            Decision::Fail(HoldError::Unknown { message }) => {
+                assert!(message.contains("hold 4"), "{message}")
+            }
+            other => panic!("{mode}: expected Unknown, got {other:?}"),
+        }
+    }
+}
+
+/// A lost answer spends no try, and conflicts after one end `Unknown`, never `Conflict`
+/// ("nothing was written" would not be true).
+#[test]
+fn conflicts_after_a_lost_answer_end_unknown() {
+    let mut attempts = Attempts::new();
+    attempts.unanswered(Outcome::Held);
+    for _ in 1..MAX_TRIES {
+        attempts.conflicted().expect("a try left");
+    }
+    match attempts.conflicted() {
+        Err(HoldError::Unknown { .. }) => {}
+        other => panic!("expected Unknown, got {other:?}"),
+    }
+}
 
 #[test]
 fn open_unsuspends_and_raises_attempt_in_one_update() {
@@ -658,6 +795,29 @@ fn stale_open_does_not_unsuspend_a_held_job() {
     );
     assert!(!sim.stopped());
     assert_eq!(sim.attempt(), 1);
+}
+
+/// Never two executions, at the start gate too: a TrainJob created again under the name of
+/// one whose pods are still terminating is not started by Open until they are gone.
+#[test]
+fn open_with_pods_remaining_writes_nothing() {
+    let v = HeldView {
+        opened: false,
+        stopped: true,
+        pods_remain: true,
+        ..view(Mode::Plain)
+    };
+    assert_eq!(
+        decide(&Call::Open, &v, None),
+        Decision::Fail(HoldError::PodsRemain)
+    );
+    // Kueue mode: the readmission gate looks for them; Open only writes the mark.
+    let v = HeldView {
+        opened: false,
+        pods_remain: true,
+        ..view(Mode::Kueue)
+    };
+    assert!(matches!(decide(&Call::Open, &v, None), Decision::Write(_)));
 }
 
 #[test]

@@ -5,9 +5,16 @@ use serde_json::Value;
 
 use super::{Call, HeldObject, HoldError, object};
 use crate::{
+    classify,
     mode::Mode,
-    names::{ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
+    names::{ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
 };
+
+/// [`ANN_HOLD_FOUND`] of a plain-mode hold placed on an opened TrainJob someone had suspended.
+pub const FOUND_SUSPENDED: &str = "suspended";
+/// [`ANN_HOLD_FOUND`] of a Kueue-mode hold placed on a Workload someone (not Kueue, for a
+/// reason of its own) had deactivated.
+pub const FOUND_INACTIVE: &str = "inactive";
 
 /// A readable hold: the `holdfast.dev/hold-*` annotations of the held object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,8 +122,18 @@ pub struct HeldView {
     /// The TrainJob is Complete or Failed.
     pub ended: bool,
     /// Plain mode: a pod of the TrainJob's current execution remains. Only plain-mode Release
-    /// reads it; the I/O layer may leave it false for every other call.
+    /// (and Open, when it would start the job) reads it; the I/O layer may leave it false for
+    /// every other call.
     pub pods_remain: bool,
+    /// The held object's [`ANN_HOLD_FOUND`], as read: what stopped it before the hold in force
+    /// was placed.
+    pub found: Option<String>,
+    /// What stops the held object now besides a hold of ours, as [`ANN_HOLD_FOUND`] would
+    /// record it: plain mode, `suspended` for an opened TrainJob that is suspended (a
+    /// never-opened one is at its start gate, which is ours); Kueue mode, Kueue's own
+    /// deactivation reason, or `inactive`, for an inactive Workload. Only meaningful while no
+    /// hold is in force.
+    pub stop_cause: Option<String>,
 }
 
 impl HeldView {
@@ -159,15 +176,27 @@ impl HeldView {
                 ))
             })?
             .to_owned();
+        let opened = object::opened(trainjob);
+        let stopped = object::stopped(held, held_kind);
+        let stop_cause = match mode {
+            Mode::Plain => (stopped && opened).then(|| FOUND_SUSPENDED.to_owned()),
+            Mode::Kueue => stopped.then(|| {
+                held.pointer("/status/conditions")
+                    .and_then(classify::kueue_deactivation_reason)
+                    .unwrap_or_else(|| FOUND_INACTIVE.to_owned())
+            }),
+        };
         Ok(HeldView {
             mode,
             resource_version,
             hold: object::hold_state(held),
-            opened: object::opened(trainjob),
+            opened,
             attempt: object::attempt(trainjob)?,
-            stopped: object::stopped(held, held_kind),
+            stopped,
             ended: object::finished(trainjob).is_some(),
             pods_remain,
+            found: object::annotation(held, ANN_HOLD_FOUND).map(str::to_owned),
+            stop_cause,
         })
     }
 

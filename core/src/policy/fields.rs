@@ -3,7 +3,8 @@
 //! (`spec.suspend` absent = false, `spec.active` absent = true).
 
 use crate::names::{
-    ANN_HOLD_INSTANCE, ANN_OPENED, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, SNAPSHOT_SUFFIX,
+    ANN_HOLD_INSTANCE, ANN_OPENED, HOLD_FINALIZER, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT,
+    PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL, SNAPSHOT_SUFFIX, TRAINER_GROUP, TRAINJOB_KIND,
     is_controller_annotation,
 };
 use serde_json::{Map, Value};
@@ -127,14 +128,74 @@ pub(crate) fn managed(obj: &Map<String, Value>) -> bool {
     label_true(obj, LABEL_MANAGED)
 }
 
-/// Queued for Kueue: label `kueue.x-k8s.io/queue-name` with a non-empty string value (Kueue,
-/// with its default `manageJobsWithoutQueueName: false`, manages exactly these jobs; an empty
-/// queue name counts as none, as in Kueue's own `QueueName`).
-pub(crate) fn queued(obj: &Map<String, Value>) -> bool {
+/// The queue a job is queued in: label `kueue.x-k8s.io/queue-name` with a non-empty string
+/// value (Kueue, with its default `manageJobsWithoutQueueName: false`, manages exactly these
+/// jobs; an empty queue name counts as none, as in Kueue's own `QueueName`).
+pub(crate) fn queue_name(obj: &Map<String, Value>) -> Option<&str> {
     metadata_map(obj, "labels")
-        .and_then(|l| l.get(super::QUEUE_NAME_LABEL))
+        .and_then(|l| l.get(QUEUE_NAME_LABEL))
         .and_then(Value::as_str)
-        .is_some_and(|q| !q.is_empty())
+        .filter(|q| !q.is_empty())
+}
+
+/// Kueue's prebuilt-Workload name, as label and as annotation (raw JSON values).
+pub(crate) fn prebuilt_workload(obj: &Map<String, Value>) -> (Option<&Value>, Option<&Value>) {
+    (
+        metadata_map(obj, "labels").and_then(|l| l.get(PREBUILT_WORKLOAD_LABEL)),
+        annotations(obj).and_then(|a| a.get(PREBUILT_WORKLOAD_LABEL)),
+    )
+}
+
+pub(crate) fn queued(obj: &Map<String, Value>) -> bool {
+    queue_name(obj).is_some()
+}
+
+/// A Workload's `spec.queueName` (the LocalQueue it is queued in), as raw JSON.
+pub(crate) fn workload_queue(obj: &Map<String, Value>) -> Option<&Value> {
+    spec_field(obj, "queueName")
+}
+
+/// Whether `metadata.finalizers` holds holdfast's hold finalizer.
+pub(crate) fn has_hold_finalizer(obj: &Map<String, Value>) -> bool {
+    metadata(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(HOLD_FINALIZER)))
+}
+
+/// Whether any ownerReference of `obj` is a controller (`controller: true`).
+pub(crate) fn has_controller(obj: &Map<String, Value>) -> bool {
+    metadata(obj)
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .is_some_and(|refs| {
+            refs.iter()
+                .any(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        })
+}
+
+/// The ownerReferences of `obj` that name a TrainJob (`trainer.kubeflow.org/*`, kind
+/// `TrainJob`), as `(uid, controller)`; a malformed entry is skipped.
+pub(crate) fn trainjob_owners(obj: &Map<String, Value>) -> Vec<(&str, bool)> {
+    metadata(obj)
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object)
+        .filter(|r| {
+            r.get("kind").and_then(Value::as_str) == Some(TRAINJOB_KIND)
+                && r.get("apiVersion")
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| v.split('/').next() == Some(TRAINER_GROUP))
+        })
+        .map(|r| {
+            (
+                r.get("uid").and_then(Value::as_str).unwrap_or_default(),
+                r.get("controller").and_then(Value::as_bool) == Some(true),
+            )
+        })
+        .collect()
 }
 
 pub(crate) fn snapshot_label(obj: &Map<String, Value>) -> bool {

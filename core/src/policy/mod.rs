@@ -20,14 +20,16 @@
 //!   annotation ([`names::is_controller_annotation`](crate::names::is_controller_annotation)).
 //!   At CREATE of a TrainJob, `admitted-runtime-resource-version` is allowed: the mutating
 //!   side ([`mutate`]) has just overwritten or removed whatever the user sent.
-//! - **kueue mode**: only Kueue changes the `spec.suspend` of a TrainJob Kueue manages, one
-//!   labelled `kueue.x-k8s.io/queue-name` on the old or the new object (not even the
-//!   controller); a TrainJob without a queue name is not Kueue's (its default
-//!   `manageJobsWithoutQueueName: false`) and this rule leaves its `spec.suspend` alone. Only
-//!   the controller flips `spec.active` of a Workload that carries a hold.
+//! - **kueue mode**: only Kueue changes a TrainJob's `spec.suspend`, whatever its labels (not
+//!   even the controller); the queue name stays while the TrainJob is suspended or at its
+//!   closed start gate; a managed TrainJob must be queued. Only the controller flips
+//!   `spec.active` or moves `spec.queueName` of a Workload that carries a hold; only Kueue makes
+//!   a Workload a TrainJob's (ownerReference).
+//! - **both modes**: the hold finalizer is the controller's; a managed TrainJob keeps its
+//!   `managed` label while its start gate is closed.
 //! - **plain mode**: only the controller unsuspends a held TrainJob, or a managed TrainJob at
-//!   its closed start gate (no `opened` annotation yet), or removes the `managed` label from a
-//!   TrainJob at its closed gate; a managed TrainJob is created suspended.
+//!   its closed start gate (no `opened` annotation yet); a managed TrainJob is created
+//!   suspended.
 //! - DELETE of TrainJobs and Workloads, subresource writes (`status`), CONNECT and every other
 //!   resource: allowed.
 
@@ -43,15 +45,13 @@ mod testkit;
 
 pub use identities::Identities;
 pub use mutate::mutate;
-pub use validate::validate;
+pub use validate::{QueueCheck, queue_check, queue_verdict, validate};
 
 use crate::names::{KUEUE_GROUP, TRAINER_GROUP};
 use serde_json::Value;
 use std::fmt;
 
-/// Kueue's queue label on a job: a TrainJob carrying it (non-empty) is managed by Kueue, with
-/// Kueue's default `manageJobsWithoutQueueName: false`.
-pub const QUEUE_NAME_LABEL: &str = "kueue.x-k8s.io/queue-name";
+pub use crate::names::QUEUE_NAME_LABEL;
 
 /// The admission operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

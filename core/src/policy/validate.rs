@@ -1,11 +1,12 @@
 //! The validating webhook's verdict.
 
 use super::fields::{self, Doc};
-use super::{AdmissionInput, Identities, Operation, QUEUE_NAME_LABEL, Resource, Verdict};
+use super::{AdmissionInput, Identities, Operation, Resource, Verdict};
 use crate::mode::Mode;
 use crate::names::{
     ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, ANN_OPENED, HOLD_FINALIZER,
-    LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, SNAPSHOT_SUFFIX,
+    LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL,
+    SNAPSHOT_SUFFIX,
 };
 use serde_json::{Map, Value};
 
@@ -23,6 +24,9 @@ use serde_json::{Map, Value};
 /// - "A snapshot is never rewritten": the controller's UPDATE of a snapshot may change its
 ///   metadata (labels, annotations, ownerReferences, e.g. to adopt one Trainer wrote) and
 ///   `immutable`, never `data` or `binaryData`. A broken snapshot is deleted, not edited.
+/// - A snapshot whose stored object has no controller ownerReference (orphaned: its TrainJob
+///   was deleted with `--cascade=orphan`) may be deleted by anyone RBAC lets: it protects no
+///   TrainJob's runtime any more, and the controller removes such snapshots itself.
 /// - The snapshot deleters (garbage collector, namespace controller) may also UPDATE a snapshot
 ///   when data, binaryData, immutable, labels and annotations stay as they are: the garbage
 ///   collector removes ownerReferences (orphaning) and its `foregroundDeletion`/`orphan`
@@ -34,21 +38,26 @@ use serde_json::{Map, Value};
 /// - An annotation dropped by a non-controller UPDATE is restored by [`mutate`](super::mutate)
 ///   before this runs, so a denial for "remove" means the mutating side did not run or a later
 ///   mutating webhook removed it again.
-/// - kueue mode: every change of the `spec.suspend` (absent = false) of a TrainJob Kueue
-///   manages, one labelled `kueue.x-k8s.io/queue-name` (non-empty) on the old or the new
-///   object, by anyone not in the Kueue list is refused, the controller's included (SPEC:
-///   holdfast never writes it in kueue mode). Adding or removing the label in the same update
-///   does not escape: either side carrying it is enough. A TrainJob without a queue name is
-///   not Kueue's (Kueue's default `manageJobsWithoutQueueName: false`): its `spec.suspend` is
-///   not protected by this rule. Any change of `spec.active` (absent = true) on a Workload
-///   whose stored object carries `hold-instance` is refused for all but the controller, Kueue
-///   included.
-/// - plain mode, our extension of the start gate: a TrainJob labelled
-///   `holdfast.dev/managed: "true"` (on the old or the new object) that has no `opened`
-///   annotation may be unsuspended only by the controller (only Open opens the gate); while
-///   the gate is closed nobody else may drop the `managed` label either (that would open it in
-///   two steps); and it may not be created unsuspended (the mutating side suspends it, so this
-///   only refuses when that side did not run).
+/// - kueue mode: every change of a TrainJob's `spec.suspend` (absent = false) by anyone not in
+///   the Kueue list is refused, the controller's included (SPEC: holdfast never writes it in
+///   kueue mode), whatever labels the old and new objects carry: Kueue lets anyone drop the
+///   queue name of a suspended job and then ignores the job, so a rule keyed on the label
+///   could be walked around in two requests. The queue name itself may not be removed or
+///   changed (by anyone but Kueue and the controller) while the TrainJob is suspended or at
+///   its closed start gate, and a managed TrainJob must carry one (refused at CREATE, and on
+///   an UPDATE that would make a queued or unmanaged TrainJob managed and unqueued). On a
+///   Workload that carries a hold, `spec.active` (absent = true) is flipped only by the
+///   controller, Kueue included, and `spec.queueName` is changed by nobody but the
+///   controller. Only Kueue (and the controller) makes a Workload a TrainJob's: a CREATE or
+///   UPDATE adding an ownerReference to a TrainJob is refused for everyone else, so no decoy
+///   Workload can pose as the held one.
+/// - Both modes, the start gate: a TrainJob labelled `holdfast.dev/managed: "true"` without
+///   the `opened` annotation keeps the label until Open (only the controller drops it then).
+/// - The hold finalizer is added or removed only by the controller, on CREATE as on UPDATE.
+/// - plain mode, our extension of the start gate: a managed TrainJob that has no `opened`
+///   annotation may be unsuspended only by the controller (only Open opens the gate); and it
+///   may not be created unsuspended (the mutating side suspends it, so this only refuses
+///   when that side did not run).
 /// - DELETE of TrainJobs and Workloads and CONNECT are allowed. Every subresource write is
 ///   allowed: the only subresource TrainJobs and Workloads serve is `status`, and for a custom
 ///   resource's `status` the apiserver copies everything but `.status` from the stored object
@@ -63,6 +72,65 @@ pub fn validate(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict
         Resource::ConfigMap => snapshot(input, who),
         Resource::TrainJob | Resource::Workload => held_kind(input, who, mode),
         Resource::Other { .. } => Verdict::Allow,
+    }
+}
+
+/// A LocalQueue whose ClusterQueue must require holdfast's readmission check for a request
+/// to be allowed (kueue mode only): see [`queue_check`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueCheck {
+    pub namespace: String,
+    pub local_queue: String,
+}
+
+/// Kueue mode: whether `input` puts a managed TrainJob into a queue (a CREATE of a managed
+/// queued TrainJob; an UPDATE that makes a TrainJob managed or moves a managed one), and
+/// which. The webhook then looks the queue up — the one decision that needs the cluster —
+/// and answers with [`queue_verdict`]: a managed TrainJob in a ClusterQueue without
+/// holdfast's readmission check would be admitted by Kueue and started without `Open`.
+/// The controller's own writes need no check.
+pub fn queue_check(input: &AdmissionInput, who: &Identities, mode: Mode) -> Option<QueueCheck> {
+    if mode != Mode::Kueue
+        || input.resource != Resource::TrainJob
+        || input.subresource.is_some()
+        || who.is_controller(&input.user.username)
+    {
+        return None;
+    }
+    let n = Doc::of(input.object.as_ref()).object()?;
+    let queue = fields::queue_name(n)?;
+    if !fields::managed(n) {
+        return None;
+    }
+    let needed = match input.operation {
+        Operation::Create => true,
+        Operation::Update => {
+            let o = Doc::of(input.old_object.as_ref()).object()?;
+            !fields::managed(o) || fields::queue_name(o) != Some(queue)
+        }
+        Operation::Delete | Operation::Connect => false,
+    };
+    needed.then(|| QueueCheck {
+        namespace: input.namespace.clone().unwrap_or_default(),
+        local_queue: queue.to_owned(),
+    })
+}
+
+/// The verdict on a request [`queue_check`] named, given why its queue is not gated (`None`:
+/// it is).
+pub fn queue_verdict(input: &AdmissionInput, check: &QueueCheck, refusal: Option<&str>) -> Verdict {
+    match refusal {
+        None => Verdict::Allow,
+        Some(why) => Verdict::deny(
+            format!("metadata.labels[{QUEUE_NAME_LABEL}]"),
+            format!(
+                "metadata.labels[{QUEUE_NAME_LABEL}] of TrainJob {}: a TrainJob labelled {LABEL_MANAGED}=true waits at its start gate in holdfast's readmission AdmissionCheck, but LocalQueue {}/{} does not lead there: {why}; user {} may not queue a managed TrainJob there (use a LocalQueue whose ClusterQueue requires the check)",
+                input.object_ref(),
+                check.namespace,
+                check.local_queue,
+                input.user.username
+            ),
+        ),
     }
 }
 
@@ -148,6 +216,12 @@ fn snapshot(input: &AdmissionInput, who: &Identities) -> Verdict {
             ),
         ),
         Operation::Delete if who.may_delete_snapshot(user) => Verdict::Allow,
+        // A snapshot no TrainJob controls any more (its owner was deleted with
+        // `--cascade=orphan`) protects nothing; refusing its deletion would hold the
+        // TrainJob's name forever. RBAC still decides who may delete it.
+        Operation::Delete if old.object().is_some_and(|o| !fields::has_controller(o)) => {
+            Verdict::Allow
+        }
         Operation::Delete => Verdict::deny(
             what.clone(),
             format!(
@@ -253,6 +327,10 @@ fn annotation_field(key: &str) -> String {
     format!("metadata.annotations[{key}]")
 }
 
+fn label_field(key: &str) -> String {
+    format!("metadata.labels[{key}]")
+}
+
 fn deny_annotation(
     input: &AdmissionInput,
     who: &Identities,
@@ -274,6 +352,55 @@ fn deny_annotation(
             input.resource.kind(),
             input.object_ref(),
             who.describe_controller()
+        ),
+    )
+}
+
+fn deny_hold_finalizer(input: &AdmissionInput, who: &Identities, action: &str) -> Verdict {
+    Verdict::deny(
+        "metadata.finalizers",
+        format!(
+            "metadata.finalizers[{HOLD_FINALIZER}] of {} {} keeps its hold while it is deleted and is written only by {}; user {} may not {action} it",
+            input.resource.kind(),
+            input.object_ref(),
+            who.describe_controller(),
+            input.user.username
+        ),
+    )
+}
+
+/// Kueue mode: a managed TrainJob must be queued, or Kueue ignores it and it runs at once,
+/// past its start gate. `what` says what the request does.
+fn deny_unqueued_managed(input: &AdmissionInput, what: &str) -> Verdict {
+    Verdict::deny(
+        label_field(QUEUE_NAME_LABEL),
+        format!(
+            "{} of TrainJob {}: in kueue mode a TrainJob labelled {LABEL_MANAGED}=true starts only through Kueue admission and holdfast's readmission gate, so it must carry the label {QUEUE_NAME_LABEL} naming a LocalQueue whose ClusterQueue requires holdfast's readmission AdmissionCheck; user {} may not {what} (add {QUEUE_NAME_LABEL}: <local-queue>, or drop {LABEL_MANAGED})",
+            label_field(QUEUE_NAME_LABEL),
+            input.object_ref(),
+            input.user.username
+        ),
+    )
+}
+
+/// Whether a non-controller request puts a TrainJob ownerReference on a Workload that the
+/// stored Workload does not already carry: only Kueue creates a TrainJob's Workload, and a
+/// decoy owned by the TrainJob could capture its holds.
+fn new_trainjob_owner(old: Option<&Map<String, Value>>, new: &Map<String, Value>) -> bool {
+    let before = old.map(fields::trainjob_owners).unwrap_or_default();
+    fields::trainjob_owners(new)
+        .into_iter()
+        .any(|r| !before.contains(&r))
+}
+
+fn deny_trainjob_owner(input: &AdmissionInput, who: &Identities) -> Verdict {
+    Verdict::deny(
+        "metadata.ownerReferences",
+        format!(
+            "metadata.ownerReferences of Workload {}: a Workload owned by a TrainJob is created by {} alone (holdfast holds the TrainJob through it); user {} may not make a Workload a TrainJob's",
+            input.object_ref(),
+            who.describe_kueue(),
+            input.user.username
         ),
     )
 }
@@ -304,27 +431,40 @@ fn held_kind_create(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
         }
         return deny_annotation(input, who, key, None, Some(value));
     }
-    if mode == Mode::Plain && trainjob && fields::managed(obj) && !fields::suspended(obj) {
-        return Verdict::deny(
+    if fields::has_hold_finalizer(obj) {
+        return deny_hold_finalizer(input, who, "add");
+    }
+    if !trainjob {
+        if mode == Mode::Kueue && !who.is_kueue(user) && new_trainjob_owner(None, obj) {
+            return deny_trainjob_owner(input, who);
+        }
+        return Verdict::Allow;
+    }
+    match mode {
+        Mode::Plain if fields::managed(obj) && !fields::suspended(obj) => Verdict::deny(
             "spec.suspend",
             format!(
                 "spec.suspend of TrainJob {}: a TrainJob labelled {LABEL_MANAGED}=true is created at its closed start gate (spec.suspend: true), which only {} opens; user {user} may not create it unsuspended",
                 input.object_ref(),
                 who.describe_controller()
             ),
-        );
+        ),
+        Mode::Kueue if fields::managed(obj) && !fields::queued(obj) => {
+            deny_unqueued_managed(input, "create it without one")
+        }
+        _ => Verdict::Allow,
     }
-    Verdict::Allow
 }
 
 fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict {
     let user = input.user.username.as_str();
     let controller = who.is_controller(user);
+    let kueue = who.is_kueue(user);
     let trainjob = input.resource == Resource::TrainJob;
-    // Whether the kueue-mode suspend rule may apply; whether it does depends on the queue
-    // label, so the controller is let through early only where it cannot.
-    let kueue_may_own_suspend = mode == Mode::Kueue && trainjob && !who.is_kueue(user);
-    if controller && !kueue_may_own_suspend {
+    // Kueue mode: Kueue alone changes a TrainJob's spec.suspend, whatever labels the job
+    // carries — the controller included, so it is let through early only elsewhere.
+    let kueue_owns_suspend = mode == Mode::Kueue && trainjob && !kueue;
+    if controller && !kueue_owns_suspend {
         return Verdict::Allow;
     }
     let new = Doc::of(input.object.as_ref());
@@ -350,30 +490,21 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     if !controller && let Some(v) = annotations_changed(input, who, o, n) {
         return v;
     }
-    if !controller && has_hold_finalizer(o) != has_hold_finalizer(n) {
+    if !controller && fields::has_hold_finalizer(o) != fields::has_hold_finalizer(n) {
         // The finalizer keeps a held Workload (and so its hold) while it is deleted: removing
         // it and then deleting the Workload would let an active replacement in.
-        let action = if has_hold_finalizer(o) {
+        let action = if fields::has_hold_finalizer(o) {
             "remove"
         } else {
             "add"
         };
-        return Verdict::deny(
-            "metadata.finalizers",
-            format!(
-                "metadata.finalizers[{HOLD_FINALIZER}] of {} {} keeps its hold while it is deleted and is written only by {}; user {user} may not {action} it",
-                input.resource.kind(),
-                input.object_ref(),
-                who.describe_controller()
-            ),
-        );
+        return deny_hold_finalizer(input, who, action);
     }
-    let kueue_owns_suspend = kueue_may_own_suspend && (fields::queued(o) || fields::queued(n));
     if kueue_owns_suspend && fields::suspended(o) != fields::suspended(n) {
         return Verdict::deny(
             "spec.suspend",
             format!(
-                "spec.suspend of TrainJob {} is owned by Kueue (the TrainJob is queued: label {QUEUE_NAME_LABEL}) in kueue mode and changed only by {}; user {user} may not change it from {} to {}",
+                "spec.suspend of TrainJob {} is Kueue's in kueue mode, whatever labels the TrainJob carries, and changed only by {}; user {user} may not change it from {} to {} (holds are lifted with Release, start gates opened with Open)",
                 input.object_ref(),
                 who.describe_kueue(),
                 fields::suspended(o),
@@ -384,32 +515,15 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     if controller {
         return Verdict::Allow;
     }
+    if trainjob && let Some(v) = start_gate_label(input, who, o, n) {
+        return v;
+    }
     match (mode, &input.resource) {
-        (Mode::Kueue, Resource::Workload)
-            if fields::held(o) && fields::active(o) != fields::active(n) =>
-        {
-            Verdict::deny(
-                "spec.active",
-                format!(
-                    "spec.active of Workload {} carries hold {} ({ANN_HOLD_INSTANCE}); only {} flips it, by releasing the hold; user {user} may not change it from {} to {}",
-                    input.object_ref(),
-                    fields::hold_instance(o),
-                    who.describe_controller(),
-                    fields::active(o),
-                    fields::active(n)
-                ),
-            )
-        }
+        (Mode::Kueue, Resource::Workload) => kueue_workload_update(input, who, o, n),
+        (Mode::Kueue, Resource::TrainJob) if !kueue => kueue_trainjob_update(input, who, o, n),
         (Mode::Plain, Resource::TrainJob) => plain_trainjob_update(input, who, o, n),
         _ => Verdict::Allow,
     }
-}
-
-fn has_hold_finalizer(obj: &Map<String, Value>) -> bool {
-    obj.get("metadata")
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(HOLD_FINALIZER)))
 }
 
 fn annotations_changed(
@@ -424,6 +538,124 @@ fn annotations_changed(
         .chain(new.keys())
         .find(|k| old.get(*k) != new.get(*k))
         .map(|k| deny_annotation(input, who, k, old.get(k).copied(), new.get(k).copied()))
+}
+
+/// Both modes: while a managed TrainJob's start gate is closed (no `opened` mark), nobody but
+/// the controller drops its `managed` label — that would open the gate without Open.
+fn start_gate_label(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: &Map<String, Value>,
+    n: &Map<String, Value>,
+) -> Option<Verdict> {
+    if !(fields::managed(o) && !fields::opened(o) && !fields::managed(n)) {
+        return None;
+    }
+    let field = label_field(LABEL_MANAGED);
+    Some(Verdict::deny(
+        field.clone(),
+        format!(
+            "{field} of TrainJob {}: its start gate is closed (no {ANN_OPENED}) and only {} opens it, through Open; user {} may not remove the label before the gate is opened (delete the TrainJob instead)",
+            input.object_ref(),
+            who.describe_controller(),
+            input.user.username
+        ),
+    ))
+}
+
+/// Kueue mode, a Workload: a held one stays inactive and in its queue, and only Kueue makes a
+/// Workload a TrainJob's.
+fn kueue_workload_update(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: &Map<String, Value>,
+    n: &Map<String, Value>,
+) -> Verdict {
+    let user = input.user.username.as_str();
+    if !who.is_kueue(user) && new_trainjob_owner(Some(o), n) {
+        return deny_trainjob_owner(input, who);
+    }
+    if !fields::held(o) {
+        return Verdict::Allow;
+    }
+    if fields::active(o) != fields::active(n) {
+        return Verdict::deny(
+            "spec.active",
+            format!(
+                "spec.active of Workload {} carries hold {} ({ANN_HOLD_INSTANCE}); only {} flips it, by releasing the hold; user {user} may not change it from {} to {}",
+                input.object_ref(),
+                fields::hold_instance(o),
+                who.describe_controller(),
+                fields::active(o),
+                fields::active(n)
+            ),
+        );
+    }
+    if fields::workload_queue(o) != fields::workload_queue(n) {
+        return Verdict::deny(
+            "spec.queueName",
+            format!(
+                "spec.queueName of Workload {} carries hold {} ({ANN_HOLD_INSTANCE}): a held Workload stays in its queue, whose ClusterQueue requires holdfast's readmission gate, until {} releases it; user {user} may not move it",
+                input.object_ref(),
+                fields::hold_instance(o),
+                who.describe_controller()
+            ),
+        );
+    }
+    Verdict::Allow
+}
+
+/// Kueue mode, a TrainJob, by anyone but Kueue and the controller: its queue stays while it
+/// is suspended or at its closed start gate (Kueue lets a suspended job change queues and
+/// then ignores a job without one, which would let it run past its hold or gate), and a
+/// managed TrainJob must be queued.
+fn kueue_trainjob_update(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: &Map<String, Value>,
+    n: &Map<String, Value>,
+) -> Verdict {
+    let user = input.user.username.as_str();
+    let gate_closed = fields::managed(o) && !fields::opened(o);
+    let stopped = fields::suspended(o);
+    if let Some(queue) = fields::queue_name(o)
+        && fields::queue_name(n) != Some(queue)
+        && (stopped || gate_closed)
+    {
+        let field = label_field(QUEUE_NAME_LABEL);
+        let why = if stopped {
+            "it is suspended (held, preempted or waiting for admission)"
+        } else {
+            "its start gate is closed"
+        };
+        let to = match fields::queue_name(n) {
+            Some(q) => format!("change it from {queue:?} to {q:?}"),
+            None => format!("remove it (it is {queue:?})"),
+        };
+        return Verdict::deny(
+            field.clone(),
+            format!(
+                "{field} of TrainJob {}: {why}, and Kueue ignores a job without a queue name, which would let it run without Kueue admission and holdfast's readmission gate; only {} may change it now; user {user} may not {to}",
+                input.object_ref(),
+                who.describe_kueue()
+            ),
+        );
+    }
+    if fields::prebuilt_workload(o) != fields::prebuilt_workload(n) && (stopped || gate_closed) {
+        let field = label_field(PREBUILT_WORKLOAD_LABEL);
+        return Verdict::deny(
+            field.clone(),
+            format!(
+                "{field} (label or annotation) of TrainJob {}: it names the Workload Kueue adopts for the job, and the TrainJob is suspended or at its closed start gate, so a new one would replace the Workload holdfast holds; user {user} may not change it now",
+                input.object_ref()
+            ),
+        );
+    }
+    let unqueued_managed = |v: &Map<String, Value>| fields::managed(v) && !fields::queued(v);
+    if unqueued_managed(n) && !unqueued_managed(o) {
+        return deny_unqueued_managed(input, "leave it unqueued");
+    }
+    Verdict::Allow
 }
 
 fn plain_trainjob_update(
@@ -451,17 +683,6 @@ fn plain_trainjob_update(
             "spec.suspend",
             format!(
                 "spec.suspend of TrainJob {}: it is labelled {LABEL_MANAGED}=true and its start gate is closed (no {ANN_OPENED}); only {} opens it, through Open; user {user} may not unsuspend it",
-                input.object_ref(),
-                who.describe_controller()
-            ),
-        );
-    }
-    if at_gate && fields::suspended(o) && fields::managed(o) && !fields::managed(n) {
-        let field = format!("metadata.labels[{LABEL_MANAGED}]");
-        return Verdict::deny(
-            field.clone(),
-            format!(
-                "{field} of TrainJob {}: its start gate is closed (suspended, no {ANN_OPENED}) and only {} opens it; user {user} may not remove the label before the gate is opened (delete the TrainJob instead)",
                 input.object_ref(),
                 who.describe_controller()
             ),

@@ -546,7 +546,9 @@ fn set_checks_changes_only_ours_and_stamps_transitions() {
 }
 
 fn workload_json(name: &str, created: &str, deleting: bool, finalizer: bool) -> Value {
-    let mut w = json!({"metadata": {"name": name, "creationTimestamp": created}});
+    let mut w = json!({"metadata": {"name": name, "creationTimestamp": created,
+        "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "name": "mnist", "uid": "tj-uid", "controller": true}]}});
     if deleting {
         w["metadata"]["deletionTimestamp"] = json!("2026-11-29T12:00:00Z");
     }
@@ -604,8 +606,38 @@ fn hold_calls_act_on_the_live_workload_or_wait_for_a_transfer() {
         ),
     ];
     for (label, items, want) in cases {
-        assert_eq!(name(select_workload(&items)), want, "{label}");
+        assert_eq!(name(select_workload(&items, "tj-uid")), want, "{label}");
     }
+}
+
+/// Seam: a decoy Workload carrying the TrainJob's job-uid label captured the hold. Only the
+/// TrainJob's controller ownerReference makes a Workload its own.
+#[test]
+fn a_decoy_workload_never_captures_a_hold() {
+    let real = workload_json("real", "2026-11-29T11:00:00Z", false, false);
+    let newer = "2026-11-29T12:00:00Z";
+    let unowned = json!({"metadata": {"name": "decoy", "creationTimestamp": newer,
+        "labels": {"kueue.x-k8s.io/job-uid": "tj-uid"}}});
+    let not_controller = with_owner(newer, "tj-uid", false, "TrainJob");
+    let other_uid = with_owner(newer, "someone-else", true, "TrainJob");
+    let other_kind = with_owner(newer, "tj-uid", true, "JobSet");
+    for decoy in [unowned, not_controller, other_uid, other_kind] {
+        let items = vec![real.clone(), decoy.clone()];
+        match select_workload(&items, "tj-uid") {
+            Selected::Workload(w) => assert_eq!(w["metadata"]["name"], "real", "{decoy}"),
+            other => panic!("{decoy}: {other:?}"),
+        }
+        assert!(!owned_by(&decoy, "tj-uid"));
+        assert_eq!(select_workload(&[decoy], "tj-uid"), Selected::None);
+    }
+    assert!(!owned_by(&real, ""), "an empty uid owns nothing");
+}
+
+fn with_owner(created: &str, uid: &str, controller: bool, kind: &str) -> Value {
+    json!({"metadata": {"name": "decoy", "creationTimestamp": created,
+        "labels": {"kueue.x-k8s.io/job-uid": "tj-uid"},
+        "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind,
+            "name": "mnist", "uid": uid, "controller": controller}]}})
 }
 
 fn source(instance: u64) -> WorkloadView {

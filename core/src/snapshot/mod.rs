@@ -24,6 +24,7 @@
 
 mod configmap;
 mod drift;
+mod kinds;
 mod read;
 mod render;
 
@@ -38,6 +39,7 @@ use crate::names;
 
 pub use configmap::{MAX_CONFIGMAP_DATA_BYTES, snapshot_configmap};
 pub use drift::{Drift, MAX_DRIFT_PATHS, admission_race, drift, drifted};
+pub use kinds::RuntimeResources;
 pub use read::{Integrity, SnapshotRuntime, Source, Writer, read_snapshot};
 pub use render::{
     LAST_APPLIED_ANNOTATION, Provenance, Rendered, provenance_annotations, render, snapshot_form,

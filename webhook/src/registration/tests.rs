@@ -243,17 +243,42 @@ fn snapshot_condition(i: &AdmissionInput) -> bool {
 
 /// [`JOBS_VALIDATING_CONDITION`], read literally.
 fn jobs_validating_condition(i: &AdmissionInput) -> bool {
+    let kueue_key =
+        |k: &str| k == "kueue.x-k8s.io/queue-name" || k == "kueue.x-k8s.io/prebuilt-workload-name";
     let side = |o: Option<&Value>| {
         o.is_some_and(|o| {
-            meta_map(o, "annotations")
-                .is_some_and(|a| a.keys().any(|k| k.starts_with("holdfast.dev/")))
-                || meta_map(o, "labels").is_some_and(|l| {
-                    l.keys()
-                        .any(|k| k.starts_with("holdfast.dev/") || k == "kueue.x-k8s.io/queue-name")
+            meta_map(o, "annotations").is_some_and(|a| {
+                a.keys().any(|k| {
+                    k.starts_with("holdfast.dev/") || k == "kueue.x-k8s.io/prebuilt-workload-name"
+                })
+            }) || meta_map(o, "labels").is_some_and(|l| {
+                l.keys()
+                    .any(|k| k.starts_with("holdfast.dev/") || kueue_key(k))
+            }) || o
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .is_some_and(|f| {
+                    f.iter()
+                        .any(|f| f.as_str().is_some_and(|f| f.starts_with("holdfast.dev/")))
                 })
         })
     };
-    side(i.object.as_ref()) || side(i.old_object.as_ref())
+    let owners = |o: &Value| o.pointer("/metadata/ownerReferences").cloned();
+    let new_owner = i.object.as_ref().is_some_and(|n| {
+        owners(n)
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.iter().any(|r| r["kind"] == "TrainJob"))
+            && i.old_object.as_ref().is_none_or(|o| owners(o) != owners(n))
+    });
+    let suspend = |o: &Value| o.pointer("/spec/suspend") == Some(&json!(true));
+    let flips = match (&i.object, &i.old_object) {
+        (Some(n), Some(o)) if n.get("spec").is_some() && o.get("spec").is_some() => {
+            suspend(n) != suspend(o)
+        }
+        _ => false,
+    };
+    side(i.object.as_ref()) || new_owner || side(i.old_object.as_ref()) || flips
 }
 
 /// [`JOBS_MUTATING_CONDITION`], read literally.
@@ -366,6 +391,44 @@ fn catalogue(resource: &Resource) -> Vec<Value> {
                     out.push(object(name, a, l, spec.clone()));
                 }
             }
+        }
+    }
+    if *resource != Resource::ConfigMap {
+        // Finalizers and owners, on a plain object and on a held one.
+        let bases = [
+            object("mnist", &[], &[], json!({"suspend": true})),
+            object(
+                "mnist",
+                &[("holdfast.dev/hold-instance", "3")],
+                &[],
+                json!({"active": false}),
+            ),
+        ];
+        for base in bases {
+            for (key, value) in [
+                ("finalizers", json!(["holdfast.dev/hold"])),
+                ("finalizers", json!(["kueue.x-k8s.io/resource-in-use"])),
+                (
+                    "ownerReferences",
+                    json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                        "name": "mnist", "uid": "u-1", "controller": true}]),
+                ),
+                (
+                    "ownerReferences",
+                    json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                        "name": "other", "uid": "u-2", "controller": true}]),
+                ),
+            ] {
+                let mut o = base.clone();
+                o["metadata"][key] = value;
+                out.push(o);
+            }
+            let mut o = base.clone();
+            o["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] = json!("w");
+            out.push(o);
+            let mut o = base;
+            o["metadata"]["annotations"]["kueue.x-k8s.io/prebuilt-workload-name"] = json!("w");
+            out.push(o);
         }
     }
     out

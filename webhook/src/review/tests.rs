@@ -134,7 +134,9 @@ fn configmap(name: &str, labels: Value) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "team-a", "labels": labels},
+        "metadata": {"name": name, "namespace": "team-a", "labels": labels,
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": "mnist", "uid": "u-1", "controller": true}]},
         "data": {"runtime": "kind: ClusterTrainingRuntime\n"},
     })
 }

@@ -39,6 +39,7 @@ pub(super) const OBJECT: Shape = Only(&[
             ("labels", All),
             ("annotations", All),
             ("finalizers", All),
+            ("ownerReferences", All),
         ]),
     ),
     ("data", All),
@@ -46,7 +47,12 @@ pub(super) const OBJECT: Shape = Only(&[
     ("immutable", All),
     (
         "spec",
-        Only(&[("suspend", All), ("active", All), ("runtimeRef", All)]),
+        Only(&[
+            ("suspend", All),
+            ("active", All),
+            ("queueName", All),
+            ("runtimeRef", All),
+        ]),
     ),
 ]);
 

@@ -4,7 +4,8 @@ use super::validate;
 use crate::mode::Mode;
 use crate::names::{
     ANN_ADMITTED_RUNTIME_RESOURCE_VERSION as ADMITTED, ANN_ATTEMPT, ANN_HOLD_INSTANCE,
-    ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT,
+    ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, HOLD_FINALIZER, LABEL_MANAGED,
+    LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL as PREBUILT,
 };
 use crate::policy::testkit::*;
 use crate::policy::{Operation, QUEUE_NAME_LABEL, Resource, Verdict};
@@ -102,6 +103,10 @@ fn table() -> Vec<Case> {
     let queued_held = tj(&[HOLD, (ANN_HOLD_REASON, "node lost")], &[QUEUED], Some(true));
     let workload = wl(&[], None);
     let held_wl = wl(&[HOLD], Some(false));
+    let owned_wl = with(&workload, |v| {
+        v["metadata"]["ownerReferences"] = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob", "name": "mnist", "uid": "u-1", "controller": true}])
+    });
 
     vec![
         // --- snapshot ConfigMaps: create
@@ -124,6 +129,8 @@ fn table() -> Vec<Case> {
         // --- snapshot ConfigMaps: delete, connect
         case("delete snapshot", BOTH, CM, Delete, Some(snap.clone()), None, &[CONTROLLER, GC, NS]),
         case("delete snapshot (label only)", BOTH, CM, Delete, Some(snap_by_label.clone()), None, &[CONTROLLER, GC, NS]),
+        case("delete an orphaned snapshot (its TrainJob deleted with --cascade=orphan)", BOTH, CM, Delete, Some(with(&snap, |v| { v["metadata"].as_object_mut().unwrap().remove("ownerReferences"); })), None, &EVERYONE),
+        case("delete a snapshot whose owner is not its controller", BOTH, CM, Delete, Some(with(&snap, |v| v["metadata"]["ownerReferences"][0]["controller"] = json!(false))), None, &EVERYONE),
         case("delete an ordinary ConfigMap", BOTH, CM, Delete, Some(plain_cm.clone()), None, &EVERYONE),
         case("connect to a snapshot", BOTH, CM, Connect, None, None, &EVERYONE),
         // --- snapshot ConfigMaps: malformed
@@ -158,6 +165,16 @@ fn table() -> Vec<Case> {
         case("create a Workload with a hold", BOTH, WL, Create, None, Some(held_wl.clone()), &[CONTROLLER]),
         case("create a Workload with admitted-runtime-resource-version", BOTH, WL, Create, None, Some(ann(&workload, ADMITTED, "1")), &[CONTROLLER]),
         case("create an ordinary Workload", BOTH, WL, Create, None, Some(workload.clone()), &EVERYONE),
+        case("create a Workload with the hold finalizer", BOTH, WL, Create, None, Some(with(&workload, |v| v["metadata"]["finalizers"] = json!([HOLD_FINALIZER]))), &[CONTROLLER]),
+        case("create a TrainJob with the hold finalizer", BOTH, TJ, Create, None, Some(with(&job, |v| v["metadata"]["finalizers"] = json!([HOLD_FINALIZER]))), &[CONTROLLER]),
+        case("add the hold finalizer to a Workload that carries no hold", BOTH, WL, Update, Some(workload.clone()), Some(with(&workload, |v| v["metadata"]["finalizers"] = json!([HOLD_FINALIZER]))), &[CONTROLLER]),
+        case("kueue: create a Workload owned by a TrainJob (a decoy)", KUEUE_MODE, WL, Create, None, Some(owned_wl.clone()), &[CONTROLLER, KUEUE]),
+        case("kueue: create a Workload owned by a TrainJob, not as controller", KUEUE_MODE, WL, Create, None, Some(with(&owned_wl, |v| v["metadata"]["ownerReferences"][0]["controller"] = json!(false))), &[CONTROLLER, KUEUE]),
+        case("kueue: make a Workload a TrainJob's", KUEUE_MODE, WL, Update, Some(workload.clone()), Some(owned_wl.clone()), &[CONTROLLER, KUEUE]),
+        case("kueue: point a Workload at another TrainJob", KUEUE_MODE, WL, Update, Some(owned_wl.clone()), Some(with(&owned_wl, |v| v["metadata"]["ownerReferences"][0]["uid"] = json!("u-2"))), &[CONTROLLER, KUEUE]),
+        case("kueue: edit a Workload a TrainJob owns, keeping the owner", KUEUE_MODE, WL, Update, Some(owned_wl.clone()), Some(with(&owned_wl, |v| v["spec"]["priority"] = json!(5))), &EVERYONE),
+        case("kueue: drop the owner of a Workload", KUEUE_MODE, WL, Update, Some(owned_wl.clone()), Some(workload.clone()), &EVERYONE),
+        case("plain: create a Workload owned by a TrainJob (Workloads are not held in plain mode)", PLAIN, WL, Create, None, Some(owned_wl.clone()), &EVERYONE),
         case("delete a held Workload", BOTH, WL, Delete, Some(held_wl.clone()), None, &EVERYONE),
         // --- kueue mode: spec.suspend of a queued TrainJob belongs to Kueue
         case("kueue: suspend a queued TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(false))), Some(suspend(&queued, Some(true))), &[KUEUE]),
@@ -167,19 +184,36 @@ fn table() -> Vec<Case> {
         case("kueue: unsuspend a queued managed TrainJob at its gate", KUEUE_MODE, TJ, Update, Some(queued_gated.clone()), Some(suspend(&queued_gated, Some(false))), &[KUEUE]),
         case("kueue: queue the TrainJob while unsuspending it", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&queued, Some(false))), &[KUEUE]),
         case("kueue: drop the queue label while unsuspending", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&job, Some(false))), &[KUEUE]),
-        case("kueue: drop the queue label without touching suspend", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&job, Some(true))), &EVERYONE),
-        case("kueue: suspend an unqueued TrainJob (not Kueue's)", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(false))), Some(suspend(&job, Some(true))), &EVERYONE),
-        case("kueue: unsuspend an unqueued TrainJob (not Kueue's)", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&job, Some(false))), &EVERYONE),
-        case("kueue: an empty queue name is no queue", KUEUE_MODE, TJ, Update, Some(tj(&[], &[(QUEUE_NAME_LABEL, "")], Some(true))), Some(tj(&[], &[(QUEUE_NAME_LABEL, "")], Some(false))), &EVERYONE),
-        case("kueue: unsuspend an unqueued managed TrainJob at its gate (the gate is plain mode's)", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(suspend(&gated, Some(false))), &EVERYONE),
+        case("kueue: drop the queue label of a suspended TrainJob (Kueue would then ignore it)", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&job, Some(true))), &[CONTROLLER, KUEUE]),
+        case("kueue: suspend an unqueued TrainJob (still Kueue's field)", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(false))), Some(suspend(&job, Some(true))), &[KUEUE]),
+        case("kueue: unsuspend an unqueued TrainJob (a queue name dropped earlier is no way out)", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&job, Some(false))), &[KUEUE]),
+        case("kueue: an empty queue name does not free spec.suspend", KUEUE_MODE, TJ, Update, Some(tj(&[], &[(QUEUE_NAME_LABEL, "")], Some(true))), Some(tj(&[], &[(QUEUE_NAME_LABEL, "")], Some(false))), &[KUEUE]),
+        case("kueue: unsuspend an unqueued managed TrainJob at its gate", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(suspend(&gated, Some(false))), &[KUEUE]),
         case("kueue: create an unsuspended TrainJob", KUEUE_MODE, TJ, Create, None, Some(suspend(&job, Some(false))), &EVERYONE),
-        case("kueue: create an unsuspended managed TrainJob", KUEUE_MODE, TJ, Create, None, Some(suspend(&gated, Some(false))), &EVERYONE),
+        case("kueue: create a managed TrainJob without a queue name", KUEUE_MODE, TJ, Create, None, Some(suspend(&gated, Some(false))), &[CONTROLLER]),
+        case("kueue: create a managed TrainJob with an empty queue name", KUEUE_MODE, TJ, Create, None, Some(tj(&[], &[MANAGED, (QUEUE_NAME_LABEL, "")], None)), &[CONTROLLER]),
+        case("kueue: create a queued managed TrainJob", KUEUE_MODE, TJ, Create, None, Some(queued_gated.clone()), &EVERYONE),
+        case("kueue: change the queue of a suspended TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&tj(&[], &[(QUEUE_NAME_LABEL, "elsewhere")], None), Some(true))), &[CONTROLLER, KUEUE]),
+        case("kueue: empty the queue name of a suspended TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&tj(&[], &[(QUEUE_NAME_LABEL, "")], None), Some(true))), &[CONTROLLER, KUEUE]),
+        case("kueue: change the queue of a running unmanaged TrainJob (Kueue's own webhook decides)", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(false))), Some(suspend(&tj(&[], &[(QUEUE_NAME_LABEL, "elsewhere")], None), Some(false))), &EVERYONE),
+        case("kueue: queue a suspended unqueued TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&queued, Some(true))), &EVERYONE),
+        case("kueue: drop the queue label at the closed gate", KUEUE_MODE, TJ, Update, Some(suspend(&queued_gated, Some(false))), Some(suspend(&gated, Some(false))), &[CONTROLLER, KUEUE]),
+        case("kueue: drop the managed label at the closed gate", KUEUE_MODE, TJ, Update, Some(queued_gated.clone()), Some(suspend(&queued, Some(true))), &[CONTROLLER]),
+        case("kueue: drop the managed label of a running job at the closed gate", KUEUE_MODE, TJ, Update, Some(suspend(&queued_gated, Some(false))), Some(suspend(&queued, Some(false))), &[CONTROLLER]),
+        case("kueue: drop the managed label once opened", KUEUE_MODE, TJ, Update, Some(ann(&queued_gated, ANN_OPENED, "true")), Some(ann(&suspend(&queued, Some(true)), ANN_OPENED, "true")), &EVERYONE),
+        case("kueue: label a queued TrainJob managed", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(queued_gated.clone()), &EVERYONE),
+        case("kueue: label an unqueued TrainJob managed", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(gated.clone()), &[CONTROLLER, KUEUE]),
+        case("kueue: name a prebuilt Workload for a suspended TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(with(&suspend(&queued, Some(true)), |v| v["metadata"]["labels"][PREBUILT] = json!("decoy"))), &[CONTROLLER, KUEUE]),
+        case("kueue: name a prebuilt Workload (annotation) at the closed gate", KUEUE_MODE, TJ, Update, Some(suspend(&queued_gated, Some(false))), Some(ann(&suspend(&queued_gated, Some(false)), PREBUILT, "decoy")), &[CONTROLLER, KUEUE]),
+        case("kueue: name a prebuilt Workload for a running unmanaged TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(false))), Some(with(&suspend(&queued, Some(false)), |v| v["metadata"]["labels"][PREBUILT] = json!("w"))), &EVERYONE),
         case("kueue: controller writes opened without touching suspend", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(ann(&gated, ANN_OPENED, "true")), &[CONTROLLER]),
         // --- kueue mode: a held Workload stays inactive
         case("kueue: reactivate a held Workload", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, Some(true))), &[CONTROLLER]),
         case("kueue: reactivate a held Workload by dropping spec.active", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, None)), &[CONTROLLER]),
         case("kueue: release (reactivate and drop the hold)", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(active(&drop_ann(&held_wl, ANN_HOLD_INSTANCE), Some(true))), &[CONTROLLER]),
         case("kueue: other spec edits of a held Workload", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(with(&held_wl, |v| v["spec"]["priority"] = json!(5))), &EVERYONE),
+        case("kueue: move a held Workload to another queue", KUEUE_MODE, WL, Update, Some(held_wl.clone()), Some(with(&held_wl, |v| v["spec"]["queueName"] = json!("ungated"))), &[CONTROLLER]),
+        case("kueue: move a Workload that carries no hold", KUEUE_MODE, WL, Update, Some(workload.clone()), Some(with(&workload, |v| v["spec"]["queueName"] = json!("other"))), &EVERYONE),
         case("kueue: reactivate a Workload Kueue deactivated itself", KUEUE_MODE, WL, Update, Some(active(&workload, Some(false))), Some(active(&workload, Some(true))), &EVERYONE),
         case("kueue: deactivate a Workload", KUEUE_MODE, WL, Update, Some(workload.clone()), Some(active(&workload, Some(false))), &EVERYONE),
         case("kueue: suspend a held TrainJob in plain terms is Kueue's", KUEUE_MODE, TJ, Update, Some(queued_held.clone()), Some(suspend(&queued_held, Some(false))), &[KUEUE]),
@@ -195,6 +229,7 @@ fn table() -> Vec<Case> {
         case("plain: unsuspend a suspended TrainJob while labelling it managed", PLAIN, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&gated, Some(false))), &[CONTROLLER]),
         case("plain: drop the managed label at the closed gate", PLAIN, TJ, Update, Some(gated.clone()), Some(tj(&[], &[], Some(true))), &[CONTROLLER]),
         case("plain: set the managed label to false at the closed gate", PLAIN, TJ, Update, Some(gated.clone()), Some(tj(&[], &[(LABEL_MANAGED, "false")], Some(true))), &[CONTROLLER]),
+        case("plain: drop the managed label of an unsuspended job at the closed gate", PLAIN, TJ, Update, Some(suspend(&gated, Some(false))), Some(suspend(&job, Some(false))), &[CONTROLLER]),
         case("plain: drop the managed label once opened", PLAIN, TJ, Update, Some(opened.clone()), Some(tj(&[(ANN_OPENED, "true")], &[], Some(true))), &EVERYONE),
         case("plain: unsuspend an opened managed TrainJob (suspended by its owner)", PLAIN, TJ, Update, Some(opened.clone()), Some(suspend(&opened, Some(false))), &EVERYONE),
         case("plain: suspend an opened managed TrainJob", PLAIN, TJ, Update, Some(suspend(&opened, Some(false))), Some(opened.clone()), &EVERYONE),
@@ -551,7 +586,7 @@ fn kueue_mode_user_cannot_flip_suspend() {
     ));
     assert_eq!(field, "spec.suspend");
     assert!(
-        message.contains(KUEUE) && message.contains("owned by Kueue"),
+        message.contains(KUEUE) && message.contains("is Kueue's"),
         "{message}"
     );
 }
@@ -618,42 +653,99 @@ fn kueue_may_not_touch_hold_annotations_while_flipping_suspend() {
     );
 }
 
+/// Seam: Kueue lets anyone drop the queue name of a suspended job and then ignores the job,
+/// so a suspend rule keyed on the label was lifted in two requests. The rule now holds
+/// whatever labels the old and new objects carry; only Kueue flips `spec.suspend`.
 #[test]
-fn kueue_mode_suspend_of_an_unqueued_trainjob_is_not_kueues() {
-    // Kueue (manageJobsWithoutQueueName: false) ignores a TrainJob without a queue name, so
-    // the rule that gives Kueue its spec.suspend does not apply to it.
-    let old = tj(&[], &[], Some(true));
-    let new = tj(&[], &[], Some(false));
-    for user in [ALICE, CONTROLLER, KUEUE] {
-        assert!(
-            verdict(
+fn kueue_mode_suspend_is_kueues_whatever_the_labels() {
+    let unqueued = |s| tj(&[], &[], Some(s));
+    let queued = |s| tj(&[], &[QUEUED], Some(s));
+    let managed = |s| tj(&[], &[MANAGED], Some(s));
+    for (o, n) in [
+        (unqueued(true), unqueued(false)),
+        (unqueued(false), unqueued(true)),
+        (queued(true), unqueued(false)),
+        (unqueued(true), queued(false)),
+        (managed(true), managed(false)),
+    ] {
+        for user in [ALICE, CONTROLLER, TRAINER] {
+            let (field, message) = denied(&verdict(
                 Resource::TrainJob,
                 Operation::Update,
                 user,
                 Mode::Kueue,
-                Some(&old),
-                Some(&new)
+                Some(&o),
+                Some(&n),
+            ));
+            assert_eq!(field, "spec.suspend");
+            assert!(message.contains("whatever labels"), "{message}");
+        }
+        assert!(
+            verdict(
+                Resource::TrainJob,
+                Operation::Update,
+                KUEUE,
+                Mode::Kueue,
+                Some(&o),
+                Some(&n)
             )
-            .is_allowed(),
-            "{user}"
+            .is_allowed()
         );
     }
-    // Queued on either side, it is Kueue's.
-    for (o, n) in [
-        (tj(&[], &[QUEUED], Some(true)), new.clone()),
-        (old.clone(), tj(&[], &[QUEUED], Some(false))),
-    ] {
-        let (field, message) = denied(&verdict(
-            Resource::TrainJob,
-            Operation::Update,
-            ALICE,
-            Mode::Kueue,
-            Some(&o),
-            Some(&n),
-        ));
-        assert_eq!(field, "spec.suspend");
-        assert!(message.contains(QUEUE_NAME_LABEL), "{message}");
-    }
+}
+
+/// The first of the two requests is refused too: the queue name stays while the job is
+/// suspended, and the message says who may change it.
+#[test]
+fn kueue_mode_queue_name_stays_while_suspended() {
+    let (field, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Mode::Kueue,
+        Some(&tj(&[], &[QUEUED], Some(true))),
+        Some(&tj(&[], &[], Some(true))),
+    ));
+    assert_eq!(field, format!("metadata.labels[{QUEUE_NAME_LABEL}]"));
+    assert!(
+        message.contains("suspended") && message.contains(KUEUE),
+        "{message}"
+    );
+}
+
+/// Seam: a managed TrainJob without a queue name is never gated in Kueue mode; it is refused
+/// at admission with what to add.
+#[test]
+fn kueue_mode_refuses_a_managed_trainjob_without_a_queue() {
+    let (field, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Create,
+        ALICE,
+        Mode::Kueue,
+        None,
+        Some(&tj(&[], &[MANAGED], None)),
+    ));
+    assert_eq!(field, format!("metadata.labels[{QUEUE_NAME_LABEL}]"));
+    assert!(
+        message.contains(&format!("add {QUEUE_NAME_LABEL}: <local-queue>")),
+        "{message}"
+    );
+}
+
+/// Seam: dropping `holdfast.dev/managed` opened the start gate in Kueue mode.
+#[test]
+fn kueue_mode_managed_label_stays_at_the_closed_gate() {
+    let gated = tj(&[], &[MANAGED, QUEUED], Some(true));
+    let (field, message) = denied(&verdict(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Mode::Kueue,
+        Some(&gated),
+        Some(&tj(&[], &[QUEUED], Some(true))),
+    ));
+    assert_eq!(field, format!("metadata.labels[{LABEL_MANAGED}]"));
+    assert!(message.contains("start gate is closed"), "{message}");
 }
 
 #[test]

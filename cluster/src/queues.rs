@@ -1,0 +1,224 @@
+//! Kueue mode: the LocalQueues, ClusterQueues and AdmissionChecks, watched, so that a hold
+//! call can tell at once whether the Workload it acts on goes through holdfast's readmission
+//! gate ([`holdfast_core::readmission::queues`]) without a request of its own.
+//!
+//! Three small reflectors (LocalQueues of the watched namespace, or of all; ClusterQueues and
+//! AdmissionChecks, cluster-scoped). Until all three have listed, every answer is
+//! [`QueueGate::Unresolved`]: a call refuses rather than trust a gate it cannot see.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use holdfast_core::readmission::{
+    is_our_check,
+    queues::{QueueGate, cluster_queue_of, queue_gate},
+};
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// The Kueue API version holdfast reads (Kueue v0.19 serves v1beta1 and v1beta2, and stores
+/// v1beta2).
+pub const KUEUE_VERSION: &str = "v1beta2";
+
+fn kueue(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(holdfast_core::names::KUEUE_GROUP, KUEUE_VERSION, kind),
+        plural,
+    )
+}
+
+/// `kueue.x-k8s.io` LocalQueues (namespaced).
+pub fn local_queue_resource() -> ApiResource {
+    kueue("LocalQueue", "localqueues")
+}
+
+/// `kueue.x-k8s.io` ClusterQueues.
+pub fn cluster_queue_resource() -> ApiResource {
+    kueue("ClusterQueue", "clusterqueues")
+}
+
+/// `kueue.x-k8s.io` AdmissionChecks.
+pub fn admission_check_resource() -> ApiResource {
+    kueue("AdmissionCheck", "admissionchecks")
+}
+
+struct Watched {
+    store: Store<DynamicObject>,
+    synced: watch::Receiver<bool>,
+}
+
+impl Watched {
+    fn synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+}
+
+struct Inner {
+    local: Watched,
+    cluster: Watched,
+    checks: Watched,
+    tasks: std::sync::Mutex<JoinSet<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.tasks.lock() {
+            t.abort_all();
+        }
+    }
+}
+
+/// Kueue's queues, as watched. Cheap to clone; the watches stop with the last clone.
+#[derive(Clone)]
+pub struct Queues(Arc<Inner>);
+
+impl std::fmt::Debug for Queues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queues")
+            .field("synced", &self.synced())
+            .finish()
+    }
+}
+
+impl Queues {
+    /// Starts the three watches (LocalQueues in `namespace` only, when given). Must be called
+    /// within a tokio runtime.
+    pub fn start(client: kube::Client, namespace: Option<&str>) -> Queues {
+        let mut tasks = JoinSet::new();
+        let local_ar = local_queue_resource();
+        let local_api = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &local_ar),
+            None => Api::all_with(client.clone(), &local_ar),
+        };
+        let local = watch_into(&mut tasks, local_api, local_ar);
+        let cq_ar = cluster_queue_resource();
+        let cluster = watch_into(&mut tasks, Api::all_with(client.clone(), &cq_ar), cq_ar);
+        let ac_ar = admission_check_resource();
+        let checks = watch_into(&mut tasks, Api::all_with(client, &ac_ar), ac_ar);
+        Queues(Arc::new(Inner {
+            local,
+            cluster,
+            checks,
+            tasks: std::sync::Mutex::new(tasks),
+        }))
+    }
+
+    /// Whether all three watches have listed.
+    pub fn synced(&self) -> bool {
+        self.0.local.synced() && self.0.cluster.synced() && self.0.checks.synced()
+    }
+
+    /// Waits at most `timeout` for the watches to list; whether they did.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let wait = async {
+            for w in [&self.0.local, &self.0.cluster, &self.0.checks] {
+                let mut rx = w.synced.clone();
+                if rx.wait_for(|s| *s).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
+    }
+
+    /// The names of holdfast's AdmissionChecks (`controllerName: holdfast.dev/readmission`).
+    pub fn our_checks(&self) -> BTreeSet<String> {
+        self.0
+            .checks
+            .store
+            .state()
+            .iter()
+            .filter(|c| is_our_check(&c.data))
+            .filter_map(|c| c.metadata.name.clone())
+            .collect()
+    }
+
+    fn object(store: &Store<DynamicObject>, r: ObjectRef<DynamicObject>) -> Option<Value> {
+        store.get(&r).and_then(|o| serde_json::to_value(&*o).ok())
+    }
+
+    /// Whether `workload` (as read) goes through holdfast's readmission gate.
+    pub fn gate_for(&self, workload: &Value) -> QueueGate {
+        if !self.synced() {
+            return QueueGate::Unresolved {
+                why: "the watches of Kueue's LocalQueues, ClusterQueues and AdmissionChecks have not listed yet; try again shortly".to_owned(),
+            };
+        }
+        let local = |ns: &str, name: &str| {
+            Self::object(
+                &self.0.local.store,
+                ObjectRef::new_with(name, local_queue_resource()).within(ns),
+            )
+        };
+        let cq = match cluster_queue_of(workload, local) {
+            Ok(cq) => cq,
+            Err(why) => return QueueGate::Unresolved { why },
+        };
+        let found = Self::object(
+            &self.0.cluster.store,
+            ObjectRef::new_with(&cq, cluster_queue_resource()),
+        );
+        queue_gate(&cq, found.as_ref(), &self.our_checks())
+    }
+
+    /// Whether a job queued in LocalQueue `namespace/queue` (not admitted yet) would go
+    /// through holdfast's readmission gate.
+    pub fn gate_for_queue(&self, namespace: &str, queue: &str) -> QueueGate {
+        let workload = serde_json::json!({
+            "metadata": {"namespace": namespace, "name": "(new)"},
+            "spec": {"queueName": queue},
+        });
+        self.gate_for(&workload)
+    }
+
+    /// Every ClusterQueue that does not require holdfast's check on every flavor, with why.
+    pub fn ungated(&self) -> Vec<(String, String)> {
+        let ours = self.our_checks();
+        let mut out: Vec<(String, String)> = self
+            .0
+            .cluster
+            .store
+            .state()
+            .iter()
+            .filter_map(|cq| {
+                let name = cq.metadata.name.clone()?;
+                let value = serde_json::to_value(&**cq).ok()?;
+                queue_gate(&name, Some(&value), &ours)
+                    .refusal()
+                    .map(|why| (name, why))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+fn watch_into(tasks: &mut JoinSet<()>, api: Api<DynamicObject>, ar: ApiResource) -> Watched {
+    let writer = reflector::store::Writer::new(ar.clone());
+    let store = writer.as_reader();
+    let (tx, synced) = watch::channel(false);
+    let plural = ar.plural.clone();
+    let events = watcher(api, watcher::Config::default().any_semantic())
+        .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+        .default_backoff()
+        .reflect(writer);
+    tasks.spawn(events.for_each(move |event| {
+        match event {
+            Ok(watcher::Event::InitDone) => {
+                tx.send_replace(true);
+            }
+            Err(e) => tracing::warn!(resource = %plural, error = %e, "watching Kueue's queues"),
+            Ok(_) => {}
+        }
+        futures::future::ready(())
+    }));
+    Watched { store, synced }
+}

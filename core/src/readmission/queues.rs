@@ -1,0 +1,229 @@
+//! Kueue mode: which ClusterQueue a Workload goes through, and whether that queue requires
+//! holdfast's readmission AdmissionCheck.
+//!
+//! The readmission gate is part of the hold's promise ("never two executions"): Kueue runs a
+//! Workload's admission checks only where its ClusterQueue lists them, so a held job whose
+//! Workload is in a queue without holdfast's check would be re-admitted by Kueue at once
+//! after Release, beside the old execution's pods. Hold, Release and Open therefore refuse
+//! (`Unsupported`, naming the ClusterQueue) unless [`queue_gate`] says the queue is gated.
+//!
+//! A check gates a Workload on every flavor only when it is listed without `onFlavors` (Kueue
+//! v1beta2 `spec.admissionChecksStrategy.admissionChecks[]`; v1beta1's `spec.admissionChecks`
+//! lists apply to every flavor). A check limited to some flavors is treated as missing: a
+//! Workload admitted on another flavor would skip it.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+/// Whether a Workload's queue requires holdfast's readmission check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueGate {
+    /// The ClusterQueue requires one of holdfast's checks on every flavor.
+    Gated { cluster_queue: String },
+    /// It does not: a call that relies on the gate must refuse. `why` says what is missing
+    /// and what to do.
+    Ungated { cluster_queue: String, why: String },
+    /// The queue could not be resolved (no queue name, LocalQueue or ClusterQueue not
+    /// found): nothing proves the gate, so the call refuses too.
+    Unresolved { why: String },
+}
+
+impl QueueGate {
+    pub fn is_gated(&self) -> bool {
+        matches!(self, QueueGate::Gated { .. })
+    }
+
+    /// The reason a call refuses, if it must.
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            QueueGate::Gated { .. } => None,
+            QueueGate::Ungated { why, .. } | QueueGate::Unresolved { why } => Some(why.clone()),
+        }
+    }
+}
+
+/// The ClusterQueue a Workload goes through: `status.admission.clusterQueue` once it has
+/// quota, else its LocalQueue's (`spec.queueName` in the Workload's namespace)
+/// `spec.clusterQueue`, looked up with `local_queue(namespace, name)`.
+pub fn cluster_queue_of(
+    workload: &Value,
+    local_queue: impl Fn(&str, &str) -> Option<Value>,
+) -> Result<String, String> {
+    if let Some(cq) = workload
+        .pointer("/status/admission/clusterQueue")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        return Ok(cq.to_owned());
+    }
+    let namespace = workload
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let Some(queue) = workload
+        .pointer("/spec/queueName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    else {
+        return Err(format!(
+            "Workload {namespace}/{} names no queue (spec.queueName)",
+            name(workload)
+        ));
+    };
+    let Some(lq) = local_queue(namespace, queue) else {
+        return Err(format!(
+            "LocalQueue {namespace}/{queue} (of Workload {}) does not exist",
+            name(workload)
+        ));
+    };
+    lq.pointer("/spec/clusterQueue")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| format!("LocalQueue {namespace}/{queue} names no spec.clusterQueue"))
+}
+
+/// The admission checks a ClusterQueue requires on every flavor, and those it requires on
+/// some flavors only (`onFlavors`).
+pub fn required_checks(cluster_queue: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut everywhere = BTreeSet::new();
+    let mut some = BTreeSet::new();
+    let strategy = cluster_queue
+        .pointer("/spec/admissionChecksStrategy/admissionChecks")
+        .and_then(Value::as_array);
+    for rule in strategy.into_iter().flatten() {
+        let Some(name) = rule.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let limited = rule
+            .get("onFlavors")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if limited {
+            some.insert(name.to_owned());
+        } else {
+            everywhere.insert(name.to_owned());
+        }
+    }
+    // v1beta1's plain list, should a ClusterQueue be read in that version.
+    let plain = cluster_queue
+        .pointer("/spec/admissionChecks")
+        .and_then(Value::as_array);
+    for name in plain.into_iter().flatten().filter_map(Value::as_str) {
+        everywhere.insert(name.to_owned());
+    }
+    some.retain(|n| !everywhere.contains(n));
+    (everywhere, some)
+}
+
+/// Whether ClusterQueue `name` (as read, `None` if it does not exist) requires one of
+/// holdfast's checks (`ours`: the names of the AdmissionChecks whose controller is holdfast's
+/// gate) on every flavor.
+pub fn queue_gate(name: &str, cluster_queue: Option<&Value>, ours: &BTreeSet<String>) -> QueueGate {
+    let Some(cq) = cluster_queue else {
+        return QueueGate::Unresolved {
+            why: format!("ClusterQueue {name} does not exist"),
+        };
+    };
+    let (everywhere, some) = required_checks(cq);
+    if everywhere.iter().any(|c| ours.contains(c)) {
+        return QueueGate::Gated {
+            cluster_queue: name.to_owned(),
+        };
+    }
+    let ours_list = if ours.is_empty() {
+        "none exists: create one with spec.controllerName holdfast.dev/readmission".to_owned()
+    } else {
+        ours.iter().cloned().collect::<Vec<_>>().join(", ")
+    };
+    let limited: Vec<&String> = some.iter().filter(|c| ours.contains(*c)).collect();
+    let why = if limited.is_empty() {
+        format!(
+            "ClusterQueue {name} does not require holdfast's readmission AdmissionCheck ({ours_list}), so Kueue would re-admit a released job without waiting for its old pods: add it to the ClusterQueue's spec.admissionChecksStrategy.admissionChecks"
+        )
+    } else {
+        format!(
+            "ClusterQueue {name} requires holdfast's readmission AdmissionCheck only on some flavors (onFlavors), so a job admitted on another flavor would skip it: list it without onFlavors"
+        )
+    };
+    QueueGate::Ungated {
+        cluster_queue: name.to_owned(),
+        why,
+    }
+}
+
+fn name(v: &Value) -> &str {
+    v.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ours() -> BTreeSet<String> {
+        ["holdfast-readmission".to_owned()].into()
+    }
+
+    fn cq(checks: Value) -> Value {
+        json!({"metadata": {"name": "main"}, "spec": {"admissionChecksStrategy": {"admissionChecks": checks}}})
+    }
+
+    #[test]
+    fn a_queue_is_gated_only_where_it_requires_our_check_on_every_flavor() {
+        let cases = [
+            (json!([{"name": "holdfast-readmission"}]), true),
+            (
+                json!([{"name": "provisioning"}, {"name": "holdfast-readmission", "onFlavors": []}]),
+                true,
+            ),
+            (json!([{"name": "provisioning"}]), false),
+            (
+                json!([{"name": "holdfast-readmission", "onFlavors": ["gpu"]}]),
+                false,
+            ),
+            (json!([]), false),
+        ];
+        for (checks, gated) in cases {
+            let gate = queue_gate("main", Some(&cq(checks.clone())), &ours());
+            assert_eq!(gate.is_gated(), gated, "{checks}: {gate:?}");
+            if !gated {
+                let why = gate.refusal().expect("a reason");
+                assert!(why.contains("ClusterQueue main"), "{why}");
+            }
+        }
+        let v1beta1 = json!({"spec": {"admissionChecks": ["holdfast-readmission"]}});
+        assert!(queue_gate("main", Some(&v1beta1), &ours()).is_gated());
+        assert!(matches!(
+            queue_gate("gone", None, &ours()),
+            QueueGate::Unresolved { .. }
+        ));
+        let none = queue_gate("main", Some(&cq(json!([]))), &BTreeSet::new());
+        assert!(
+            none.refusal()
+                .is_some_and(|w| w.contains("create one with spec.controllerName")),
+            "{none:?}"
+        );
+    }
+
+    #[test]
+    fn the_cluster_queue_is_the_admission_s_or_the_local_queue_s() {
+        let lq = |ns: &str, name: &str| {
+            (ns == "team-a" && name == "main").then(|| json!({"spec": {"clusterQueue": "cq-main"}}))
+        };
+        let queued = json!({"metadata": {"name": "w", "namespace": "team-a"}, "spec": {"queueName": "main"}});
+        assert_eq!(cluster_queue_of(&queued, lq), Ok("cq-main".to_owned()));
+        let admitted = json!({"metadata": {"name": "w", "namespace": "team-a"},
+            "spec": {"queueName": "main"}, "status": {"admission": {"clusterQueue": "cq-other"}}});
+        assert_eq!(cluster_queue_of(&admitted, lq), Ok("cq-other".to_owned()));
+        let elsewhere = json!({"metadata": {"name": "w", "namespace": "team-a"}, "spec": {"queueName": "nope"}});
+        assert!(
+            cluster_queue_of(&elsewhere, lq).is_err_and(|e| e.contains("LocalQueue team-a/nope"))
+        );
+        let unqueued = json!({"metadata": {"name": "w", "namespace": "team-a"}, "spec": {}});
+        assert!(cluster_queue_of(&unqueued, lq).is_err());
+    }
+}
