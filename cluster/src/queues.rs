@@ -64,6 +64,8 @@ struct Inner {
     local: Watched,
     cluster: Watched,
     checks: Watched,
+    /// Bumped whenever a ClusterQueue or AdmissionCheck changes.
+    changed: watch::Receiver<u64>,
     tasks: std::sync::Mutex<JoinSet<()>>,
 }
 
@@ -92,22 +94,36 @@ impl Queues {
     /// within a tokio runtime.
     pub fn start(client: kube::Client, namespace: Option<&str>) -> Queues {
         let mut tasks = JoinSet::new();
+        let (bump, changed) = watch::channel(0u64);
+        let bump = Arc::new(bump);
         let local_ar = local_queue_resource();
         let local_api = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &local_ar),
             None => Api::all_with(client.clone(), &local_ar),
         };
-        let local = watch_into(&mut tasks, local_api, local_ar);
+        let local = watch_into(&mut tasks, local_api, local_ar, None);
         let cq_ar = cluster_queue_resource();
-        let cluster = watch_into(&mut tasks, Api::all_with(client.clone(), &cq_ar), cq_ar);
+        let cluster = watch_into(
+            &mut tasks,
+            Api::all_with(client.clone(), &cq_ar),
+            cq_ar,
+            Some(bump.clone()),
+        );
         let ac_ar = admission_check_resource();
-        let checks = watch_into(&mut tasks, Api::all_with(client, &ac_ar), ac_ar);
+        let checks = watch_into(&mut tasks, Api::all_with(client, &ac_ar), ac_ar, Some(bump));
         Queues(Arc::new(Inner {
             local,
             cluster,
             checks,
+            changed,
             tasks: std::sync::Mutex::new(tasks),
         }))
+    }
+
+    /// Changes whenever a ClusterQueue or an AdmissionCheck does (whether a queue is gated
+    /// may have changed).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.0.changed.clone()
     }
 
     /// Whether all three watches have listed.
@@ -201,7 +217,12 @@ impl Queues {
     }
 }
 
-fn watch_into(tasks: &mut JoinSet<()>, api: Api<DynamicObject>, ar: ApiResource) -> Watched {
+fn watch_into(
+    tasks: &mut JoinSet<()>,
+    api: Api<DynamicObject>,
+    ar: ApiResource,
+    bump: Option<Arc<watch::Sender<u64>>>,
+) -> Watched {
     let writer = reflector::store::Writer::new(ar.clone());
     let store = writer.as_reader();
     let (tx, synced) = watch::channel(false);
@@ -211,6 +232,11 @@ fn watch_into(tasks: &mut JoinSet<()>, api: Api<DynamicObject>, ar: ApiResource)
         .default_backoff()
         .reflect(writer);
     tasks.spawn(events.for_each(move |event| {
+        if let (Some(bump), Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) =
+            (&bump, &event)
+        {
+            bump.send_modify(|n| *n = n.wrapping_add(1));
+        }
         match event {
             Ok(watcher::Event::InitDone) => {
                 tx.send_replace(true);

@@ -10,11 +10,13 @@
 //!
 //! The capability fails closed and is never decided once for good ([`Capability`]): a probe
 //! that failed *or could not be made* makes the calls it gates answer `Unsupported` with the
-//! reason; the controller probes again on a timer (`--preflight-interval`), and a call
-//! probes again itself, on its own TrainJob, when the last probe is older than the interval,
-//! did not pass, or could not dry-run a hold for want of a TrainJob. Every replica probes the
-//! same cluster this way, so replicas agree within one interval, and a refusal is never based
-//! on a probe more than [`REPROBE_AFTER`] old.
+//! reason; the controller probes again on a timer (`--preflight-interval-secs`), and a call
+//! probes again itself (all but the dry-run hold: its own write is that) when the last probe
+//! is older than twice the interval or did not pass. Every replica probes the same cluster
+//! this way, so replicas agree within one interval, and a refusal is never based on a probe
+//! more than [`REPROBE_AFTER`] old. The one probe that may fail to run without gating
+//! anything is the dry-run hold on a cluster without a TrainJob: a call's own write is its
+//! round trip.
 
 use std::{
     collections::BTreeMap,
@@ -221,9 +223,15 @@ impl PreflightReport {
     ) -> Self {
         let mut calls = BTreeMap::new();
         for call in [Gated::Hold, Gated::Release, Gated::Open, Gated::Status] {
+            let untried = |c: &Check| {
+                c.probe == Probe::HoldRoundTrip
+                    && c.result == CheckResult::NotChecked
+                    && c.detail.as_deref().is_some_and(|d| d.starts_with(NO_TRAINJOB))
+            };
             let failed: Vec<String> = checks
                 .iter()
                 .filter(|c| c.result != CheckResult::Passed && c.probe.gates(mode).contains(&call))
+                .filter(|c| !untried(c))
                 .map(|c| {
                     let what = match c.result {
                         CheckResult::NotChecked => {
@@ -257,8 +265,9 @@ impl PreflightReport {
         }
     }
 
-    /// Whether the hold round trip could not be made for want of a TrainJob (an untargeted
-    /// preflight on a cluster with none): a call can make it on its own TrainJob.
+    /// Whether the hold round trip could not be made for want of a TrainJob (a cluster with
+    /// none yet): that gates nothing, because the call's own write is then the round trip —
+    /// a write admission refuses fails the call with the apiserver's reason.
     pub fn round_trip_untried(&self) -> bool {
         self.checks.iter().any(|c| {
             c.probe == Probe::HoldRoundTrip
@@ -317,8 +326,8 @@ pub enum CapabilityVerdict {
     Supported,
     /// Refused, on a probe younger than [`REPROBE_AFTER`].
     Refused(HoldError),
-    /// No probe yet, one older than the allowed age, one that refused longer ago than
-    /// [`REPROBE_AFTER`], or one that could not dry-run a hold: probe again first.
+    /// No probe yet, one older than the allowed age, or one that refused longer ago than
+    /// [`REPROBE_AFTER`]: probe again first.
     ProbeFirst,
 }
 
@@ -345,22 +354,32 @@ impl Capability {
         if age > max_age {
             return CapabilityVerdict::ProbeFirst;
         }
-        let gates_round_trip = Probe::HoldRoundTrip
-            .gates(report.mode)
-            .contains(&Gated::from(call));
         match report.check(Gated::from(call)) {
             Ok(()) => CapabilityVerdict::Supported,
-            Err(_) if gates_round_trip && report.round_trip_untried() => {
-                CapabilityVerdict::ProbeFirst
-            }
             Err(e) if age < REPROBE_AFTER => CapabilityVerdict::Refused(e),
             Err(_) => CapabilityVerdict::ProbeFirst,
         }
     }
 }
 
-/// Runs every probe of the executor's mode.
-pub(crate) async fn run(exec: &HoldExecutor, target: Option<(&str, &str)>) -> PreflightReport {
+/// What a preflight probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope<'a> {
+    /// Every probe; the hold round trip on `target` (else on any TrainJob).
+    Full { target: Option<(&'a str, &'a str)> },
+    /// Every probe but the hold round trip, whose last result is kept: what a call probes
+    /// before it acts (its own write is a round trip, and a dry-run write of its own would
+    /// double its writes).
+    BeforeCall,
+}
+
+/// Runs every probe of the executor's mode. `previous`: the last report, whose round trip a
+/// [`Scope::BeforeCall`] probe keeps.
+pub(crate) async fn run(
+    exec: &HoldExecutor,
+    scope: Scope<'_>,
+    previous: Option<&PreflightReport>,
+) -> PreflightReport {
     let mode = exec.mode();
     let meta = exec.read_meta();
     let config = exec.config();
@@ -393,7 +412,19 @@ pub(crate) async fn run(exec: &HoldExecutor, target: Option<(&str, &str)>) -> Pr
                 .await
             }
             Probe::ReadmissionCheck => readmission_check(&mut reqs).await,
-            Probe::HoldRoundTrip => round_trip(exec, &mut reqs, target).await,
+            Probe::HoldRoundTrip => match scope {
+                Scope::Full { target } => round_trip(exec, &mut reqs, target).await,
+                Scope::BeforeCall => match previous
+                    .and_then(|r| r.checks.iter().find(|c| c.probe == Probe::HoldRoundTrip))
+                {
+                    Some(last) => last.clone(),
+                    None => Check::new(
+                        probe,
+                        CheckResult::NotChecked,
+                        format!("{NO_TRAINJOB} yet: this call's own write is the round trip"),
+                    ),
+                },
+            },
             _ => access(&mut reqs, probe).await,
         };
         checks.push(check);
@@ -775,7 +806,7 @@ mod tests {
             cap.verdict(CallKind::Open, day),
             CapabilityVerdict::Supported
         );
-        // No TrainJob to dry-run on: the call makes the round trip on its own.
+        // No TrainJob to dry-run on yet: that gates nothing.
         let checks = Probe::all(Mode::Plain)
             .into_iter()
             .map(|p| match p {

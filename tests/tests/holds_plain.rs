@@ -914,12 +914,15 @@ async fn failed_preflight_makes_hold_and_release_unsupported() {
     assert!(!report.calls[&Gated::Status].supported);
 }
 
-/// Not plain mode, but the I/O it shares: in Kueue mode the executor finds the Workload by
-/// `kueue.x-k8s.io/job-uid` and holds it (v1beta2), never touching the TrainJob; without a
-/// Workload, Hold is `Rejected { cause: NoWorkload }`. (No Kueue controller runs here: the
-/// Workload is made by hand. The Kueue-mode suite with the real Kueue is its own issue.)
+/// Not plain mode, but the I/O it shares: in Kueue mode the executor finds the Workload its
+/// TrainJob controls (ownerReference; a Workload that only carries the TrainJob's
+/// `kueue.x-k8s.io/job-uid` label is a decoy and is ignored) and holds it (v1beta2), never
+/// touching the TrainJob; without a Workload, Hold is `Rejected { cause: NoWorkload }`. (No
+/// Kueue controller runs here: the Workload, and the queue that leads through the
+/// readmission check, are made by hand. The Kueue-mode suite with the real Kueue is
+/// `holds_kueue`.)
 #[tokio::test]
-async fn kueue_mode_holds_the_workload_found_by_job_uid() {
+async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
     use holdfast_controller::hold::resources;
     let cp = ControlPlane::shared();
     let ns = cp.namespace("kueue-io").await.expect("namespace");
@@ -928,6 +931,27 @@ async fn kueue_mode_holds_the_workload_found_by_job_uid() {
     holdfast_tests::rbac::install_holdfast_rbac(&admin, "kueue")
         .await
         .expect("kueue-mode RBAC");
+    // A queue whose ClusterQueue requires holdfast's readmission check.
+    let check: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": holdfast_tests::kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
+        "metadata": {"name": "holdfast-readmission"},
+        "spec": {"controllerName": holdfast_core::names::READMISSION_CONTROLLER}
+    }))
+    .expect("admission check");
+    Api::<kube::api::DynamicObject>::all_with(
+        admin.clone(),
+        &holdfast_tests::kueue::api_resource("AdmissionCheck", "admissionchecks"),
+    )
+    .patch(
+        "holdfast-readmission",
+        &PatchParams::apply("holdfast-tests").force(),
+        &Patch::Apply(&check),
+    )
+    .await
+    .expect("apply the AdmissionCheck");
+    holdfast_tests::kueue::create_queues(&admin, &ns, "default", &["holdfast-readmission"])
+        .await
+        .expect("queues");
     let tj = create_trainjob(cp, &ns, "mnist", true).await;
     let exec = HoldExecutor::new(
         client_without_retries(cp, Identity::Controller).await,
@@ -945,18 +969,31 @@ async fn kueue_mode_holds_the_workload_found_by_job_uid() {
     let workloads: Api<kube::api::DynamicObject> =
         Api::namespaced_with(admin, &ns, &resources::workload());
     let uid = tj["metadata"]["uid"].as_str().expect("uid");
-    let wl: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": "trainjob-mnist", "labels": {"kueue.x-k8s.io/job-uid": uid}},
-        "spec": {"queueName": "default", "podSets": [{"name": "node", "count": 1,
-            "template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}]}
-    }))
-    .expect("workload json");
+    let workload = |name: &str, owned: bool| {
+        let mut w = json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": name, "labels": {"kueue.x-k8s.io/job-uid": uid}},
+            "spec": {"queueName": "default", "podSets": [{"name": "node", "count": 1,
+                "template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}]}
+        });
+        if owned {
+            w["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": "mnist", "uid": uid, "controller": true}]);
+        }
+        serde_json::from_value::<kube::api::DynamicObject>(w).expect("workload json")
+    };
     workloads
-        .create(&PostParams::default(), &wl)
+        .create(&PostParams::default(), &workload("trainjob-mnist", true))
         .await
         .expect("create Workload");
+    // A decoy, newer, with the label only.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    workloads
+        .create(&PostParams::default(), &workload("decoy", false))
+        .await
+        .expect("create the decoy");
     let tj_before = read_trainjob(cp, &ns, "mnist").await;
 
     let mut m = meta(Some(1), MINUTE);
@@ -965,6 +1002,11 @@ async fn kueue_mode_holds_the_workload_found_by_job_uid() {
     let held =
         serde_json::to_value(workloads.get("trainjob-mnist").await.expect("get")).expect("json");
     assert_eq!(held["spec"]["active"], false);
+    let decoy = serde_json::to_value(workloads.get("decoy").await.expect("get")).expect("json");
+    assert!(
+        hold_annotations(&decoy).is_empty() && decoy["spec"].get("active").is_none(),
+        "the decoy is never held: {decoy:#}"
+    );
     assert_eq!(annotation(&held, ANN_HOLD_INSTANCE), Some("1"));
     assert_eq!(annotation(&held, ANN_HOLD_REASON), Some("node lost"));
     let status = exec.status(&ns, "mnist").await.expect("status");

@@ -1311,6 +1311,64 @@ fn is_write(e: &Value) -> bool {
     )
 }
 
+/// Seam (issue #12): `kubectl delete trainjob --cascade=orphan` left a snapshot nobody could
+/// delete (admin's delete refused too), and a new TrainJob of that name was wedged behind it.
+/// The controller removes the orphan (it was holdfast's snapshot) and the new job gets its
+/// own; an orphan is also deletable by whoever RBAC lets (it protects nothing).
+#[tokio::test]
+async fn an_orphaned_snapshot_is_removed_and_a_new_job_of_that_name_gets_its_own() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("snap-orphan").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let runtime = create_runtime(&admin, &format!("orphan-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let r = start(cp, &ns).await;
+    let first = create_trainjob(&admin, &ns, "job", ctr_ref(&runtime), None).await;
+    let snapshot = wait_snapshot(&admin, &ns, "job").await;
+    let owner = |cm: &ConfigMap| {
+        cm.metadata
+            .owner_references
+            .as_ref()
+            .and_then(|o| o.first())
+            .map(|o| o.uid.clone())
+    };
+    assert_eq!(owner(&snapshot), first.metadata.uid);
+    let jobs: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &tj());
+    jobs.delete(
+        "job",
+        &DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("delete, orphaning its dependents");
+    wait_for("the TrainJob gone", Duration::from_secs(60), || async {
+        jobs.get_opt("job").await.expect("get").is_none().then_some(())
+    })
+    .await;
+    let second = create_trainjob(&admin, &ns, "job", ctr_ref(&runtime), None).await;
+    let taken = wait_for(
+        "the new job's own snapshot",
+        Duration::from_secs(60),
+        || async {
+            let cm = snapshot_cm(&admin, &ns, "job").await?;
+            (owner(&cm) == second.metadata.uid).then_some(cm)
+        },
+    )
+    .await;
+    assert_ne!(taken.metadata.uid, snapshot.metadata.uid, "a new snapshot");
+    assert_eq!(
+        r.metrics
+            .failures
+            .get(&ReasonLabels {
+                reason: "orphan_removed".into()
+            })
+            .map(|c| c.get()),
+        Some(1)
+    );
+    r.stop().await;
+}
+
 /// Kubeflow Trainer v2.3.0's own snapshot code, built from `tests/cluster/trainer-snapshot`.
 mod trainer {
     use super::*;

@@ -237,7 +237,7 @@ impl HoldExecutor {
         resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
         let call = Call::new(kind, meta, Utc::now())?;
         reqs.time_left()?;
-        self.ensure_capable(kind, namespace, name).await?;
+        self.ensure_capable(kind).await?;
         let mut attempts = Attempts::new();
         let result = self
             .attempt(&call, kind, namespace, name, reqs, &mut attempts)
@@ -256,14 +256,9 @@ impl HoldExecutor {
     }
 
     /// Refuses the call (`Unsupported`) if the cluster cannot support it, probing again first
-    /// when the last probe is too old, refused longer ago than a moment, or could not try a
-    /// hold for want of a TrainJob (this call's is used). Fails closed.
-    async fn ensure_capable(
-        &self,
-        kind: CallKind,
-        namespace: &str,
-        name: &str,
-    ) -> Result<(), HoldError> {
+    /// (all but the dry-run hold) when the last probe is too old or refused longer ago than a
+    /// moment. Fails closed.
+    async fn ensure_capable(&self, kind: CallKind) -> Result<(), HoldError> {
         let max_age = self.config.preflight_max_age;
         match self.capability.verdict(kind, max_age) {
             CapabilityVerdict::Supported => return Ok(()),
@@ -277,7 +272,7 @@ impl HoldExecutor {
             CapabilityVerdict::Refused(e) => return Err(e),
             CapabilityVerdict::ProbeFirst => {}
         }
-        let report = self.probe(Some((namespace, name))).await;
+        let report = self.probe(preflight::Scope::BeforeCall).await;
         report.check(kind.into())
     }
 
@@ -426,17 +421,18 @@ impl HoldExecutor {
     /// for Hold and Release to consult.
     pub async fn preflight(&self, target: Option<(&str, &str)>) -> PreflightReport {
         let _one = self.capability.probing.lock().await;
-        self.probe(target).await
+        self.probe(preflight::Scope::Full { target }).await
     }
 
     /// One preflight, recorded; the caller holds the probing lock.
-    async fn probe(&self, target: Option<(&str, &str)>) -> PreflightReport {
+    async fn probe(&self, scope: preflight::Scope<'_>) -> PreflightReport {
         let started = Instant::now();
         if let Some(queues) = &self.queues {
             // A fresh replica: give the queue watches a moment to list first.
             queues.wait_synced(TokioDuration::from_secs(5)).await;
         }
-        let report = preflight::run(self, target).await;
+        let previous = self.capability.report();
+        let report = preflight::run(self, scope, previous.as_ref()).await;
         self.capability.record(report.clone());
         self.metrics
             .record::<()>(MetricCall::preflight, &Ok(()), started.elapsed());

@@ -212,6 +212,7 @@ impl ReadmissionGate {
         .applied_objects();
 
         let queues = holdfast_cluster::queues::Queues::start(client.clone(), namespace);
+        let queues_changed = queues.changes();
         let recorder = kube::runtime::events::Recorder::new(
             client.clone(),
             kube::runtime::events::Reporter {
@@ -250,7 +251,10 @@ impl ReadmissionGate {
                 workload_ar,
             )
             .watches_stream(pod_stream, |p| reconcile::trainjob_of_pod(&p))
-            .reconcile_all_on(checks_changed_rx)
+            .reconcile_all_on(futures::stream::select(
+                checks_changed_rx,
+                changes_of(queues_changed),
+            ))
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
             .run(reconcile::reconcile, reconcile::error_policy, ctx)
@@ -268,4 +272,13 @@ impl ReadmissionGate {
         tracing::info!("readmission gate stopped");
         Ok(())
     }
+}
+
+/// A stream that yields once per change of `rx` after now.
+fn changes_of(
+    rx: tokio::sync::watch::Receiver<u64>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    })
 }

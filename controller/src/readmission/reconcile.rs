@@ -114,11 +114,11 @@ pub(crate) async fn reconcile(
     let cached = serde_json::to_value(&*trainjob)?;
     let cached_workloads = ctx.cached_workloads(&namespace, &uid);
     let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob());
+    watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
     if !needs_work(&cached, &cached_workloads, &ours) {
         ctx.backoff.reset(&key);
         return Ok(Action::requeue(ctx.config.resync));
     }
-    watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
     let action = drive(&ctx, &namespace, &name, &uid, &ours).await?;
     ctx.backoff.reset(&key);
     Ok(action)

@@ -55,9 +55,38 @@ pub fn trainjobs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &resources::trainjob())
 }
 
+/// The ClusterTrainingRuntime every TrainJob here names (Kueue's TrainJob webhook, when Kueue
+/// runs on the shared control plane, refuses a TrainJob whose runtime does not exist).
+pub const RUNTIME: &str = "torch-distributed";
+
+/// Creates [`RUNTIME`] unless it exists.
+pub async fn ensure_runtime(admin: &kube::Client) {
+    let rt: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": RUNTIME},
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {"spec": {"replicatedJobs": [{"name": "node",
+                "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}}}]}}}
+    }))
+    .expect("runtime json");
+    Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &holdfast_tests::objects::ctr_resource(),
+    )
+    .patch(
+        RUNTIME,
+        &PatchParams::apply("holdfast-tests"),
+        &Patch::Apply(&rt),
+    )
+    .await
+    .expect("the runtime");
+}
+
 /// Creates TrainJob `ns/name`, suspended at its start gate or not.
 pub async fn create_trainjob(cp: &ControlPlane, ns: &str, name: &str, suspended: bool) -> Value {
     let admin = cp.client(Identity::Admin).await.expect("admin");
+    ensure_runtime(&admin).await;
     let tj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",

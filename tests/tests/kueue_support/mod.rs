@@ -431,3 +431,135 @@ pub fn has_hold_finalizer(w: &Value) -> bool {
 pub fn uid(o: &Value) -> String {
     o["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
 }
+
+/// holdfast's webhook, served in-process in Kueue mode and registered for one namespace.
+pub struct Webhook {
+    hook: holdfast_webhook::RunningWebhook,
+    config: String,
+    admin: kube::Client,
+    _certs: tempfile::TempDir,
+}
+
+impl Webhook {
+    pub async fn serve(f: &Fixture) -> Webhook {
+        use holdfast_core::policy::{
+            Identities,
+            identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
+        };
+        use holdfast_webhook::registration::{Namespaces, Registration, Target};
+        use k8s_openapi::api::admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+        };
+        let cert =
+            f.cp.issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
+                .expect("serving certificate");
+        let certs = tempfile::tempdir().expect("tempdir");
+        let files = holdfast_webhook::CertFiles {
+            cert: certs.path().join("tls.crt"),
+            key: certs.path().join("tls.key"),
+        };
+        std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
+        std::fs::write(&files.key, &cert.key_pem).expect("write key");
+        let webhook_client =
+            f.cp.client(Identity::Webhook)
+                .await
+                .expect("webhook client");
+        let admission = std::sync::Arc::new(
+            holdfast_webhook::Admission::new(
+                Mode::Kueue,
+                Identities::new(
+                    [Identity::Controller.username()],
+                    [Identity::Trainer.username()],
+                    [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
+                    [Identity::Kueue.username()],
+                ),
+                std::sync::Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
+                    webhook_client.clone(),
+                    Default::default(),
+                )),
+                holdfast_webhook::metrics::Metrics::unregistered(),
+                holdfast_webhook::Limits::DEFAULT,
+            )
+            .with_queues(Some(holdfast_cluster::Queues::start(webhook_client, None))),
+        );
+        let hook = holdfast_webhook::RunningWebhook::start(
+            holdfast_webhook::ServeOptions {
+                addr: "127.0.0.1:0".parse().expect("addr"),
+                admin_addr: "127.0.0.1:0".parse().expect("addr"),
+                cert: files,
+            },
+            admission,
+            prometheus_client::registry::Registry::default(),
+        )
+        .await
+        .expect("webhook starts");
+        let config = format!("holdfast-{}", f.ns);
+        let registration = Registration::new(
+            config.clone(),
+            Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
+            f.cp.ca_pem().as_bytes().to_vec(),
+        )
+        .with_namespaces(Namespaces::Only(vec![f.ns.clone()]));
+        Api::<ValidatingWebhookConfiguration>::all(f.admin.clone())
+            .create(&PostParams::default(), &registration.validating())
+            .await
+            .expect("register the validating webhooks");
+        Api::<MutatingWebhookConfiguration>::all(f.admin.clone())
+            .create(&PostParams::default(), &registration.mutating())
+            .await
+            .expect("register the mutating webhook");
+        // Registration takes effect asynchronously: probe with a dry run alice may not make.
+        let alice = f.cp.client(Identity::User).await.expect("alice");
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        f.eventually(
+            "the webhook takes effect",
+            Duration::from_secs(30),
+            || async {
+                let probe: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "metadata": {"name": "probe", "annotations": {ANN_ATTEMPT: "9"}},
+                    "spec": {"runtimeRef": {"name": f.runtime}}
+                }))
+                .expect("probe");
+                let refused = matches!(
+                    f.trainjobs(&alice).create(&dry, &probe).await,
+                    Err(kube::Error::Api(s)) if s.code == 403
+                );
+                refused.then_some(())
+            },
+        )
+        .await;
+        Webhook {
+            hook,
+            config,
+            admin: f.admin.clone(),
+            _certs: certs,
+        }
+    }
+
+    pub async fn stop(self) {
+        use k8s_openapi::api::admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+        };
+        let dp = DeleteParams::default();
+        let _ = Api::<ValidatingWebhookConfiguration>::all(self.admin.clone())
+            .delete(&self.config, &dp)
+            .await;
+        let _ = Api::<MutatingWebhookConfiguration>::all(self.admin.clone())
+            .delete(&self.config, &dp)
+            .await;
+        self.hook.stop().await.expect("webhook stops");
+    }
+}
+
+/// The message of a refused write; panics if it was not refused by admission.
+pub fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == 403 => s.message.clone(),
+        other => panic!("expected the webhook to refuse, got {other:?}"),
+    }
+}
+

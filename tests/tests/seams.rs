@@ -1,0 +1,766 @@
+//! The seams between holdfast, Kueue and Trainer (issue #12), each as it was found: a short
+//! sequence of ordinary requests (a namespace editor's, or a late call of dispatch's own)
+//! that got around a hold, the start gate or a snapshot, against the real apiserver and, in
+//! Kueue mode, the real Kueue v0.19.2. Each test failed before its fix and names the seam.
+//!
+//! The webhook runs in-process with the chart's registration (kueue mode: `Webhook::serve`;
+//! plain mode: the real binary, `holdfast::WebhookReplica`), the executor and the
+//! readmission gate as holdfast's controller identity.
+
+mod hold_support;
+mod kueue_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use hold_support::{annotation, meta};
+use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry};
+use holdfast_core::{
+    classify::{ObjectState, Underlying},
+    hold::{HoldError, Outcome, RejectCause},
+    mode::Mode,
+    names::{ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, HOLD_FINALIZER, QUEUE_NAME_LABEL},
+};
+use holdfast_tests::{ControlPlane, Identity, kueue};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kueue_support::{
+    Fixture, MINUTE, QUEUE, SETTLE, Webhook, active, check, condition_reason, refused,
+};
+use serde_json::{Value, json};
+
+/// Polls `what` every 100 ms for `for_`, failing if it ever answers false.
+async fn stays<F, Fut>(what: &str, for_: Duration, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while start.elapsed() < for_ {
+        assert!(probe().await, "{what} stopped holding");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn merge(v: Value) -> Patch<Value> {
+    Patch::Merge(v)
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 1: a Kueue-mode hold (or a closed start gate) lifted in two ordinary requests.
+
+/// Tried as a new user would: drop the queue name of the held (Kueue-suspended) TrainJob,
+/// then unsuspend it. Both requests are refused, by the webhook, with who may; the job stays
+/// suspended, its Workload held, and Status says so truthfully.
+#[tokio::test]
+async fn seam1_a_kueue_hold_is_not_lifted_by_dropping_the_queue_name_then_unsuspending() {
+    let f = Fixture::start("seam1-hold").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    f.job_when("job", "Kueue suspends the held job", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+    let pp = PatchParams::default();
+    let drop_queue = json!({"metadata": {"labels": {QUEUE_NAME_LABEL: null}}});
+    let message = refused(f.trainjobs(&alice).patch("job", &pp, &merge(drop_queue)).await);
+    assert!(
+        message.contains(QUEUE_NAME_LABEL) && message.contains("suspended"),
+        "{message}"
+    );
+    let unsuspend = json!({"spec": {"suspend": false}});
+    let message = refused(f.trainjobs(&alice).patch("job", &pp, &merge(unsuspend)).await);
+    assert!(message.contains("whatever labels"), "{message}");
+    stays("the job stays held", Duration::from_secs(3), || async {
+        let tj = f.trainjob("job").await;
+        let wl = f.live_workloads("job").await;
+        tj["spec"]["suspend"] == true
+            && tj["metadata"]["labels"][QUEUE_NAME_LABEL] == QUEUE
+            && wl.iter().all(|w| !active(w))
+    })
+    .await;
+    let status = f.exec.status(&f.ns, "job").await.expect("status");
+    assert!(
+        matches!(status.state, ObjectState::HeldByUs { instance: Some(1), .. }),
+        "{status:?}"
+    );
+    webhook.stop().await;
+    f.finish().await;
+}
+
+/// The same two steps against a never-opened managed job (its start gate closed).
+#[tokio::test]
+async fn seam1_a_closed_start_gate_is_not_opened_by_dropping_the_queue_name_then_unsuspending() {
+    let f = Fixture::start("seam1-gate").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "at the start gate", |w| {
+        check(w).1.contains("start gate")
+    })
+    .await;
+    let pp = PatchParams::default();
+    let drop_queue = json!({"metadata": {"labels": {QUEUE_NAME_LABEL: null}}});
+    refused(f.trainjobs(&alice).patch("job", &pp, &merge(drop_queue)).await);
+    let unsuspend = json!({"spec": {"suspend": false}});
+    refused(f.trainjobs(&alice).patch("job", &pp, &merge(unsuspend)).await);
+    // Server-side apply, forced, as alice's field manager: refused just the same.
+    let apply = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "job"}, "spec": {"suspend": false}});
+    refused(
+        f.trainjobs(&alice)
+            .patch(
+                "job",
+                &PatchParams::apply("alice").force(),
+                &Patch::Apply(&apply),
+            )
+            .await,
+    );
+    stays("the job waits at its gate", Duration::from_secs(3), || async {
+        f.trainjob("job").await["spec"]["suspend"] == true
+    })
+    .await;
+    webhook.stop().await;
+    f.finish().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 2: dropping holdfast.dev/managed opened the start gate in Kueue mode.
+
+#[tokio::test]
+async fn seam2_dropping_the_managed_label_does_not_open_the_kueue_start_gate() {
+    let f = Fixture::start("seam2").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "at the start gate", |w| {
+        check(w).1.contains("start gate")
+    })
+    .await;
+    for patch in [
+        json!({"metadata": {"labels": {"holdfast.dev/managed": null}}}),
+        json!({"metadata": {"labels": {"holdfast.dev/managed": "false"}}}),
+    ] {
+        let message = refused(
+            f.trainjobs(&alice)
+                .patch("job", &PatchParams::default(), &merge(patch))
+                .await,
+        );
+        assert!(message.contains("start gate is closed"), "{message}");
+    }
+    stays("the gate stays closed", Duration::from_secs(4), || async {
+        let tj = f.trainjob("job").await;
+        let wl = f.live_workloads("job").await;
+        tj["spec"]["suspend"] == true && wl.iter().all(|w| check(w).0 == "Pending")
+    })
+    .await;
+    webhook.stop().await;
+    f.finish().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 3: a managed TrainJob without a queue name was never gated in Kueue mode.
+
+#[tokio::test]
+async fn seam3_a_managed_trainjob_without_a_queue_is_refused_and_a_running_one_never_reported_waiting()
+ {
+    let f = Fixture::start("seam3").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    let job = |name: &str, labels: Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"runtimeRef": {"name": f.runtime}}
+        }))
+        .expect("trainjob")
+    };
+    let message = refused(
+        f.trainjobs(&alice)
+            .create(
+                &PostParams::default(),
+                &job("managed", json!({"holdfast.dev/managed": "true"})),
+            )
+            .await,
+    );
+    assert!(
+        message.contains(&format!("add {QUEUE_NAME_LABEL}: <local-queue>")),
+        "says what to add: {message}"
+    );
+    // Nor can a queued one be made managed by dropping its queue later, or an unqueued one
+    // be labelled managed.
+    f.trainjobs(&alice)
+        .create(&PostParams::default(), &job("plain", json!({})))
+        .await
+        .expect("an unmanaged, unqueued TrainJob: not Kueue's, runs at once");
+    refused(
+        f.trainjobs(&alice)
+            .patch(
+                "plain",
+                &PatchParams::default(),
+                &merge(json!({"metadata": {"labels": {"holdfast.dev/managed": "true"}}})),
+            )
+            .await,
+    );
+    // That job runs without a Workload: Status says Running, never that it waits.
+    let status = f.exec.status(&f.ns, "plain").await.expect("status");
+    assert_eq!(status.state, ObjectState::Running);
+    let err = f
+        .exec
+        .hold(&f.ns, "plain", meta(Some(1), MINUTE))
+        .await
+        .expect_err("no Workload");
+    assert_eq!(err.cause(), Some(RejectCause::NoWorkload));
+    webhook.stop().await;
+    f.finish().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 4: the readmission gate acts only where the ClusterQueue lists holdfast's check.
+
+#[tokio::test]
+async fn seam4_a_queue_without_the_readmission_check_refuses_hold_release_and_open_and_is_seen() {
+    let f = Fixture::start("seam4").await;
+    let webhook = Webhook::serve(&f).await;
+    let cq = format!("cq-{}", f.ns);
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    f.job_when("job", "suspended", |tj| tj["spec"]["suspend"] == true)
+        .await;
+    // An admin drops the check from the ClusterQueue.
+    let cqs = Api::<DynamicObject>::all_with(
+        f.admin.clone(),
+        &kueue::api_resource("ClusterQueue", "clusterqueues"),
+    );
+    cqs.patch(
+        &cq,
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "remove", "path": "/spec/admissionChecksStrategy"}
+            ]))
+            .expect("patch"),
+        ),
+    )
+    .await
+    .expect("drop the check");
+    // Release would let Kueue readmit it beside the old pods: refused, naming the queue.
+    let err = f
+        .eventually("release refuses", SETTLE, || async {
+            match f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await {
+                Err(e @ HoldError::Unsupported { .. }) => Some(e),
+                _ => None,
+            }
+        })
+        .await;
+    assert!(err.to_string().contains(&format!("ClusterQueue {cq}")), "{err}");
+    for (what, result) in [
+        ("hold", f.exec.hold(&f.ns, "job", meta(Some(2), MINUTE)).await),
+        ("open", f.exec.open(&f.ns, "job", meta(None, MINUTE)).await),
+    ] {
+        assert!(
+            matches!(&result, Err(HoldError::Unsupported { reason }) if reason.contains(&cq)),
+            "{what}: {result:?}"
+        );
+    }
+    let report = f.exec.preflight(Some((&f.ns, "job"))).await;
+    assert!(
+        report.ungated_cluster_queues.iter().any(|q| q.name == cq),
+        "preflight lists it: {:?}",
+        report.ungated_cluster_queues
+    );
+    // The gate makes it visible: a Warning Event on the TrainJob, and the gauge.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(f.admin.clone(), &f.ns);
+    f.eventually("the Event", SETTLE, || async {
+        let list = events.list(&Default::default()).await.expect("events");
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("QueueWithoutReadmissionCheck"))
+            .then_some(())
+    })
+    .await;
+    assert!(f.metrics.ungated() >= 1);
+    stays("still held", Duration::from_secs(2), || async {
+        f.live_workloads("job").await.iter().all(|w| !active(w))
+    })
+    .await;
+    // And a managed job cannot be created into that queue at all.
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    let tj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "late", "labels": {"holdfast.dev/managed": "true", QUEUE_NAME_LABEL: QUEUE}},
+        "spec": {"runtimeRef": {"name": f.runtime}}
+    }))
+    .expect("trainjob");
+    let message = refused(f.trainjobs(&alice).create(&PostParams::default(), &tj).await);
+    assert!(message.contains(&cq), "{message}");
+    webhook.stop().await;
+    f.finish().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 5: Release lifted stops that were not the hold's.
+
+/// Kueue deactivates a job for exceeding its maximum execution time; dispatch holds it and
+/// releases the hold: the Workload stays inactive with Kueue's reason (Release used to write
+/// `active: true`, resetting Kueue's decision), and Status shows that reason under the hold.
+#[tokio::test]
+async fn seam5_release_leaves_kueues_own_deactivation_in_place() {
+    let f = Fixture::start("seam5-kueue").await;
+    f.create_job("job", json!({"kueue.x-k8s.io/max-exec-time-seconds": "1"}))
+        .await;
+    f.open_and_run("job").await;
+    f.workload_when("job", "Kueue deactivates it for its time", |w| {
+        !active(w)
+            && condition_reason(w, "Evicted")
+                .is_some_and(|r| r == "DeactivatedDueToMaximumExecutionTimeExceeded")
+    })
+    .await;
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    let held = f.workload_when("job", "held", |w| annotation(w, ANN_HOLD_INSTANCE) == Some("1")).await;
+    assert_eq!(
+        annotation(&held, ANN_HOLD_FOUND),
+        Some("DeactivatedDueToMaximumExecutionTimeExceeded")
+    );
+    let status = f.exec.status(&f.ns, "job").await.expect("status");
+    assert_eq!(
+        status.state,
+        ObjectState::HeldByUs {
+            instance: Some(1),
+            underlying: Some(Underlying::DeactivatedByKueue {
+                reason: "DeactivatedDueToMaximumExecutionTimeExceeded".into()
+            })
+        }
+    );
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: false })
+    );
+    stays("Kueue's deactivation stays", Duration::from_secs(3), || async {
+        f.live_workloads("job").await.iter().all(|w| {
+            !active(w)
+                && annotation(w, ANN_HOLD_INSTANCE).is_none()
+                && !kueue_support::has_hold_finalizer(w)
+        })
+    })
+    .await;
+    let status = f.exec.status(&f.ns, "job").await.expect("status");
+    assert_eq!(
+        status.state,
+        ObjectState::DeactivatedByKueue {
+            reason: "DeactivatedDueToMaximumExecutionTimeExceeded".into()
+        }
+    );
+    f.finish().await;
+}
+
+/// Plain mode: an opened job someone suspended, held and released, stays suspended.
+#[tokio::test]
+async fn seam5_plain_release_leaves_someone_elses_suspend_in_place() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("seam5-plain").await.expect("namespace");
+    let exec = hold_support::executor(cp).await;
+    hold_support::create_trainjob(cp, &ns, "job", true).await;
+    exec.open(&ns, "job", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    hold_support::trainjobs(&admin, &ns)
+        .patch(
+            "job",
+            &PatchParams::default(),
+            &merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .expect("its owner suspends it");
+    exec.hold(&ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    let tj = hold_support::read_trainjob(cp, &ns, "job").await;
+    assert_eq!(annotation(&tj, ANN_HOLD_FOUND), Some("suspended"));
+    assert_eq!(
+        exec.release(&ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: false })
+    );
+    let tj = hold_support::read_trainjob(cp, &ns, "job").await;
+    assert!(hold_support::suspended(&tj), "the owner's suspend stays");
+    assert!(hold_support::hold_annotations(&tj).is_empty(), "{tj:#}");
+    assert_eq!(
+        exec.status(&ns, "job").await.expect("status").state,
+        ObjectState::DeactivatedBySomeoneElse
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 6: a decoy Workload captured the hold.
+
+#[tokio::test]
+async fn seam6_a_decoy_workload_never_captures_the_hold() {
+    let f = Fixture::start("seam6").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    let real = f.live_workloads("job").await.remove(0);
+    let uid = f.trainjob("job").await["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_owned();
+    let decoy = |name: &str, owned: bool| -> DynamicObject {
+        let mut w = json!({
+            "apiVersion": kueue::KUEUE_API_VERSION, "kind": "Workload",
+            "metadata": {"name": name, "labels": {"kueue.x-k8s.io/job-uid": uid}},
+            "spec": {"queueName": QUEUE, "podSets": [{"name": "node", "count": 1,
+                "template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}]}
+        });
+        if owned {
+            w["metadata"]["ownerReferences"] = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob", "name": "job", "uid": uid, "controller": true}]);
+        }
+        serde_json::from_value(w).expect("workload")
+    };
+    // Owned by the TrainJob: only Kueue may make one.
+    let message = refused(
+        f.workload_api(&alice)
+            .create(&PostParams::default(), &decoy("decoy-owned", true))
+            .await,
+    );
+    assert!(message.contains("ownerReferences"), "{message}");
+    // Labelled only: it may exist, and it is never the TrainJob's.
+    f.workload_api(&alice)
+        .create(&PostParams::default(), &decoy("decoy-labelled", false))
+        .await
+        .expect("a labelled Workload");
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    let api = f.workload_api(&f.admin);
+    let name = real["metadata"]["name"].as_str().expect("name");
+    let real = serde_json::to_value(api.get(name).await.expect("real")).expect("json");
+    assert_eq!(annotation(&real, ANN_HOLD_INSTANCE), Some("1"), "the real one is held");
+    let decoy = serde_json::to_value(api.get("decoy-labelled").await.expect("decoy")).expect("json");
+    assert_eq!(annotation(&decoy, ANN_HOLD_INSTANCE), None, "{decoy:#}");
+    webhook.stop().await;
+    f.finish().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 7: outcomes misreported after ambiguous writes.
+
+/// A reverse proxy in front of the apiserver (TLS in and out) that forwards every request
+/// and, for the PUTs chosen by `lose`, forwards them and then answers `504` instead of the
+/// apiserver's answer: a write that landed and whose answer was lost.
+struct LossyProxy {
+    url: String,
+    puts: Arc<AtomicUsize>,
+    stop: tokio_util::sync::CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl LossyProxy {
+    async fn start(cp: &ControlPlane, lose: fn(usize) -> Loss) -> LossyProxy {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cert = cp
+            .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
+            .expect("cert");
+        let files = holdfast_serve::CertFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        };
+        std::fs::write(&files.cert, &cert.cert_pem).expect("cert");
+        std::fs::write(&files.key, &cert.key_pem).expect("key");
+        let upstream = reqwest::Client::builder()
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(cp.ca_pem().as_bytes()).expect("CA"),
+            )
+            .build()
+            .expect("client");
+        let puts = Arc::new(AtomicUsize::new(0));
+        let state = (upstream, cp.server.clone(), puts.clone(), lose);
+        let router = axum::Router::new().fallback(
+            |axum::extract::State((client, server, puts, lose)): axum::extract::State<(
+                reqwest::Client,
+                String,
+                Arc<AtomicUsize>,
+                fn(usize) -> Loss,
+            )>,
+             req: axum::extract::Request| async move {
+                let (parts, body) = req.into_parts();
+                let body = axum::body::to_bytes(body, 16 << 20).await.expect("body");
+                let loss = if parts.method == http::Method::PUT {
+                    lose(puts.fetch_add(1, Ordering::SeqCst))
+                } else {
+                    Loss::None
+                };
+                if loss == Loss::Refuse {
+                    return (http::StatusCode::SERVICE_UNAVAILABLE, "refused by the proxy")
+                        .into_response();
+                }
+                let uri = format!(
+                    "{server}{}",
+                    parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")
+                );
+                let mut out = client.request(parts.method.clone(), uri).body(body.to_vec());
+                for (k, v) in &parts.headers {
+                    if k != http::header::HOST {
+                        out = out.header(k, v);
+                    }
+                }
+                let answer = out.send().await.expect("upstream");
+                if loss == Loss::AfterForwarding {
+                    return (http::StatusCode::GATEWAY_TIMEOUT, "answer lost by the proxy")
+                        .into_response();
+                }
+                let status = answer.status();
+                let ct = answer.headers().get(http::header::CONTENT_TYPE).cloned();
+                let bytes = answer.bytes().await.expect("upstream body");
+                let mut response = (status, bytes.to_vec()).into_response();
+                if let Some(ct) = ct {
+                    response.headers_mut().insert(http::header::CONTENT_TYPE, ct);
+                }
+                response
+            },
+        );
+        use axum::response::IntoResponse;
+        let router = router.with_state(state);
+        let server = holdfast_serve::TlsServer::bind("127.0.0.1:0".parse().expect("addr"), files)
+            .await
+            .expect("bind");
+        let url = format!("https://127.0.0.1:{}", server.local_addr().expect("addr").port());
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(server.serve(router, stop.clone()));
+        LossyProxy {
+            url,
+            puts,
+            stop,
+            _dir: dir,
+        }
+    }
+
+    /// An executor acting as the controller through the proxy.
+    async fn executor(&self, cp: &ControlPlane, mode: Mode) -> HoldExecutor {
+        let kc = kube::config::Kubeconfig::read_from(cp.kubeconfig(Identity::Controller))
+            .expect("kubeconfig");
+        let mut cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .expect("config");
+        cfg.cluster_url = self.url.parse().expect("url");
+        HoldExecutor::new(
+            client_without_retry(cfg).expect("client"),
+            mode,
+            ExecutorConfig {
+                transient_backoff: Duration::from_millis(20),
+                ..hold_support::config()
+            },
+        )
+    }
+}
+
+impl Drop for LossyProxy {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loss {
+    None,
+    /// Forwarded, answer replaced by 504.
+    AfterForwarding,
+    /// Not forwarded: 503.
+    Refuse,
+}
+
+/// A Release whose update landed but whose answer was lost used to answer `StaleHold`; the
+/// next read shows no hold, so it is `Released`, and exactly one update was stored.
+#[tokio::test]
+async fn seam7_a_release_whose_answer_was_lost_reports_released() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("seam7-lost").await.expect("namespace");
+    let direct = hold_support::executor(cp).await;
+    hold_support::create_trainjob(cp, &ns, "job", true).await;
+    direct.open(&ns, "job", meta(None, MINUTE)).await.expect("open");
+    direct.hold(&ns, "job", meta(Some(1), MINUTE)).await.expect("hold");
+    let proxy = LossyProxy::start(cp, |n| {
+        if n == 0 {
+            Loss::AfterForwarding
+        } else {
+            Loss::None
+        }
+    })
+    .await;
+    let exec = proxy.executor(cp, Mode::Plain).await;
+    assert_eq!(
+        exec.release(&ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true }),
+        "the re-read proves the release took effect"
+    );
+    assert_eq!(proxy.puts.load(Ordering::SeqCst), 1, "no second write");
+    let tj = hold_support::read_trainjob(cp, &ns, "job").await;
+    assert!(!hold_support::suspended(&tj) && hold_support::hold_annotations(&tj).is_empty());
+}
+
+/// Transient failures used to spend the eight tries and end `Conflict` though no 409 came:
+/// ten refused writes in a row, then one that goes through: the call succeeds.
+#[tokio::test]
+async fn seam7_transient_failures_spend_no_tries_and_never_end_conflict() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("seam7-503").await.expect("namespace");
+    hold_support::create_trainjob(cp, &ns, "job", true).await;
+    let proxy = LossyProxy::start(cp, |n| if n < 10 { Loss::Refuse } else { Loss::None }).await;
+    let exec = proxy.executor(cp, Mode::Plain).await;
+    let outcome = exec
+        .hold(&ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("held once a write goes through");
+    assert_eq!(outcome, Outcome::Held);
+    assert_eq!(proxy.puts.load(Ordering::SeqCst), 11);
+    // Refused to the end: not Conflict; the outcome of those writes is unknown to the call.
+    let proxy = LossyProxy::start(cp, |_| Loss::Refuse).await;
+    let exec = proxy.executor(cp, Mode::Plain).await;
+    let err = exec
+        .hold(&ns, "job", meta(Some(2), Duration::from_secs(2)))
+        .await
+        .expect_err("never lands");
+    assert_eq!(err.kind(), "Unknown", "{err}");
+}
+
+/// A TrainJob that does not exist (or was deleted) is `Rejected/NotFound`, never `Invalid`.
+#[tokio::test]
+async fn seam7_a_missing_trainjob_is_not_found_not_invalid() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("seam7-gone").await.expect("namespace");
+    let exec = hold_support::executor(cp).await;
+    for result in [
+        exec.hold(&ns, "nope", meta(Some(1), MINUTE)).await,
+        exec.release(&ns, "nope", meta(Some(1), MINUTE)).await,
+        exec.open(&ns, "nope", meta(None, MINUTE)).await,
+    ] {
+        let err = result.expect_err("no such TrainJob");
+        assert_eq!(err.cause(), Some(RejectCause::NotFound), "{err}");
+        assert_eq!(err.http_status(), 404);
+    }
+    let err = exec.status(&ns, "nope").await.expect_err("no such TrainJob");
+    assert_eq!(err.cause(), Some(RejectCause::NotFound), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 8: the capability was decided once at start-up and failed open.
+
+/// An executor whose identity lacks the RBAC to hold answers `Unsupported`; once the role
+/// is bound it holds, without a restart (a call probes again itself).
+#[tokio::test]
+async fn seam8_the_capability_is_probed_again_and_fails_closed() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("seam8").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    hold_support::create_trainjob(cp, &ns, "job", true).await;
+    // A service account of holdfast's kind, bound to nothing yet.
+    let sa = "late-controller";
+    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": sa}})).expect("sa"),
+        )
+        .await
+        .expect("service account");
+    let token = holdfast_tests::rbac::mint_token(&admin, &ns, sa, 3600)
+        .await
+        .expect("token");
+    let kc = kube::config::Kubeconfig::from_yaml(&cp.kubeconfig_yaml("late", &token, &ns))
+        .expect("kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("config");
+    let exec = HoldExecutor::new(
+        client_without_retry(cfg).expect("client"),
+        Mode::Plain,
+        hold_support::config(),
+    );
+    let err = exec
+        .hold(&ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect_err("no RBAC yet");
+    assert_eq!(err.kind(), "Unsupported", "{err}");
+    // Bind the chart's controller role: the next call (after REPROBE_AFTER) holds.
+    let binding: ClusterRoleBinding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("seam8-{ns}")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: format!("{}-controller", holdfast_tests::rbac::RELEASE),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.into(),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("bind");
+    let held = holdfast_tests::wait::wait_for(
+        "the hold, once allowed",
+        Duration::from_secs(30),
+        || async { exec.hold(&ns, "job", meta(Some(1), MINUTE)).await.ok() },
+    )
+    .await;
+    assert_eq!(held, Outcome::Held);
+}
+
+// ---------------------------------------------------------------------------------------
+// Seam 10: smaller holes.
+
+/// The hold finalizer could be set at CREATE (and on objects the webhook never saw).
+#[tokio::test]
+async fn seam10_the_hold_finalizer_is_the_controllers_at_create_too() {
+    let f = Fixture::start("seam10-fin").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    let tj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "fin", "finalizers": [HOLD_FINALIZER], "labels": {QUEUE_NAME_LABEL: QUEUE}},
+        "spec": {"runtimeRef": {"name": f.runtime}}
+    }))
+    .expect("trainjob");
+    let message = refused(f.trainjobs(&alice).create(&PostParams::default(), &tj).await);
+    assert!(message.contains(HOLD_FINALIZER), "{message}");
+    // On a Workload that carries no hold (no holdfast annotation for a matchCondition).
+    f.create_job("job", json!({})).await;
+    let wl = f.workload_when("job", "a Workload", |_| true).await;
+    let name = wl["metadata"]["name"].as_str().expect("name");
+    let message = refused(
+        f.workload_api(&alice)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &merge(json!({"metadata": {"finalizers": [HOLD_FINALIZER]}})),
+            )
+            .await,
+    );
+    assert!(message.contains(HOLD_FINALIZER), "{message}");
+    webhook.stop().await;
+    f.finish().await;
+}
