@@ -1,4 +1,4 @@
-//! A certificate authority that issues serving certificates.
+//! A certificate authority that issues serving and client certificates.
 
 use crate::CertError;
 use rcgen::{
@@ -103,6 +103,30 @@ impl CertificateAuthority {
             KeyUsagePurpose::KeyEncipherment,
         ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        validity(&mut params, valid_for)?;
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(IssuedCertificate {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// A client certificate (extended key usage `clientAuth`) for `common_name`: what a
+    /// client presents to a server that requires client certificates from this CA (the
+    /// kube-apiserver to the webhook).
+    pub fn issue_client(
+        &self,
+        common_name: &str,
+        valid_for: Duration,
+    ) -> Result<IssuedCertificate, CertError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, common_name);
+        params.distinguished_name = dn;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.use_authority_key_identifier_extension = true;
         validity(&mut params, valid_for)?;
         let key = KeyPair::generate()?;

@@ -24,6 +24,20 @@ pub const APISERVER_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// ClusterRole given to [`Identity::User`] in each test namespace.
 pub const TEST_USER_ROLE: &str = "holdfast-test-user";
 
+/// More apiserver configuration, for a control plane of a test's own: files written into the
+/// control plane's directory before the apiserver starts, and flags appended to its command
+/// line. `{dir}` in a file's contents or a flag stands for that directory.
+///
+/// E.g. an admission configuration giving the apiserver a client certificate for webhooks:
+/// the files `admission.yaml` and `webhook-kubeconfig.yaml`, and the flag
+/// `--admission-control-config-file={dir}/admission.yaml`.
+#[derive(Clone, Debug, Default)]
+pub struct ApiserverExtras {
+    /// (file name, contents).
+    pub files: Vec<(String, String)>,
+    pub flags: Vec<String>,
+}
+
 /// A running etcd + kube-apiserver + kube-controller-manager on loopback.
 pub struct ControlPlane {
     dir: PathBuf,
@@ -75,6 +89,11 @@ impl ControlPlane {
 
     /// Build or find the binaries, start everything, install the CRDs and test RBAC.
     pub fn start() -> anyhow::Result<ControlPlane> {
+        Self::start_with(ApiserverExtras::default())
+    }
+
+    /// [`start`](Self::start), with more apiserver configuration.
+    pub fn start_with(extras: ApiserverExtras) -> anyhow::Result<ControlPlane> {
         let binaries = binaries::ensure()?;
         let dir = tempfile::Builder::new()
             .prefix("holdfast-cp-")
@@ -146,33 +165,39 @@ impl ControlPlane {
         wait_etcd(etcd_port, &etcd)?;
 
         let d = |f: &str| dir.join(f).display().to_string();
+        let in_dir = |s: &str| s.replace("{dir}", &dir.display().to_string());
+        for (name, contents) in &extras.files {
+            std::fs::write(dir.join(name), in_dir(contents))?;
+        }
+        let mut apiserver_flags: Vec<String> = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", d("apiserver.crt")),
+            format!("--tls-private-key-file={}", d("apiserver.key")),
+            format!("--client-ca-file={}", d("ca.crt")),
+            format!("--token-auth-file={}", d("tokens.csv")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--api-audiences=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", d("sa.pub")),
+            format!("--service-account-signing-key-file={}", d("sa.key")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--enable-priority-and-fairness=false".into(),
+            format!("--request-timeout={}s", APISERVER_REQUEST_TIMEOUT.as_secs()),
+            format!("--audit-policy-file={}", d("audit-policy.yaml")),
+            format!("--audit-log-path={}", d("audit.log")),
+            "--audit-log-mode=blocking".into(),
+            "--audit-log-maxsize=0".into(),
+            "--v=1".into(),
+        ];
+        apiserver_flags.extend(extras.flags.iter().map(|f| in_dir(f)));
         let apiserver = Supervised::start(
             "kube-apiserver",
             &binaries.bin("kube-apiserver"),
-            vec![
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--tls-cert-file={}", d("apiserver.crt")),
-                format!("--tls-private-key-file={}", d("apiserver.key")),
-                format!("--client-ca-file={}", d("ca.crt")),
-                format!("--token-auth-file={}", d("tokens.csv")),
-                "--authorization-mode=RBAC".into(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                "--api-audiences=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", d("sa.pub")),
-                format!("--service-account-signing-key-file={}", d("sa.key")),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--endpoint-reconciler-type=none".into(),
-                "--enable-priority-and-fairness=false".into(),
-                format!("--request-timeout={}s", APISERVER_REQUEST_TIMEOUT.as_secs()),
-                format!("--audit-policy-file={}", d("audit-policy.yaml")),
-                format!("--audit-log-path={}", d("audit.log")),
-                "--audit-log-mode=blocking".into(),
-                "--audit-log-maxsize=0".into(),
-                "--v=1".into(),
-            ],
+            apiserver_flags,
             &dir,
             group,
         )?;

@@ -37,7 +37,12 @@ pub fn binary(name: &str) -> PathBuf {
 /// A control plane of the test's own (for tests that restart or break it), started off the
 /// async runtime.
 pub async fn owned_control_plane() -> ControlPlane {
-    match tokio::task::spawn_blocking(ControlPlane::start).await {
+    owned_control_plane_with(crate::ApiserverExtras::default()).await
+}
+
+/// [`owned_control_plane`] with more apiserver configuration.
+pub async fn owned_control_plane_with(extras: crate::ApiserverExtras) -> ControlPlane {
+    match tokio::task::spawn_blocking(move || ControlPlane::start_with(extras)).await {
         Ok(Ok(cp)) => cp,
         Ok(Err(e)) => panic!("start a control plane: {e:#}"),
         Err(e) => panic!("start a control plane: {e}"),
@@ -137,7 +142,20 @@ impl WebhookReplica {
         key: &Path,
         extra: &[&str],
     ) -> WebhookReplica {
-        let (port, admin_port) = (free_port().expect("port"), free_port().expect("port"));
+        Self::start_on(cp, name, free_port().expect("port"), cert, key, extra)
+    }
+
+    /// [`start`](Self::start) on a port chosen beforehand (e.g. one the apiserver's
+    /// admission configuration names).
+    pub fn start_on(
+        cp: &ControlPlane,
+        name: &str,
+        port: u16,
+        cert: &Path,
+        key: &Path,
+        extra: &[&str],
+    ) -> WebhookReplica {
+        let admin_port = free_port().expect("port");
         let mut args = vec![
             "--mode=plain".to_string(),
             format!(

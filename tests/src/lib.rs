@@ -20,5 +20,5 @@ pub mod process;
 pub mod rbac;
 pub mod wait;
 
-pub use control_plane::ControlPlane;
+pub use control_plane::{ApiserverExtras, ControlPlane};
 pub use identity::Identity;

@@ -263,6 +263,31 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
         let webhook = find(&docs, "Deployment", "-webhook");
         let env = env_of(webhook);
         assert_eq!(env["HOLDFAST_MODE"], combo.mode);
+        // Its limits (README, "Flood protection"), and no client certificates by default.
+        assert_eq!(env["HOLDFAST_MAX_CONCURRENT"], "64");
+        assert_eq!(env["HOLDFAST_BODY_READ_TIMEOUT_MS"], "2000");
+        assert_eq!(env["HOLDFAST_MAX_CONNECTIONS"], "512");
+        assert_eq!(env["HOLDFAST_MAX_CONNECTIONS_PER_IP"], "32");
+        assert!(!env.contains_key("HOLDFAST_CLIENT_CA_FILE"), "{combo:?}");
+        // The NetworkPolicy, on by default: the webhook port from any address (the apiserver,
+        // wherever it calls from), the metrics port from nobody but the node.
+        assert_eq!(count("NetworkPolicy"), 1, "{combo:?}");
+        let np = find(&docs, "NetworkPolicy", "-webhook");
+        assert_eq!(
+            np["spec"]["podSelector"]["matchLabels"], webhook["spec"]["selector"]["matchLabels"],
+            "the policy selects the webhook pods"
+        );
+        assert_eq!(strs(&np["spec"]["policyTypes"]), ["Ingress"]);
+        let rules = np["spec"]["ingress"].as_array().expect("ingress rules");
+        assert_eq!(rules.len(), 1, "only the webhook port: {rules:?}");
+        assert_eq!(
+            rules[0]["ports"],
+            serde_json::json!([{"port": 9443, "protocol": "TCP"}])
+        );
+        assert_eq!(
+            rules[0]["from"],
+            serde_json::json!([{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}])
+        );
         assert_eq!(
             env["HOLDFAST_CONTROLLER_USERS"],
             "system:serviceaccount:holdfast-system:holdfast-controller"
@@ -353,6 +378,20 @@ fn a_wrong_value_fails_at_install_with_a_message_naming_it() {
         ),
         // The secret mode needs the Secret's name and the CA.
         ("certs.mode=secret", "/certs"),
+        (
+            "webhook.limits.maxConnections=0",
+            "/webhook/limits/maxConnections",
+        ),
+        (
+            "webhook.limits.bodyReadTimeoutMs=60000",
+            "/webhook/limits/bodyReadTimeoutMs",
+        ),
+        // Client certificates need the CA's Secret or ConfigMap.
+        ("webhook.clientAuth.enabled=true", "/webhook/clientAuth"),
+        (
+            "networkPolicy.webhook.exceptCIDRs={10.244.0.0}",
+            "/networkPolicy/webhook/exceptCIDRs/0",
+        ),
     ];
     for (set, names) in cases {
         let install = Install::new("holdfast", "holdfast-system").set(set);
@@ -380,6 +419,89 @@ fn a_wrong_value_fails_at_install_with_a_message_naming_it() {
         "-controller",
     ));
     assert_eq!(env["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "120");
+}
+
+/// The non-default values of the NetworkPolicy and of client certificates render as the
+/// chart's README documents them, and the real apiserver accepts the policy.
+#[tokio::test]
+async fn network_policy_and_client_certificate_values_render_as_documented() {
+    let helm = helm();
+    let install = Install::new("holdfast", "holdfast-system")
+        .set("networkPolicy.webhook.exceptCIDRs={10.244.0.0/16,fd00:10:244::/56}")
+        .set("networkPolicy.webhook.extraFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=kube-system")
+        .set("networkPolicy.webhook.extraFrom[0].podSelector.matchLabels.k8s-app=konnectivity-agent")
+        .set("networkPolicy.metrics.from[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring")
+        .set("webhook.clientAuth.enabled=true")
+        .set("webhook.clientAuth.caConfigMapName=apiserver-client-ca");
+    helm.lint(&install).expect("lint");
+    let docs = helm.render(&install).expect("render");
+    let np = find(&docs, "NetworkPolicy", "-webhook");
+    let rules = np["spec"]["ingress"].as_array().expect("rules");
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    // Each except goes to the cidr of its family.
+    assert_eq!(
+        rules[0]["from"],
+        serde_json::json!([
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}},
+            {"ipBlock": {"cidr": "::/0", "except": ["fd00:10:244::/56"]}},
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+             "podSelector": {"matchLabels": {"k8s-app": "konnectivity-agent"}}}
+        ])
+    );
+    assert_eq!(
+        rules[1]["ports"],
+        serde_json::json!([{"port": 9091, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        rules[1]["from"],
+        serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}])
+    );
+    let webhook = find(&docs, "Deployment", "-webhook");
+    assert_eq!(
+        env_of(webhook)["HOLDFAST_CLIENT_CA_FILE"],
+        "/etc/holdfast/client-ca/ca.crt"
+    );
+    let pod = &webhook["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "client-ca")
+        .expect("the client CA volume");
+    assert_eq!(volume["configMap"]["name"], "apiserver-client-ca");
+    assert!(
+        pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["name"] == "client-ca" && m["mountPath"] == "/etc/holdfast/client-ca")
+    );
+
+    // The real apiserver accepts the policy (an except must lie inside its cidr).
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("hf-netpol").await.expect("namespace");
+    let mut np = np.clone();
+    np["metadata"]["namespace"] = serde_json::json!(ns);
+    let stored = rbac::apply(&admin, &np, &ns, false)
+        .await
+        .expect("apply the NetworkPolicy");
+    assert!(stored.metadata.uid.is_some());
+
+    // Off: no policy. Nothing allowed in at all would lock the apiserver out: refused.
+    let off = helm
+        .render(&Install::new("holdfast", "holdfast-system").set("networkPolicy.enabled=false"))
+        .expect("render");
+    assert!(helm::of_kind(&off, "NetworkPolicy").is_empty());
+    let err = helm
+        .template(
+            &Install::new("holdfast", "holdfast-system").set("networkPolicy.webhook.cidrs=null"),
+        )
+        .expect_err("no source for the apiserver");
+    assert!(
+        format!("{err:#}").contains("the apiserver could not reach the webhook"),
+        "{err:#}"
+    );
 }
 
 #[test]

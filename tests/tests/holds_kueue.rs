@@ -289,7 +289,8 @@ async fn kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_ho
         tj["spec"]["suspend"] == true
     })
     .await;
-    // And a hold placed on it now is ours, classified as ours.
+    // And a hold placed on it now is ours, classified as ours, with Kueue's reason under it
+    // (which Release leaves in place: see seams.rs).
     f.exec
         .hold(&f.ns, "job", meta(Some(1), MINUTE))
         .await
@@ -299,7 +300,9 @@ async fn kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_ho
         status.state,
         ObjectState::HeldByUs {
             instance: Some(1),
-            underlying: None
+            underlying: Some(holdfast_core::classify::Underlying::DeactivatedByKueue {
+                reason: "DeactivatedDueToMaximumExecutionTimeExceeded".into()
+            })
         }
     );
     f.finish().await;

@@ -5,6 +5,7 @@ use holdfast_core::policy::Identities;
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use crate::review::Limits;
+use holdfast_serve::ConnectionLimits;
 
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
@@ -80,10 +81,47 @@ pub struct Args {
     /// larger ones get 413.
     #[arg(long, env = "HOLDFAST_MAX_BODY_BYTES", default_value_t = Limits::DEFAULT.max_body_bytes)]
     pub max_body_bytes: usize,
-    /// Admissions served at once; more are shed at once with 503 and Retry-After: 1 (the
-    /// apiserver retries within the webhook's timeoutSeconds, then applies its failurePolicy).
+    /// Decisions made at once (a permit is taken once the body has been read); more are shed
+    /// at once with 503 and Retry-After: 1 (the apiserver retries within the webhook's
+    /// timeoutSeconds, then applies its failurePolicy).
     #[arg(long, env = "HOLDFAST_MAX_CONCURRENT", default_value_t = Limits::DEFAULT.max_concurrent)]
     pub max_concurrent: usize,
+    /// Longest time for a request body to arrive, in milliseconds; a slower one gets 408 and
+    /// its connection is closed. The apiserver sends a review in one write.
+    #[arg(
+        long,
+        env = "HOLDFAST_BODY_READ_TIMEOUT_MS",
+        default_value_t = Limits::DEFAULT.body_read_timeout.as_millis() as u64
+    )]
+    pub body_read_timeout_ms: u64,
+    /// Open connections to the admission port, in all; more are closed at accept.
+    #[arg(
+        long,
+        env = "HOLDFAST_MAX_CONNECTIONS",
+        default_value_t = ConnectionLimits::DEFAULT.max_connections
+    )]
+    pub max_connections: usize,
+    /// Open connections to the admission port from one source address; more are closed at
+    /// accept, so one client (one pod) cannot take them all.
+    #[arg(
+        long,
+        env = "HOLDFAST_MAX_CONNECTIONS_PER_IP",
+        default_value_t = ConnectionLimits::DEFAULT.max_connections_per_source
+    )]
+    pub max_connections_per_ip: usize,
+    /// A connection with no request in flight for this long is closed, in milliseconds.
+    #[arg(
+        long,
+        env = "HOLDFAST_IDLE_TIMEOUT_MS",
+        default_value_t = ConnectionLimits::DEFAULT.idle_timeout.as_millis() as u64
+    )]
+    pub idle_timeout_ms: u64,
+    /// Require TLS client certificates signed by a CA in this PEM file (re-read when its
+    /// contents change): a client without one fails the handshake. Give the apiserver a
+    /// client certificate for the webhook in its admission configuration (see the chart's
+    /// README).
+    #[arg(long, env = "HOLDFAST_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
     /// Longest time one admission may take, body read included, in milliseconds (keep it
     /// below the webhook configurations' timeoutSeconds).
     #[arg(long, env = "HOLDFAST_REQUEST_TIMEOUT_MS", default_value_t = 4000)]
@@ -125,7 +163,18 @@ impl Args {
             max_body_bytes: self.max_body_bytes,
             max_concurrent: self.max_concurrent.max(1),
             request_timeout: Duration::from_millis(self.request_timeout_ms),
+            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
             runtime_lookup_timeout: Duration::from_millis(self.runtime_lookup_timeout_ms),
+        }
+    }
+
+    /// The bounds on connections to the admission port.
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections.max(1),
+            max_connections_per_source: self.max_connections_per_ip.max(1),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms.max(1)),
+            ..ConnectionLimits::DEFAULT
         }
     }
 }

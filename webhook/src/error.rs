@@ -21,6 +21,10 @@ pub enum WebhookError {
     UnsupportedMediaType(String),
     #[error("reading the request body failed: {0}")]
     Body(String),
+    /// The body did not arrive in time: a client trickling it (the apiserver sends a review
+    /// in one go). The connection is closed after this answer.
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(Duration),
     /// A body that is not an AdmissionReview and names no `request.uid` to answer to.
     #[error(transparent)]
     Malformed(DecodeError),
@@ -36,6 +40,8 @@ pub enum WebhookError {
     MethodNotAllowed(String),
     #[error("encoding the answer failed: {0}")]
     Encode(String),
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl WebhookError {
@@ -45,12 +51,14 @@ impl WebhookError {
             WebhookError::BodyTooLarge { .. } => "body_too_large",
             WebhookError::UnsupportedMediaType(_) => "unsupported_media_type",
             WebhookError::Body(_) => "body",
+            WebhookError::BodyTimeout(_) => "body_timeout",
             WebhookError::Malformed(_) => "malformed",
             WebhookError::Timeout(_) => "timeout",
             WebhookError::Overloaded { .. } => "overloaded",
             WebhookError::NotFound => "not_found",
             WebhookError::MethodNotAllowed(_) => "method_not_allowed",
             WebhookError::Encode(_) => "encode",
+            WebhookError::Internal(_) => "internal",
         }
     }
 
@@ -59,11 +67,14 @@ impl WebhookError {
             WebhookError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             WebhookError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WebhookError::Body(_) | WebhookError::Malformed(_) => StatusCode::BAD_REQUEST,
+            WebhookError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             WebhookError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             WebhookError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             WebhookError::NotFound => StatusCode::NOT_FOUND,
             WebhookError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            WebhookError::Encode(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            WebhookError::Encode(_) | WebhookError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -73,11 +84,11 @@ impl WebhookError {
             WebhookError::BodyTooLarge { .. } => "RequestEntityTooLarge",
             WebhookError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             WebhookError::Body(_) | WebhookError::Malformed(_) => "BadRequest",
-            WebhookError::Timeout(_) => "Timeout",
+            WebhookError::Timeout(_) | WebhookError::BodyTimeout(_) => "Timeout",
             WebhookError::Overloaded { .. } => "ServiceUnavailable",
             WebhookError::NotFound => "NotFound",
             WebhookError::MethodNotAllowed(_) => "MethodNotAllowed",
-            WebhookError::Encode(_) => "InternalError",
+            WebhookError::Encode(_) | WebhookError::Internal(_) => "InternalError",
         }
     }
 }
@@ -130,6 +141,8 @@ mod tests {
             WebhookError::NotFound,
             WebhookError::MethodNotAllowed("GET".into()),
             WebhookError::Encode("x".into()),
+            WebhookError::BodyTimeout(Duration::from_secs(2)),
+            WebhookError::Internal("x".into()),
         ];
         let labels: std::collections::BTreeSet<_> = all.iter().map(|e| e.metric_label()).collect();
         assert_eq!(labels.len(), all.len());

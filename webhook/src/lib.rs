@@ -7,7 +7,8 @@
 //! - [`runtime_lookup`]: reading the runtime a TrainJob names at its admission.
 //! - [`registration`]: the Validating- and MutatingWebhookConfiguration to register (the chart
 //!   mirrors it).
-//! - [`server`]: TLS and admin ports, readiness, graceful drain.
+//! - [`server`]: TLS and admin ports, connection bounds, client certificates, readiness,
+//!   graceful drain.
 //! - [`metrics`], [`error`], [`args`].
 #![forbid(unsafe_code)]
 
@@ -23,7 +24,7 @@ pub use args::Args;
 pub use error::WebhookError;
 pub use holdfast_serve::CertFiles;
 pub use review::{Admission, Limits};
-pub use server::{RunningWebhook, ServeOptions};
+pub use server::{ConnectionOptions, RunningWebhook, ServeOptions};
 
 use metrics::Metrics;
 use prometheus_client::registry::Registry;
@@ -74,7 +75,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             key: args.tls_key.clone(),
         },
     };
-    let hook = RunningWebhook::start(options, admission, registry).await?;
+    let connections = ConnectionOptions {
+        limits: args.connection_limits(),
+        client_ca: args.client_ca_file.clone(),
+    };
+    let hook = RunningWebhook::start_with(options, connections, admission, registry).await?;
     server::shutdown_signal().await;
     tracing::info!("shutdown requested");
     hook.stop_after(std::time::Duration::from_millis(args.shutdown_delay_ms))

@@ -9,7 +9,16 @@
 //! | `holdfast_webhook_admission_duration_seconds` | `endpoint` | time from request to answer, every request (errors and shed ones too) |
 //! | `holdfast_webhook_request_errors_total` | `endpoint`, `reason` | requests answered with an HTTP error instead of a review ([`WebhookError::metric_label`]) |
 //! | `holdfast_webhook_runtime_lookups_total` | `result` | runtime reads at TrainJob admission: `found`, `missing`, `unknown_kind`, `invalid_ref`, `error`, `timeout` |
-//! | `holdfast_webhook_in_flight` | | admissions being answered now |
+//! | `holdfast_webhook_in_flight` | | decisions being made now (each holds one of `--max-concurrent` permits) |
+//! | `holdfast_webhook_connections_open` | | connections to the admission port open now |
+//! | `holdfast_webhook_connections_refused_total` | `reason`: `total`, `per_source` | connections closed at accept: a cap was reached |
+//! | `holdfast_webhook_tls_handshake_failures_total` | `reason`: `timeout`, `error` | failed handshakes (`error`: also a missing or untrusted client certificate) |
+//! | `holdfast_webhook_connections_closed_total` | `reason`: `idle`, `slow_request`, `shutdown` | connections the server closed |
+//!
+//! The connection metrics are `holdfast_serve::ConnectionMetrics`, registered by
+//! [`crate::RunningWebhook::start_with`]. A request refused for its body — too large (`413`),
+//! too slow (`408`, `body_timeout`) — or shed (`503`, `overloaded`) counts in
+//! `request_errors_total` by that reason.
 
 use crate::error::WebhookError;
 use holdfast_core::policy::{Operation, Resource, Verdict};
@@ -186,7 +195,7 @@ impl Metrics {
         );
         r.register(
             "in_flight",
-            "Admission requests being answered now",
+            "Admission decisions being made now",
             m.in_flight.clone(),
         );
         m

@@ -2,25 +2,39 @@
 //!
 //! Each request goes through, in order:
 //!
-//! 1. **Load shedding.** At most [`Limits::max_concurrent`] admissions are answered at once;
-//!    one more is refused at once with `503` and `Retry-After: 1` (a `v1 Status` body saying
-//!    so). The apiserver's client retries such an answer after the second it asks for, for
-//!    as long as the configuration's `timeoutSeconds` lasts; a call still shed then fails,
-//!    and the webhook's `failurePolicy` applies (`Fail`: the write is refused, with "context
-//!    deadline exceeded"). Measured by `tests/tests/faults_webhook.rs`.
-//! 2. **Timeout.** The whole answer, body read included, must take less than
+//! 1. **Timeout.** The whole answer, body read included, must take less than
 //!    [`Limits::request_timeout`] (below the configurations' `timeoutSeconds`), else `504`.
-//! 3. **Content type** `application/json` (parameters such as `charset` allowed), else `415`.
-//! 4. **Body limit** [`Limits::max_body_bytes`], checked against `Content-Length` before
+//! 2. **Content type** `application/json` (parameters such as `charset` allowed), else `415`.
+//! 3. **Body limit** [`Limits::max_body_bytes`], checked against `Content-Length` before
 //!    reading and while reading, else `413`.
-//! 5. **Decoding** with [`decode_review`]. A body that is not an AdmissionReview v1 gets a
+//! 4. **Body deadline.** The whole body must have arrived within [`Limits::body_read_timeout`]
+//!    of the handler starting, else `408`, and the connection is closed after the answer
+//!    (`holdfast_serve::ConnectionHandle::close`). The apiserver writes a review in one go, so
+//!    only a client trickling its body meets this. Nothing shared is held while a body is
+//!    read: a slow client costs its own connection's slot and nothing else (issue #12: with
+//!    the permit taken before the body, 300 trickling connections held all 64 and the
+//!    apiserver's own calls were shed until `failurePolicy: Fail` refused them). tower-http's
+//!    `RequestBodyTimeout` is not used: its timeout is between frames, which a client sending
+//!    two bytes a second never misses.
+//! 5. **Load shedding.** Only now, body in hand, is one of [`Limits::max_concurrent`] decision
+//!    permits taken (tower's `ConcurrencyLimit` under `LoadShed`); with none free the request
+//!    is refused at once with `503` and `Retry-After: 1` (a `v1 Status` body saying so). The
+//!    apiserver's client retries such an answer after the second it asks for, for as long as
+//!    the configuration's `timeoutSeconds` lasts; a call still shed then fails, and the
+//!    webhook's `failurePolicy` applies (`Fail`: the write is refused, with "context deadline
+//!    exceeded"). Measured by `tests/tests/faults_webhook.rs`. A permit is held for the
+//!    decision alone: decoding (microseconds) and, at a TrainJob CREATE, the runtime read.
+//! 6. **Decoding** with [`decode_review`]. A body that is not an AdmissionReview v1 gets a
 //!    clear error: an AdmissionReview with `allowed: false` and status 400 naming the problem
 //!    when its `request.uid` could be read (so the apiserver shows the message), else an HTTP
 //!    `400` with a `v1 Status` body.
-//! 6. **The decision**, by `holdfast_core::policy`: at `/mutate` the JSON patch of [`mutate`]
+//! 7. **The decision**, by `holdfast_core::policy`: at `/mutate` the JSON patch of [`mutate`]
 //!    (never a denial), at `/validate` the verdict of [`validate`] (never a patch). A dry run
 //!    gets exactly the answer the real request would get; the only I/O is the runtime read
 //!    below, which has no side effect.
+//!
+//! Connections themselves (how many, from where, how long idle, client certificates) are
+//! bounded by the TLS server, `holdfast_serve::tls`.
 //!
 //! At a TrainJob's CREATE, `/mutate` reads the runtime its `spec.runtimeRef` names
 //! ([`RuntimeLookup`], bounded by [`Limits::runtime_lookup_timeout`]) and records its
@@ -43,6 +57,7 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use holdfast_core::mode::Mode;
 use holdfast_core::names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION;
 use holdfast_core::policy::request::{decode_review, error_response, response};
@@ -51,13 +66,19 @@ use holdfast_core::policy::{
     validate,
 };
 use holdfast_core::snapshot::runtime_ref;
+use holdfast_serve::ConnectionHandle;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use json_patch::PatchOperation;
 use serde_json::{Value, json};
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
+use tower::limit::ConcurrencyLimit;
+use tower::load_shed::LoadShed;
+use tower::load_shed::error::Overloaded;
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 /// The bounds every admission request is held to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,10 +87,17 @@ pub struct Limits {
     /// each is at most what the apiserver accepts as a request body (3 MiB of JSON), so
     /// 6 MiB admits the largest ConfigMap update the apiserver can send.
     pub max_body_bytes: usize,
-    /// Admissions answered at once; the next is shed with 503.
+    /// Decisions made at once; one more is shed with 503.
     pub max_concurrent: usize,
     /// Longest time to answer one admission, body read included.
     pub request_timeout: Duration,
+    /// Longest time for the whole request body to arrive (at most `request_timeout`).
+    ///
+    /// 2 s: the apiserver sends a review in one write as soon as the call starts, so a body
+    /// that is slow to arrive is one a client chose to trickle. Even the largest body allowed
+    /// (6 MiB) crosses a 100 Mbit/s link in half a second; 2 s leaves the call 3 s of the
+    /// chart's `timeoutSeconds: 5` for the decision and for the apiserver's retries.
+    pub body_read_timeout: Duration,
     /// Longest time to read the runtime at a TrainJob's admission.
     pub runtime_lookup_timeout: Duration,
 }
@@ -79,6 +107,7 @@ impl Limits {
         max_body_bytes: 6 * 1024 * 1024,
         max_concurrent: 64,
         request_timeout: Duration::from_secs(4),
+        body_read_timeout: Duration::from_secs(2),
         runtime_lookup_timeout: Duration::from_secs(2),
     };
 }
@@ -89,8 +118,8 @@ impl Default for Limits {
     }
 }
 
-/// Everything an admission decision needs; shared by every request.
-pub struct Admission {
+/// What a decision needs; shared by every request.
+struct Policy {
     mode: Mode,
     identities: Identities,
     runtimes: Arc<dyn RuntimeLookup>,
@@ -99,15 +128,48 @@ pub struct Admission {
     queues: Option<holdfast_cluster::Queues>,
     metrics: Metrics,
     limits: Limits,
-    permits: Arc<Semaphore>,
+}
+
+/// A request whose body arrived in time, to be decided.
+struct Decision {
+    endpoint: Endpoint,
+    body: Bytes,
+}
+
+/// The decision as a tower service.
+#[derive(Clone)]
+struct Decide(Arc<Policy>);
+
+impl Service<Decision> for Decide {
+    type Response = Result<Response, WebhookError>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, d: Decision) -> Self::Future {
+        let policy = self.0.clone();
+        Box::pin(async move { Ok(policy.decide(d).await) })
+    }
+}
+
+/// The decision behind [`Limits::max_concurrent`] permits, shedding when none is free.
+type Decider = LoadShed<ConcurrencyLimit<Decide>>;
+
+/// The admission endpoints' state, shared by every request.
+pub struct Admission {
+    policy: Arc<Policy>,
+    decider: Decider,
 }
 
 impl std::fmt::Debug for Admission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Admission")
-            .field("mode", &self.mode)
-            .field("identities", &self.identities)
-            .field("limits", &self.limits)
+            .field("mode", &self.policy.mode)
+            .field("identities", &self.policy.identities)
+            .field("limits", &self.policy.limits)
             .finish_non_exhaustive()
     }
 }
@@ -120,30 +182,45 @@ impl Admission {
         metrics: Metrics,
         limits: Limits,
     ) -> Self {
-        Self {
+        let policy = Arc::new(Policy {
             mode,
             identities,
             runtimes,
             metrics,
-            permits: Arc::new(Semaphore::new(limits.max_concurrent.max(1))),
             limits,
             queues: None,
-        }
+        });
+        Self::with_policy(policy)
+    }
+
+    fn with_policy(policy: Arc<Policy>) -> Self {
+        let decider = ServiceBuilder::new()
+            .load_shed()
+            .concurrency_limit(policy.limits.max_concurrent.max(1))
+            .service(Decide(policy.clone()));
+        Self { policy, decider }
     }
 
     /// Kueue mode: the watched queues a managed TrainJob's queue is checked against. Without
     /// them (`None`) in kueue mode, every such request is refused: the gate cannot be seen.
-    pub fn with_queues(mut self, queues: Option<holdfast_cluster::Queues>) -> Self {
-        self.queues = queues;
-        self
+    pub fn with_queues(self, queues: Option<holdfast_cluster::Queues>) -> Self {
+        let p = &self.policy;
+        Self::with_policy(Arc::new(Policy {
+            mode: p.mode,
+            identities: p.identities.clone(),
+            runtimes: p.runtimes.clone(),
+            queues,
+            metrics: p.metrics.clone(),
+            limits: p.limits,
+        }))
     }
 
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        &self.policy.metrics
     }
 
     pub fn limits(&self) -> Limits {
-        self.limits
+        self.policy.limits
     }
 
     /// The router serving `/mutate` and `/validate`; anything else is a JSON 404 or 405.
@@ -161,27 +238,20 @@ impl Admission {
     /// Answer one admission request at `endpoint`.
     pub async fn admit(&self, endpoint: Endpoint, req: Request) -> Response {
         let started = Instant::now();
-        let answer = match self.permits.clone().try_acquire_owned() {
-            Err(_) => Err(WebhookError::Overloaded {
-                limit: self.limits.max_concurrent,
-            }),
-            Ok(_permit) => {
-                let _in_flight = self.metrics.in_flight();
-                match tokio::time::timeout(self.limits.request_timeout, self.answer(endpoint, req))
-                    .await
-                {
-                    Ok(answer) => answer,
-                    Err(_) => Err(WebhookError::Timeout(self.limits.request_timeout)),
-                }
-            }
-        };
+        let limits = self.policy.limits;
+        let metrics = &self.policy.metrics;
+        let answer =
+            match tokio::time::timeout(limits.request_timeout, self.answer(endpoint, req)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(WebhookError::Timeout(limits.request_timeout)),
+            };
         let response = match answer {
             Ok(r) => r,
             Err(e) => {
-                self.metrics.error(endpoint, &e);
+                metrics.error(endpoint, &e);
                 match &e {
-                    WebhookError::Overloaded { .. } => {
-                        tracing::debug!(endpoint = endpoint.as_str(), "admission shed")
+                    WebhookError::Overloaded { .. } | WebhookError::BodyTimeout(_) => {
+                        tracing::debug!(endpoint = endpoint.as_str(), error = %e, "admission refused")
                     }
                     _ => {
                         tracing::warn!(endpoint = endpoint.as_str(), error = %e, "admission request failed")
@@ -190,14 +260,51 @@ impl Admission {
                 e.into_response()
             }
         };
-        self.metrics.observe(endpoint, started.elapsed());
+        metrics.observe(endpoint, started.elapsed());
         response
     }
 
     async fn answer(&self, endpoint: Endpoint, req: Request) -> Result<Response, WebhookError> {
         check_content_type(req.headers())?;
-        let body = read_body(req, self.limits.max_body_bytes).await?;
-        let (uid, input) = match decode_review(&body) {
+        let limits = self.policy.limits;
+        let connection = req.extensions().get::<ConnectionHandle>().cloned();
+        // The body first, under its own deadline, holding nothing shared.
+        let deadline = limits.body_read_timeout.min(limits.request_timeout);
+        let body = match tokio::time::timeout(deadline, read_body(req, limits.max_body_bytes)).await
+        {
+            Ok(body) => body?,
+            Err(_) => {
+                // A client this slow gets no further request on this connection.
+                if let Some(c) = connection {
+                    c.close();
+                }
+                return Err(WebhookError::BodyTimeout(deadline));
+            }
+        };
+        // Then a permit, for the decision alone.
+        let mut decider = self.decider.clone();
+        let shed = |e: BoxError| {
+            if e.is::<Overloaded>() {
+                WebhookError::Overloaded {
+                    limit: limits.max_concurrent,
+                }
+            } else {
+                WebhookError::Internal(e.to_string())
+            }
+        };
+        let ready = decider.ready().await.map_err(shed)?;
+        ready
+            .call(Decision { endpoint, body })
+            .await
+            .map_err(shed)?
+    }
+}
+
+impl Policy {
+    async fn decide(&self, d: Decision) -> Result<Response, WebhookError> {
+        let _in_flight = self.metrics.in_flight();
+        let endpoint = d.endpoint;
+        let (uid, input) = match decode_review(&d.body) {
             Ok(decoded) => decoded,
             Err(e) => {
                 let Some(review) = error_response(&e) else {

@@ -1,6 +1,8 @@
 //! The running webhook: the admission router over TLS (holdfast-serve: rustls, TLS 1.2+, h2
-//! and http/1.1, header-read timeout, certificate files re-read every 5 s, graceful drain) and
-//! the admin port (`/livez`, `/healthz`, `/readyz`, `/metrics`, plain HTTP).
+//! and http/1.1, certificate files re-read every 5 s, connections capped in total and per
+//! source address, handshake, header-read and idle timeouts, optionally client certificates,
+//! graceful drain) and the admin port (`/livez`, `/healthz`, `/readyz`, `/metrics`, plain
+//! HTTP).
 //!
 //! `/readyz` turns true once the serving certificate is loaded (binding fails otherwise) and
 //! false again as soon as shutdown begins. On SIGTERM the webhook keeps serving for the
@@ -9,9 +11,13 @@
 //! (15 s) to finish. The pod's `terminationGracePeriodSeconds` must exceed both together.
 
 use crate::review::Admission;
-use holdfast_serve::{CertFiles, Readiness, TlsServer, admin::serve_admin, admin_router};
+use holdfast_serve::{
+    CertFiles, ConnectionLimits, ConnectionMetrics, Readiness, TlsOptions, TlsServer,
+    admin::serve_admin, admin_router,
+};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -28,6 +34,14 @@ pub struct ServeOptions {
     pub cert: CertFiles,
 }
 
+/// Who may connect to the admission port, and how much they may hold.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionOptions {
+    pub limits: ConnectionLimits,
+    /// Require client certificates signed by a CA in this PEM file.
+    pub client_ca: Option<PathBuf>,
+}
+
 /// A webhook serving in the background until [`RunningWebhook::stop`].
 #[derive(Debug)]
 pub struct RunningWebhook {
@@ -41,14 +55,38 @@ pub struct RunningWebhook {
 }
 
 impl RunningWebhook {
-    /// Load the certificate, bind both ports and start serving. Fails if the certificate
-    /// cannot be loaded or a port cannot be bound.
+    /// Load the certificate, bind both ports and start serving, with the default connection
+    /// bounds and no client authentication. Fails if the certificate cannot be loaded or a
+    /// port cannot be bound.
     pub async fn start(
         options: ServeOptions,
         admission: Arc<Admission>,
         registry: Registry,
     ) -> anyhow::Result<Self> {
-        let tls = TlsServer::bind(options.addr, options.cert).await?;
+        Self::start_with(options, ConnectionOptions::default(), admission, registry).await
+    }
+
+    /// [`start`](Self::start) with these connection bounds and, if given, client
+    /// certificates required. The connection metrics join `registry` (prefix
+    /// `holdfast_webhook_`).
+    pub async fn start_with(
+        options: ServeOptions,
+        connections: ConnectionOptions,
+        admission: Arc<Admission>,
+        mut registry: Registry,
+    ) -> anyhow::Result<Self> {
+        let metrics =
+            ConnectionMetrics::register(registry.sub_registry_with_prefix("holdfast_webhook"));
+        let tls = TlsServer::bind_with(
+            options.addr,
+            options.cert,
+            TlsOptions {
+                limits: connections.limits,
+                client_ca: connections.client_ca,
+                metrics,
+            },
+        )
+        .await?;
         let addr = tls.local_addr()?;
         let admin_listener = TcpListener::bind(options.admin_addr).await?;
         let admin_addr = admin_listener.local_addr()?;

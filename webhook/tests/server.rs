@@ -10,7 +10,7 @@ use holdfast_core::snapshot::RuntimeRef;
 use holdfast_serve::CertFiles;
 use holdfast_webhook::metrics::Metrics;
 use holdfast_webhook::runtime_lookup::{LookupError, RuntimeLookup};
-use holdfast_webhook::{Admission, Limits, RunningWebhook, ServeOptions};
+use holdfast_webhook::{Admission, ConnectionOptions, Limits, RunningWebhook, ServeOptions};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -454,4 +454,241 @@ async fn on_shutdown_it_turns_unready_but_keeps_answering_for_the_delay() {
             .await
             .is_err()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connection bounds
+
+async fn start_bounded(
+    files: CertFiles,
+    limits: holdfast_serve::ConnectionLimits,
+    admission_limits: Limits,
+) -> RunningWebhook {
+    holdfast_serve::install_crypto_provider();
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let admission = Arc::new(Admission::new(
+        Mode::Plain,
+        Identities::new(["controller"], ["trainer"], ["gc"], ["kueue"]),
+        Arc::new(SlowRuntimes {
+            wait: Duration::ZERO,
+        }),
+        metrics,
+        admission_limits,
+    ));
+    RunningWebhook::start_with(
+        ServeOptions {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            admin_addr: "127.0.0.1:0".parse().unwrap(),
+            cert: files,
+        },
+        ConnectionOptions {
+            limits,
+            client_ca: None,
+        },
+        admission,
+        registry,
+    )
+    .await
+    .expect("start the webhook")
+}
+
+type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// A TLS connection (HTTP/1.1 by ALPN) from `source` to the webhook, or the handshake's error.
+async fn connect_from(
+    ca: &CertificateAuthority,
+    source: &str,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<Tls> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(format!("{source}:0").parse().unwrap())?;
+    let tcp = socket.connect(addr).await?;
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(
+            rustls::pki_types::ServerName::IpAddress(addr.ip().into()),
+            tcp,
+        )
+        .await?;
+    // The server's refusal (a closed connection) can show only on the first read or write.
+    use tokio::io::AsyncWriteExt;
+    tls.flush().await?;
+    Ok(tls)
+}
+
+/// Whether the server has closed `tls` (a read ends), within 10 s.
+async fn closed_by_server(tls: &mut Tls) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn connections_over_a_cap_are_closed_at_accept_and_other_sources_still_get_in() {
+    let ca = ca();
+    let leaf = ca
+        .issue_serving(&["127.0.0.1".into()], Duration::from_secs(600))
+        .unwrap();
+    let vol = SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
+    let limits = holdfast_serve::ConnectionLimits {
+        max_connections: 3,
+        max_connections_per_source: 2,
+        ..holdfast_serve::ConnectionLimits::DEFAULT
+    };
+    let hook = start_bounded(vol.files(), limits, Limits::DEFAULT).await;
+    let addr = hook.addr();
+    let admin = format!("http://{}/metrics", hook.admin_addr());
+    let open = || async {
+        metric(
+            &reqwest::get(&admin).await.unwrap().text().await.unwrap(),
+            "holdfast_webhook_connections_open ",
+        )
+    };
+
+    // One source: two connections, and the third is closed at once.
+    let _a1 = connect_from(&ca, "127.0.0.1", addr).await.expect("first");
+    let _a2 = connect_from(&ca, "127.0.0.1", addr).await.expect("second");
+    let mut a3 = connect_from(&ca, "127.0.0.1", addr).await;
+    let refused = match &mut a3 {
+        Err(_) => true,
+        Ok(tls) => closed_by_server(tls).await,
+    };
+    assert!(refused, "a third connection from one source was kept");
+    // Another source still gets in and is answered.
+    let other = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap())
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .http1_only()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let resp = other
+        .post(format!("https://127.0.0.1:{}/validate", addr.port()))
+        .json(&snapshot_delete_review())
+        .send()
+        .await
+        .expect("a second source is served");
+    assert_eq!(resp.status(), 200);
+    drop(other);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while open().await > 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the second source's connection stayed open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The total: a third source fills it, a fourth is closed at once.
+    let _c1 = connect_from(&ca, "127.0.0.3", addr)
+        .await
+        .expect("third source");
+    let mut c2 = connect_from(&ca, "127.0.0.4", addr).await;
+    let refused = match &mut c2 {
+        Err(_) => true,
+        Ok(tls) => closed_by_server(tls).await,
+    };
+    assert!(refused, "a connection over the total was kept");
+    let text = reqwest::get(&admin).await.unwrap().text().await.unwrap();
+    assert!(
+        metric(
+            &text,
+            "holdfast_webhook_connections_refused_total{reason=\"per_source\"}"
+        ) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        metric(
+            &text,
+            "holdfast_webhook_connections_refused_total{reason=\"total\"}"
+        ) >= 1.0,
+        "{text}"
+    );
+    hook.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_trickled_body_gets_408_and_its_connection_is_closed_while_admissions_go_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = ca();
+    let leaf = ca
+        .issue_serving(&["127.0.0.1".into()], Duration::from_secs(600))
+        .unwrap();
+    let vol = SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
+    let hook = start_bounded(
+        vol.files(),
+        holdfast_serve::ConnectionLimits::DEFAULT,
+        Limits {
+            max_concurrent: 1,
+            body_read_timeout: Duration::from_millis(500),
+            ..Limits::DEFAULT
+        },
+    )
+    .await;
+    let addr = hook.addr();
+    let mut slow = connect_from(&ca, "127.0.0.1", addr).await.expect("connect");
+    slow.write_all(
+        b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"",
+    )
+    .await
+    .unwrap();
+    slow.flush().await.unwrap();
+    // The only decision permit is not the slow client's: a whole review is answered.
+    let resp = client(&ca)
+        .post(format!("https://127.0.0.1:{}/validate", addr.port()))
+        .json(&snapshot_delete_review())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // The slow one gets 408, and then the connection ends.
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(
+        read.is_ok(),
+        "the connection stayed open after the 408: {text}"
+    );
+    hook.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed() {
+    let ca = ca();
+    let leaf = ca
+        .issue_serving(&["127.0.0.1".into()], Duration::from_secs(600))
+        .unwrap();
+    let vol = SecretVolume::new(&leaf.cert_pem, &leaf.key_pem);
+    let limits = holdfast_serve::ConnectionLimits {
+        idle_timeout: Duration::from_millis(400),
+        ..holdfast_serve::ConnectionLimits::DEFAULT
+    };
+    let hook = start_bounded(vol.files(), limits, Limits::DEFAULT).await;
+    let mut idle = connect_from(&ca, "127.0.0.1", hook.addr())
+        .await
+        .expect("connect");
+    assert!(
+        closed_by_server(&mut idle).await,
+        "an idle connection was kept"
+    );
+    hook.stop().await.unwrap();
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::runtime_lookup::{LookupError, NoRuntimes};
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use holdfast_core::snapshot::RuntimeRef;
 use http_body_util::BodyExt;
@@ -410,6 +411,56 @@ async fn a_full_house_sheds_with_503_and_retry_after() {
     assert_eq!(first["allowed"], true);
     let again = review(&a, "/validate", &create).await;
     assert_eq!(again["allowed"], true);
+}
+
+#[tokio::test]
+async fn a_trickled_body_holds_no_permit_and_is_cut_at_its_deadline_with_408() {
+    let limits = Limits {
+        max_concurrent: 1,
+        body_read_timeout: Duration::from_millis(300),
+        ..Limits::DEFAULT
+    };
+    let a = admission_with(Mode::Plain, Arc::new(NoRuntimes), limits);
+    // A body that never finishes arriving (two bytes, then nothing).
+    let slow = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let stream =
+                futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"{\""))])
+                    .chain(futures::stream::pending());
+            send(
+                &a,
+                request(
+                    "/validate",
+                    Some("application/json"),
+                    Body::from_stream(stream),
+                ),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Meanwhile the only permit is free: a whole review is decided.
+    let body = admission_review(
+        "",
+        "configmaps",
+        "CREATE",
+        "alice",
+        None,
+        Some(configmap("x", json!({}))),
+    );
+    let answer = review(&a, "/validate", &body).await;
+    assert_eq!(answer["allowed"], true);
+    let (status, _, body) = slow.await.unwrap();
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(body["reason"], "Timeout");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("request body did not arrive within"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
