@@ -226,7 +226,9 @@ impl PreflightReport {
             let untried = |c: &Check| {
                 c.probe == Probe::HoldRoundTrip
                     && c.result == CheckResult::NotChecked
-                    && c.detail.as_deref().is_some_and(|d| d.starts_with(NO_TRAINJOB))
+                    && c.detail
+                        .as_deref()
+                        .is_some_and(|d| d.starts_with(NO_TRAINJOB))
             };
             let failed: Vec<String> = checks
                 .iter()

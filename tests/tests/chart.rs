@@ -509,35 +509,45 @@ fn the_charts_webhook_configurations_are_the_registration_modules() {
     use holdfast_webhook::registration::{Registration, Target};
     let helm = helm();
     let (_dir, ca_path, ca_pem) = ca_file();
-    let install = Combo {
-        mode: "plain",
-        certs: "secret",
-        service_monitor: false,
+    for mode in [
+        holdfast_core::mode::Mode::Plain,
+        holdfast_core::mode::Mode::Kueue,
+    ] {
+        let install = Combo {
+            mode: if mode == holdfast_core::mode::Mode::Kueue {
+                "kueue"
+            } else {
+                "plain"
+            },
+            certs: "secret",
+            service_monitor: false,
+        }
+        .install("holdfast", "holdfast-system", &ca_path);
+        let docs = helm.render(&install).expect("render");
+        let reg = Registration::new(
+            "holdfast",
+            Target::Service {
+                namespace: "holdfast-system".into(),
+                name: "holdfast-webhook".into(),
+                port: Some(443),
+            },
+            ca_pem.clone().into_bytes(),
+        )
+        .with_mode(mode);
+        let want_v = serde_json::to_value(reg.validating()).expect("json");
+        let want_m = serde_json::to_value(reg.mutating()).expect("json");
+        let got_v = find(&docs, "ValidatingWebhookConfiguration", "holdfast");
+        let got_m = find(&docs, "MutatingWebhookConfiguration", "holdfast");
+        assert_eq!(got_v["metadata"]["name"], want_v["metadata"]["name"]);
+        assert_eq!(
+            got_v["webhooks"], want_v["webhooks"],
+            "validating webhooks differ"
+        );
+        assert_eq!(
+            got_m["webhooks"], want_m["webhooks"],
+            "mutating webhooks differ"
+        );
     }
-    .install("holdfast", "holdfast-system", &ca_path);
-    let docs = helm.render(&install).expect("render");
-    let reg = Registration::new(
-        "holdfast",
-        Target::Service {
-            namespace: "holdfast-system".into(),
-            name: "holdfast-webhook".into(),
-            port: Some(443),
-        },
-        ca_pem.into_bytes(),
-    );
-    let want_v = serde_json::to_value(reg.validating()).expect("json");
-    let want_m = serde_json::to_value(reg.mutating()).expect("json");
-    let got_v = find(&docs, "ValidatingWebhookConfiguration", "holdfast");
-    let got_m = find(&docs, "MutatingWebhookConfiguration", "holdfast");
-    assert_eq!(got_v["metadata"]["name"], want_v["metadata"]["name"]);
-    assert_eq!(
-        got_v["webhooks"], want_v["webhooks"],
-        "validating webhooks differ"
-    );
-    assert_eq!(
-        got_m["webhooks"], want_m["webhooks"],
-        "mutating webhooks differ"
-    );
 }
 
 /// Whether `user` (a service account of `sa_namespace`) may do something, by
@@ -936,12 +946,21 @@ async fn the_controller_service_account_token_can_snapshot_and_loses_exactly_a_r
         .await
         .expect("the controller may create a ConfigMap in any namespace");
     cms.get("probe-1").await.expect("and read it");
-    // What it must not do.
+    // What it must not do: rewrite a ConfigMap (it deletes orphaned snapshots only, and
+    // creates, never updates).
+    let mut edited = cms.get("probe-1").await.expect("read");
+    edited.data = Some(BTreeMap::from([("k".to_string(), "changed".to_string())]));
     let err = cms
-        .delete("probe-1", &DeleteParams::default())
+        .replace("probe-1", &PostParams::default(), &edited)
         .await
-        .expect_err("the controller never deletes ConfigMaps");
+        .expect_err("the controller never updates ConfigMaps");
     assert_eq!(status_code(&err), Some(403), "{err}");
+    cms.create(&PostParams::default(), &configmap("probe-2", &[]))
+        .await
+        .expect("create a second");
+    cms.delete("probe-2", &DeleteParams::default())
+        .await
+        .expect("it may delete one (an orphaned snapshot)");
     let err = Api::<Secret>::namespaced(ctl.clone(), &tenant)
         .list(&Default::default())
         .await

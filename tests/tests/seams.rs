@@ -69,13 +69,21 @@ async fn seam1_a_kueue_hold_is_not_lifted_by_dropping_the_queue_name_then_unsusp
     .await;
     let pp = PatchParams::default();
     let drop_queue = json!({"metadata": {"labels": {QUEUE_NAME_LABEL: null}}});
-    let message = refused(f.trainjobs(&alice).patch("job", &pp, &merge(drop_queue)).await);
+    let message = refused(
+        f.trainjobs(&alice)
+            .patch("job", &pp, &merge(drop_queue))
+            .await,
+    );
     assert!(
         message.contains(QUEUE_NAME_LABEL) && message.contains("suspended"),
         "{message}"
     );
     let unsuspend = json!({"spec": {"suspend": false}});
-    let message = refused(f.trainjobs(&alice).patch("job", &pp, &merge(unsuspend)).await);
+    let message = refused(
+        f.trainjobs(&alice)
+            .patch("job", &pp, &merge(unsuspend))
+            .await,
+    );
     assert!(message.contains("whatever labels"), "{message}");
     stays("the job stays held", Duration::from_secs(3), || async {
         let tj = f.trainjob("job").await;
@@ -87,7 +95,13 @@ async fn seam1_a_kueue_hold_is_not_lifted_by_dropping_the_queue_name_then_unsusp
     .await;
     let status = f.exec.status(&f.ns, "job").await.expect("status");
     assert!(
-        matches!(status.state, ObjectState::HeldByUs { instance: Some(1), .. }),
+        matches!(
+            status.state,
+            ObjectState::HeldByUs {
+                instance: Some(1),
+                ..
+            }
+        ),
         "{status:?}"
     );
     webhook.stop().await;
@@ -107,9 +121,17 @@ async fn seam1_a_closed_start_gate_is_not_opened_by_dropping_the_queue_name_then
     .await;
     let pp = PatchParams::default();
     let drop_queue = json!({"metadata": {"labels": {QUEUE_NAME_LABEL: null}}});
-    refused(f.trainjobs(&alice).patch("job", &pp, &merge(drop_queue)).await);
+    refused(
+        f.trainjobs(&alice)
+            .patch("job", &pp, &merge(drop_queue))
+            .await,
+    );
     let unsuspend = json!({"spec": {"suspend": false}});
-    refused(f.trainjobs(&alice).patch("job", &pp, &merge(unsuspend)).await);
+    refused(
+        f.trainjobs(&alice)
+            .patch("job", &pp, &merge(unsuspend))
+            .await,
+    );
     // Server-side apply, forced, as alice's field manager: refused just the same.
     let apply = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "job"}, "spec": {"suspend": false}});
@@ -122,9 +144,11 @@ async fn seam1_a_closed_start_gate_is_not_opened_by_dropping_the_queue_name_then
             )
             .await,
     );
-    stays("the job waits at its gate", Duration::from_secs(3), || async {
-        f.trainjob("job").await["spec"]["suspend"] == true
-    })
+    stays(
+        "the job waits at its gate",
+        Duration::from_secs(3),
+        || async { f.trainjob("job").await["spec"]["suspend"] == true },
+    )
     .await;
     webhook.stop().await;
     f.finish().await;
@@ -263,9 +287,15 @@ async fn seam4_a_queue_without_the_readmission_check_refuses_hold_release_and_op
             }
         })
         .await;
-    assert!(err.to_string().contains(&format!("ClusterQueue {cq}")), "{err}");
+    assert!(
+        err.to_string().contains(&format!("ClusterQueue {cq}")),
+        "{err}"
+    );
     for (what, result) in [
-        ("hold", f.exec.hold(&f.ns, "job", meta(Some(2), MINUTE)).await),
+        (
+            "hold",
+            f.exec.hold(&f.ns, "job", meta(Some(2), MINUTE)).await,
+        ),
         ("open", f.exec.open(&f.ns, "job", meta(None, MINUTE)).await),
     ] {
         assert!(
@@ -302,7 +332,11 @@ async fn seam4_a_queue_without_the_readmission_check_refuses_hold_release_and_op
         "spec": {"runtimeRef": {"name": f.runtime}}
     }))
     .expect("trainjob");
-    let message = refused(f.trainjobs(&alice).create(&PostParams::default(), &tj).await);
+    let message = refused(
+        f.trainjobs(&alice)
+            .create(&PostParams::default(), &tj)
+            .await,
+    );
     assert!(message.contains(&cq), "{message}");
     webhook.stop().await;
     f.finish().await;
@@ -330,7 +364,11 @@ async fn seam5_release_leaves_kueues_own_deactivation_in_place() {
         f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Held)
     );
-    let held = f.workload_when("job", "held", |w| annotation(w, ANN_HOLD_INSTANCE) == Some("1")).await;
+    let held = f
+        .workload_when("job", "held", |w| {
+            annotation(w, ANN_HOLD_INSTANCE) == Some("1")
+        })
+        .await;
     assert_eq!(
         annotation(&held, ANN_HOLD_FOUND),
         Some("DeactivatedDueToMaximumExecutionTimeExceeded")
@@ -349,13 +387,17 @@ async fn seam5_release_leaves_kueues_own_deactivation_in_place() {
         f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: false })
     );
-    stays("Kueue's deactivation stays", Duration::from_secs(3), || async {
-        f.live_workloads("job").await.iter().all(|w| {
-            !active(w)
-                && annotation(w, ANN_HOLD_INSTANCE).is_none()
-                && !kueue_support::has_hold_finalizer(w)
-        })
-    })
+    stays(
+        "Kueue's deactivation stays",
+        Duration::from_secs(3),
+        || async {
+            f.live_workloads("job").await.iter().all(|w| {
+                !active(w)
+                    && annotation(w, ANN_HOLD_INSTANCE).is_none()
+                    && !kueue_support::has_hold_finalizer(w)
+            })
+        },
+    )
     .await;
     let status = f.exec.status(&f.ns, "job").await.expect("status");
     assert_eq!(
@@ -451,8 +493,13 @@ async fn seam6_a_decoy_workload_never_captures_the_hold() {
     let api = f.workload_api(&f.admin);
     let name = real["metadata"]["name"].as_str().expect("name");
     let real = serde_json::to_value(api.get(name).await.expect("real")).expect("json");
-    assert_eq!(annotation(&real, ANN_HOLD_INSTANCE), Some("1"), "the real one is held");
-    let decoy = serde_json::to_value(api.get("decoy-labelled").await.expect("decoy")).expect("json");
+    assert_eq!(
+        annotation(&real, ANN_HOLD_INSTANCE),
+        Some("1"),
+        "the real one is held"
+    );
+    let decoy =
+        serde_json::to_value(api.get("decoy-labelled").await.expect("decoy")).expect("json");
     assert_eq!(annotation(&decoy, ANN_HOLD_INSTANCE), None, "{decoy:#}");
     webhook.stop().await;
     f.finish().await;
@@ -507,14 +554,23 @@ impl LossyProxy {
                     Loss::None
                 };
                 if loss == Loss::Refuse {
-                    return (http::StatusCode::SERVICE_UNAVAILABLE, "refused by the proxy")
+                    return (
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                        "refused by the proxy",
+                    )
                         .into_response();
                 }
                 let uri = format!(
                     "{server}{}",
-                    parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")
+                    parts
+                        .uri
+                        .path_and_query()
+                        .map(|p| p.as_str())
+                        .unwrap_or("/")
                 );
-                let mut out = client.request(parts.method.clone(), uri).body(body.to_vec());
+                let mut out = client
+                    .request(parts.method.clone(), uri)
+                    .body(body.to_vec());
                 for (k, v) in &parts.headers {
                     if k != http::header::HOST {
                         out = out.header(k, v);
@@ -522,7 +578,10 @@ impl LossyProxy {
                 }
                 let answer = out.send().await.expect("upstream");
                 if loss == Loss::AfterForwarding {
-                    return (http::StatusCode::GATEWAY_TIMEOUT, "answer lost by the proxy")
+                    return (
+                        http::StatusCode::GATEWAY_TIMEOUT,
+                        "answer lost by the proxy",
+                    )
                         .into_response();
                 }
                 let status = answer.status();
@@ -530,7 +589,9 @@ impl LossyProxy {
                 let bytes = answer.bytes().await.expect("upstream body");
                 let mut response = (status, bytes.to_vec()).into_response();
                 if let Some(ct) = ct {
-                    response.headers_mut().insert(http::header::CONTENT_TYPE, ct);
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONTENT_TYPE, ct);
                 }
                 response
             },
@@ -540,7 +601,10 @@ impl LossyProxy {
         let server = holdfast_serve::TlsServer::bind("127.0.0.1:0".parse().expect("addr"), files)
             .await
             .expect("bind");
-        let url = format!("https://127.0.0.1:{}", server.local_addr().expect("addr").port());
+        let url = format!(
+            "https://127.0.0.1:{}",
+            server.local_addr().expect("addr").port()
+        );
         let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(server.serve(router, stop.clone()));
         LossyProxy {
@@ -594,8 +658,14 @@ async fn seam7_a_release_whose_answer_was_lost_reports_released() {
     let ns = cp.namespace("seam7-lost").await.expect("namespace");
     let direct = hold_support::executor(cp).await;
     hold_support::create_trainjob(cp, &ns, "job", true).await;
-    direct.open(&ns, "job", meta(None, MINUTE)).await.expect("open");
-    direct.hold(&ns, "job", meta(Some(1), MINUTE)).await.expect("hold");
+    direct
+        .open(&ns, "job", meta(None, MINUTE))
+        .await
+        .expect("open");
+    direct
+        .hold(&ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
     let proxy = LossyProxy::start(cp, |n| {
         if n == 0 {
             Loss::AfterForwarding
@@ -655,7 +725,10 @@ async fn seam7_a_missing_trainjob_is_not_found_not_invalid() {
         assert_eq!(err.cause(), Some(RejectCause::NotFound), "{err}");
         assert_eq!(err.http_status(), 404);
     }
-    let err = exec.status(&ns, "nope").await.expect_err("no such TrainJob");
+    let err = exec
+        .status(&ns, "nope")
+        .await
+        .expect_err("no such TrainJob");
     assert_eq!(err.cause(), Some(RejectCause::NotFound), "{err}");
 }
 
@@ -745,7 +818,11 @@ async fn seam10_the_hold_finalizer_is_the_controllers_at_create_too() {
         "spec": {"runtimeRef": {"name": f.runtime}}
     }))
     .expect("trainjob");
-    let message = refused(f.trainjobs(&alice).create(&PostParams::default(), &tj).await);
+    let message = refused(
+        f.trainjobs(&alice)
+            .create(&PostParams::default(), &tj)
+            .await,
+    );
     assert!(message.contains(HOLD_FINALIZER), "{message}");
     // On a Workload that carries no hold (no holdfast annotation for a matchCondition).
     f.create_job("job", json!({})).await;

@@ -928,6 +928,50 @@ async fn oversized_runtime_gets_a_clear_event() {
     r.stop().await;
 }
 
+/// Seam (issue #12): a `runtimeRef` naming a kind such as `ConfigMap` or `Pod` made the
+/// controller watch every object of that kind cluster-wide. Only runtime kinds (Trainer's two,
+/// and those listed as `runtimes.extra`) are looked up at all: this one gets a Warning naming
+/// what is a runtime, no snapshot, and no request about it beyond the event.
+#[tokio::test]
+async fn a_runtime_ref_to_a_kind_that_is_no_runtime_is_never_read_or_watched() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("snap-notruntime").await.expect("namespace");
+    let admin = admin(cp).await;
+    let r = start(cp, &ns).await;
+    for (job, group, kind) in [("pods", "", "Pod"), ("maps", "", "ConfigMap")] {
+        create_trainjob(
+            &admin,
+            &ns,
+            job,
+            json!({"apiGroup": group, "kind": kind, "name": "anything"}),
+            None,
+        )
+        .await;
+        let event = wait_warning(&admin, &ns, job, "NotARuntimeKind").await;
+        let note = event.note.clone().unwrap_or_default();
+        assert!(
+            note.contains("runtimes.extra") && note.contains("trainingruntimes"),
+            "{note}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(snapshot_cm(&admin, &ns, "pods").await.is_none());
+    // The reconciler never listed or watched pods of this namespace (a watch of the kind
+    // would have been namespaced here: the reconciler is scoped to it).
+    let events = cp.settled_audit_events().await.expect("audit");
+    let pod_reads: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["user"]["username"] == Identity::Controller.username()
+                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["namespace"] == ns.as_str()
+        })
+        .collect();
+    assert!(pod_reads.is_empty(), "{pod_reads:#?}");
+    assert!(!r.task.is_finished());
+    r.stop().await;
+}
+
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
@@ -1126,6 +1170,11 @@ impl Running {
 fn test_config(ns: &str) -> Config {
     Config {
         namespace: Some(ns.to_owned()),
+        // The test-only SlurmRuntime kind is a runtime, as `runtimes.extra` makes it.
+        runtime_resources: holdfast_core::snapshot::RuntimeResources::with_extra([
+            "hpc.example.com/slurmruntimes",
+        ])
+        .expect("runtime resources"),
         retry_min: Duration::from_millis(200),
         retry_max: Duration::from_secs(5),
         drift_interval: Duration::from_secs(1),
@@ -1343,7 +1392,11 @@ async fn an_orphaned_snapshot_is_removed_and_a_new_job_of_that_name_gets_its_own
     .await
     .expect("delete, orphaning its dependents");
     wait_for("the TrainJob gone", Duration::from_secs(60), || async {
-        jobs.get_opt("job").await.expect("get").is_none().then_some(())
+        jobs.get_opt("job")
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
     })
     .await;
     let second = create_trainjob(&admin, &ns, "job", ctr_ref(&runtime), None).await;

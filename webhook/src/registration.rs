@@ -57,7 +57,13 @@
 //! checks none it refuses is filtered out:
 //!
 //! ```text
-//! (object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))) || (has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && (oldObject == null || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences)))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (object != null && oldObject != null && has(object.spec) && has(oldObject.spec) && (has(object.spec.suspend) && object.spec.suspend == true) != (has(oldObject.spec.suspend) && oldObject.spec.suspend == true))
+//! (object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/')))))
+//! ```
+//!
+//! In kueue mode also a new ownerReference to a TrainJob, and every `spec.suspend` flip:
+//!
+//! ```text
+//! (object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (object != null && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && (oldObject == null || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences)) || (object != null && oldObject != null && has(object.spec) && has(oldObject.spec) && (has(object.spec.suspend) && object.spec.suspend == true) != (has(oldObject.spec.suspend) && oldObject.spec.suspend == true))
 //! ```
 //!
 //! # Mutating: `jobs.mutate.holdfast.dev` → `/mutate`
@@ -99,8 +105,11 @@ pub const JOBS_MUTATING_WEBHOOK: &str = "jobs.mutate.holdfast.dev";
 
 /// `matchConditions` of [`SNAPSHOTS_WEBHOOK`].
 pub const SNAPSHOT_CONDITION: &str = "(has(request.name) && request.name.endsWith('-runtime-snapshot')) || (object != null && ((has(object.metadata.name) && object.metadata.name.endsWith('-runtime-snapshot')) || (has(object.metadata.labels) && 'holdfast.dev/runtime-snapshot' in object.metadata.labels))) || (oldObject != null && ((has(oldObject.metadata.name) && oldObject.metadata.name.endsWith('-runtime-snapshot')) || (has(oldObject.metadata.labels) && 'holdfast.dev/runtime-snapshot' in oldObject.metadata.labels)))";
-/// `matchConditions` of [`JOBS_VALIDATING_WEBHOOK`].
-pub const JOBS_VALIDATING_CONDITION: &str = "(object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))) || (has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && (oldObject == null || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences)))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (object != null && oldObject != null && has(object.spec) && has(oldObject.spec) && (has(object.spec.suspend) && object.spec.suspend == true) != (has(oldObject.spec.suspend) && oldObject.spec.suspend == true))";
+/// `matchConditions` of [`JOBS_VALIDATING_WEBHOOK`] in plain mode.
+pub const JOBS_VALIDATING_CONDITION: &str = "(object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/')))))";
+/// `matchConditions` of [`JOBS_VALIDATING_WEBHOOK`] in kueue mode: also a Workload made a
+/// TrainJob's, and every `spec.suspend` flip (Kueue's, whatever the labels).
+pub const JOBS_VALIDATING_CONDITION_KUEUE: &str = "(object != null && ((has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.labels) && object.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (oldObject != null && ((has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, k.startsWith('holdfast.dev/') || k == 'kueue.x-k8s.io/queue-name' || k == 'kueue.x-k8s.io/prebuilt-workload-name')) || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/'))))) || (object != null && has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && (oldObject == null || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences)) || (object != null && oldObject != null && has(object.spec) && has(oldObject.spec) && (has(object.spec.suspend) && object.spec.suspend == true) != (has(oldObject.spec.suspend) && oldObject.spec.suspend == true))";
 /// `matchConditions` of [`JOBS_MUTATING_WEBHOOK`].
 pub const JOBS_MUTATING_CONDITION: &str = "request.operation == 'CREATE' || (oldObject != null && has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('holdfast.dev/')))";
 
@@ -154,6 +163,9 @@ pub struct Registration {
     pub ca_bundle: Vec<u8>,
     pub namespaces: Namespaces,
     pub timeout_seconds: i32,
+    /// The mode the webhook runs in: kueue mode sees more (see
+    /// [`JOBS_VALIDATING_CONDITION_KUEUE`]).
+    pub mode: holdfast_core::mode::Mode,
 }
 
 fn strings(items: &[&str]) -> Option<Vec<String>> {
@@ -192,7 +204,14 @@ impl Registration {
                     .collect(),
             ),
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+            mode: holdfast_core::mode::Mode::Plain,
         }
+    }
+
+    /// The configurations of a webhook running in `mode`.
+    pub fn with_mode(mut self, mode: holdfast_core::mode::Mode) -> Self {
+        self.mode = mode;
+        self
     }
 
     pub fn with_namespaces(mut self, namespaces: Namespaces) -> Self {
@@ -290,7 +309,10 @@ impl Registration {
                         rule("kueue.x-k8s.io", &["*"], "workloads", &["CREATE", "UPDATE"]),
                     ],
                     "holdfast-state",
-                    JOBS_VALIDATING_CONDITION,
+                    match self.mode {
+                        holdfast_core::mode::Mode::Plain => JOBS_VALIDATING_CONDITION,
+                        holdfast_core::mode::Mode::Kueue => JOBS_VALIDATING_CONDITION_KUEUE,
+                    },
                 ),
             ]),
         }

@@ -132,7 +132,9 @@ fn snapshot_delete_review() -> Value {
             "namespace": "team-a",
             "operation": "DELETE",
             "userInfo": {"username": "alice"},
-            "oldObject": {"metadata": {"name": "mnist-runtime-snapshot", "namespace": "team-a"}},
+            "oldObject": {"metadata": {"name": "mnist-runtime-snapshot", "namespace": "team-a",
+                "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "name": "mnist", "uid": "u-9", "controller": true}]}},
         }
     })
 }

@@ -303,11 +303,11 @@ impl Attempts {
     /// a conflict or a write whose answer was lost, and remembers what this read saw.
     ///
     /// After a lost answer the read tells what happened, and the answer is what is true:
-    /// a Release(m) whose read shows no hold at all lifted `m` (it, or another Release of `m`,
-    /// landed): it succeeds with the outcome its write would have had; one whose read shows
-    /// another instance in force cannot tell whether its write landed before that one, and
-    /// is [`HoldError::Unknown`]. Hold and Open need nothing new: the instance in force (the
-    /// opened mark) shows that an earlier try landed.
+    /// when the read shows the lost write's effect — Hold(m): `m` in force and stopped;
+    /// Open: the opened mark; Release(m): no hold at all — it landed (or an identical call's
+    /// did), and the call succeeds with the outcome its write would have had. A Release(m)
+    /// whose read shows another instance in force cannot tell whether its write landed before
+    /// that one, and is [`HoldError::Unknown`]. Otherwise the call decides again.
     pub fn decide(&mut self, call: &Call, read: &HeldView) -> Decision {
         let after_conflict = if self.conflicts > 0 || self.unanswered.is_some() {
             self.last_seen
@@ -315,16 +315,28 @@ impl Attempts {
             None
         };
         self.last_seen = Some(read.seen());
-        if let (Some(outcome), Call::Release { instance }) = (self.unanswered, call) {
-            match read.seen() {
-                Seen::Absent => return Decision::Done(outcome),
-                Seen::Instance(k) if k == *instance => {}
-                other => {
+        if let Some(outcome) = self.unanswered {
+            match (call, read.seen()) {
+                // The lost write's effect is there: it landed (or an identical call's did);
+                // the call reports what its write did.
+                (Call::Hold { instance, .. }, Seen::Instance(k))
+                    if k == *instance && (read.stopped || read.ended) =>
+                {
+                    return Decision::Done(outcome);
+                }
+                (Call::Open, _) if read.opened => return Decision::Done(outcome),
+                (Call::Release { .. }, Seen::Absent) => return Decision::Done(outcome),
+                (Call::Release { instance }, Seen::Instance(k)) if k != *instance => {
                     return Decision::Fail(HoldError::unknown(format!(
-                        "the release of hold {instance} was sent and its answer lost; {} is in force now, so whether it landed cannot be told: read Status",
-                        describe(other)
+                        "the release of hold {instance} was sent and its answer lost; hold {k} is in force now, so whether it landed cannot be told: read Status"
                     )));
                 }
+                (Call::Release { instance }, Seen::Unreadable) => {
+                    return Decision::Fail(HoldError::unknown(format!(
+                        "the release of hold {instance} was sent and its answer lost; an unreadable hold is in force now, so whether it landed cannot be told: read Status"
+                    )));
+                }
+                _ => {}
             }
         }
         decide(call, read, after_conflict)

@@ -734,6 +734,34 @@ fn a_release_whose_answer_was_lost_succeeds_when_the_read_shows_it_landed() {
     }
 }
 
+/// A Hold or Open whose write landed and whose answer was lost reports what it did (`Held`,
+/// `Opened`), not `AlreadyInForce`/`AlreadyOpen`, which would say nothing of it was written.
+#[test]
+fn a_hold_or_open_whose_answer_was_lost_reports_its_own_write() {
+    for mode in MODES {
+        let mut attempts = Attempts::new();
+        let w = expect_write(attempts.decide(&hold(3), &view(mode)));
+        attempts.unanswered(w.outcome);
+        assert_eq!(
+            attempts.decide(&hold(3), &held_view(mode, 3)),
+            Decision::Done(Outcome::Held),
+            "{mode}"
+        );
+        let unopened = HeldView {
+            opened: false,
+            stopped: true,
+            ..view(mode)
+        };
+        let mut attempts = Attempts::new();
+        let w = expect_write(attempts.decide(&Call::Open, &unopened));
+        attempts.unanswered(w.outcome);
+        assert_eq!(
+            attempts.decide(&Call::Open, &view(mode)),
+            Decision::Done(w.outcome)
+        );
+    }
+}
+
 /// A lost answer spends no try, and conflicts after one end `Unknown`, never `Conflict`
 /// ("nothing was written" would not be true).
 #[test]

@@ -70,17 +70,14 @@ pub async fn ensure_runtime(admin: &kube::Client) {
                 "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}}}]}}}
     }))
     .expect("runtime json");
-    Api::<DynamicObject>::all_with(
-        admin.clone(),
-        &holdfast_tests::objects::ctr_resource(),
-    )
-    .patch(
-        RUNTIME,
-        &PatchParams::apply("holdfast-tests"),
-        &Patch::Apply(&rt),
-    )
-    .await
-    .expect("the runtime");
+    Api::<DynamicObject>::all_with(admin.clone(), &holdfast_tests::objects::ctr_resource())
+        .patch(
+            RUNTIME,
+            &PatchParams::apply("holdfast-tests"),
+            &Patch::Apply(&rt),
+        )
+        .await
+        .expect("the runtime");
 }
 
 /// Creates TrainJob `ns/name`, suspended at its start gate or not.

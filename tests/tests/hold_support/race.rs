@@ -56,11 +56,14 @@ struct Record {
 
 impl Record {
     /// Whether the call's write may have landed: it succeeded by writing, or its outcome is
-    /// unknown (a request on the wire when the deadline passed).
+    /// unknown (a request on the wire when the deadline passed, or an answer lost).
     fn may_have_written(&self, want: Outcome) -> bool {
         match &self.result {
             Ok(o) => *o == want,
-            Err(e) => e.cause() == Some(RejectCause::DeadlinePassed),
+            Err(e) => {
+                e.cause() == Some(RejectCause::DeadlinePassed)
+                    || matches!(e, HoldError::Unknown { .. })
+            }
         }
     }
 }

@@ -499,6 +499,7 @@ impl Webhook {
             Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
             f.cp.ca_pem().as_bytes().to_vec(),
         )
+        .with_mode(Mode::Kueue)
         .with_namespaces(Namespaces::Only(vec![f.ns.clone()]));
         Api::<ValidatingWebhookConfiguration>::all(f.admin.clone())
             .create(&PostParams::default(), &registration.validating())
@@ -562,4 +563,3 @@ pub fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
         other => panic!("expected the webhook to refuse, got {other:?}"),
     }
 }
-

@@ -214,6 +214,7 @@ fn module_docs_quote_every_match_condition() {
     for expr in [
         SNAPSHOT_CONDITION,
         JOBS_VALIDATING_CONDITION,
+        JOBS_VALIDATING_CONDITION_KUEUE,
         JOBS_MUTATING_CONDITION,
     ] {
         assert!(doc_lines.contains(&expr), "not in the module docs: {expr}");
@@ -241,8 +242,9 @@ fn snapshot_condition(i: &AdmissionInput) -> bool {
     i.name.ends_with("-runtime-snapshot") || side(i.object.as_ref()) || side(i.old_object.as_ref())
 }
 
-/// [`JOBS_VALIDATING_CONDITION`], read literally.
-fn jobs_validating_condition(i: &AdmissionInput) -> bool {
+/// [`JOBS_VALIDATING_CONDITION`] (plain) and [`JOBS_VALIDATING_CONDITION_KUEUE`], read
+/// literally.
+fn jobs_validating_condition(i: &AdmissionInput, mode: Mode) -> bool {
     let kueue_key =
         |k: &str| k == "kueue.x-k8s.io/queue-name" || k == "kueue.x-k8s.io/prebuilt-workload-name";
     let side = |o: Option<&Value>| {
@@ -278,7 +280,9 @@ fn jobs_validating_condition(i: &AdmissionInput) -> bool {
         }
         _ => false,
     };
-    side(i.object.as_ref()) || new_owner || side(i.old_object.as_ref()) || flips
+    side(i.object.as_ref())
+        || side(i.old_object.as_ref())
+        || (mode == Mode::Kueue && (new_owner || flips))
 }
 
 /// [`JOBS_MUTATING_CONDITION`], read literally.
@@ -291,7 +295,7 @@ fn jobs_mutating_condition(i: &AdmissionInput) -> bool {
 }
 
 /// Whether a validating webhook of ours is sent `i` (rules and conditions).
-fn reaches_validating(i: &AdmissionInput) -> bool {
+fn reaches_validating(i: &AdmissionInput, mode: Mode) -> bool {
     if i.subresource.is_some() {
         return false;
     }
@@ -300,7 +304,7 @@ fn reaches_validating(i: &AdmissionInput) -> bool {
             snapshot_condition(i)
         }
         (Resource::TrainJob | Resource::Workload, Operation::Create | Operation::Update) => {
-            jobs_validating_condition(i)
+            jobs_validating_condition(i, mode)
         }
         _ => false,
     }
@@ -477,7 +481,7 @@ fn check(i: &AdmissionInput, mode: Mode, failures: &mut Vec<String>) {
         post.object = Some(o);
     }
     let verdict = validate(&post, &who, mode);
-    if !verdict.is_allowed() && !reaches_validating(&post) {
+    if !verdict.is_allowed() && !reaches_validating(&post, mode) {
         failures.push(format!(
             "[{mode}] refused ({verdict:?}) but not sent to /validate: {post:?}"
         ));
@@ -553,13 +557,12 @@ fn unrelated_objects_never_reach_the_webhook() {
             Operation::Delete => (Some(&cm), None),
             _ => (Some(&cm), Some(&cm)),
         };
-        assert!(!reaches_validating(&input(
-            &Resource::ConfigMap,
-            op,
-            "alice",
-            old,
-            new
-        )));
+        for mode in [Mode::Plain, Mode::Kueue] {
+            assert!(!reaches_validating(
+                &input(&Resource::ConfigMap, op, "alice", old, new),
+                mode
+            ));
+        }
     }
     let tj = object(
         "mnist",
@@ -574,5 +577,25 @@ fn unrelated_objects_never_reach_the_webhook() {
         Some(&tj),
         Some(&tj),
     );
-    assert!(!reaches_validating(&upd) && !reaches_mutating(&upd));
+    for mode in [Mode::Plain, Mode::Kueue] {
+        assert!(!reaches_validating(&upd, mode) && !reaches_mutating(&upd));
+    }
+    // Plain mode: a suspend flip of an unrelated TrainJob never needs the webhook.
+    let flip = input(
+        &Resource::TrainJob,
+        Operation::Update,
+        "alice",
+        Some(&tj),
+        Some(&object(
+            "mnist",
+            &[("team", "a")],
+            &[("app", "x")],
+            json!({"suspend": false}),
+        )),
+    );
+    assert!(!reaches_validating(&flip, Mode::Plain));
+    assert!(
+        reaches_validating(&flip, Mode::Kueue),
+        "Kueue's, whatever the labels"
+    );
 }
