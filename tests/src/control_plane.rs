@@ -24,6 +24,25 @@ pub const APISERVER_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// ClusterRole given to [`Identity::User`] in each test namespace.
 pub const TEST_USER_ROLE: &str = "holdfast-test-user";
 
+/// How a control plane is started. The default is tiers 1–2: every process on the test
+/// process's loopback. Tier 3 ([`crate::node`]) puts them in a network namespace of their
+/// own and adds flags, certificate names, controllers and users for the node.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Start every process inside a network and mount namespace of its own
+    /// ([`crate::netns`]); the apiserver and etcd are reached through loopback forwarding.
+    pub netns: Option<crate::netns::Spec>,
+    /// More kube-apiserver flags, after the defaults (a repeated flag's last value wins).
+    pub apiserver_args: Vec<String>,
+    /// More names (DNS names or IPs) in the apiserver's serving certificate.
+    pub serving_names: Vec<String>,
+    /// More kube-controller-manager controllers.
+    pub controllers: Vec<String>,
+    /// More identities in the static token file: (slug for the kubeconfig file, user name,
+    /// groups). [`ControlPlane::user_kubeconfig`] gives a kubeconfig for each.
+    pub users: Vec<(String, String, Vec<String>)>,
+}
+
 /// A running etcd + kube-apiserver + kube-controller-manager on loopback.
 pub struct ControlPlane {
     dir: PathBuf,
@@ -36,6 +55,10 @@ pub struct ControlPlane {
     procs: Mutex<Processes>,
     reaper: Mutex<Reaper>,
     binaries: Binaries,
+    /// Tier 3's namespaces (dropped after the processes, which `stop` ends first).
+    netns: Option<crate::netns::NetNs>,
+    /// Tokens of [`Options::users`], by slug.
+    user_tokens: BTreeMap<String, String>,
 }
 
 struct Processes {
@@ -75,6 +98,11 @@ impl ControlPlane {
 
     /// Build or find the binaries, start everything, install the CRDs and test RBAC.
     pub fn start() -> anyhow::Result<ControlPlane> {
+        Self::start_with(Options::default())
+    }
+
+    /// [`ControlPlane::start`] with [`Options`].
+    pub fn start_with(opts: Options) -> anyhow::Result<ControlPlane> {
         let binaries = binaries::ensure()?;
         let dir = tempfile::Builder::new()
             .prefix("holdfast-cp-")
@@ -82,18 +110,30 @@ impl ControlPlane {
             .keep();
         let reaper = Reaper::start(&dir)?;
         let group = reaper.group();
+        let netns = match &opts.netns {
+            Some(spec) => {
+                let ns = crate::netns::NetNs::create(spec, &dir, group)?;
+                // Run by the reaper at teardown, however the test binary ends.
+                std::fs::write(dir.join("cleanup.sh"), ns.cleanup_script())?;
+                Some(ns)
+            }
+            None => None,
+        };
+        let node_address = opts
+            .netns
+            .as_ref()
+            .and_then(|s| s.address.split('/').next().map(str::to_owned));
 
         let ca =
             CertificateAuthority::generate("holdfast-test-ca", Duration::from_secs(7 * 24 * 3600))?;
         std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
-        let serving = ca.issue_serving(
-            &[
-                "127.0.0.1".into(),
-                "localhost".into(),
-                "kubernetes.default.svc".into(),
-            ],
-            Duration::from_secs(7 * 24 * 3600),
-        )?;
+        let mut names = vec![
+            "127.0.0.1".to_string(),
+            "localhost".into(),
+            "kubernetes.default.svc".into(),
+        ];
+        names.extend(opts.serving_names.iter().cloned());
+        let serving = ca.issue_serving(&names, Duration::from_secs(7 * 24 * 3600))?;
         std::fs::write(dir.join("apiserver.crt"), &serving.cert_pem)?;
         std::fs::write(dir.join("apiserver.key"), &serving.key_pem)?;
         let sa_key = rcgen::KeyPair::generate()?;
@@ -112,6 +152,12 @@ impl ControlPlane {
             ));
             tokens.insert(id, t);
         }
+        let mut user_tokens = BTreeMap::new();
+        for (slug, user, groups) in &opts.users {
+            let t = random_token();
+            csv.push_str(&format!("{t},{user},{slug},\"{}\"\n", groups.join(",")));
+            user_tokens.insert(slug.clone(), t);
+        }
         std::fs::write(dir.join("tokens.csv"), csv)?;
         // Every request is audited (metadata only), so tests can count what reached the
         // apiserver: requests sent after a deadline, writes to a snapshot, and so on.
@@ -120,14 +166,19 @@ impl ControlPlane {
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
         )?;
 
-        let etcd_port = free_port()?;
+        // In a namespace of their own, etcd and the apiserver listen on ports that are
+        // forwarded from the same numbers on the host's loopback: one URL works on both sides.
+        let (etcd_port, api_port) = match &netns {
+            Some(ns) => (ns.forward_same_port()?, ns.forward_same_port()?),
+            None => (free_port()?, free_port()?),
+        };
         let peer_port = free_port()?;
-        let api_port = free_port()?;
         let server = format!("https://127.0.0.1:{api_port}");
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
 
-        let etcd = Supervised::start(
+        let etcd = launch(
+            netns.as_ref(),
             "etcd",
             &binaries.bin("etcd"),
             vec![
@@ -140,39 +191,55 @@ impl ControlPlane {
                 "--unsafe-no-fsync".into(),
                 "--log-level=warn".into(),
             ],
+            &[],
             &dir,
             group,
         )?;
         wait_etcd(etcd_port, &etcd)?;
 
         let d = |f: &str| dir.join(f).display().to_string();
-        let apiserver = Supervised::start(
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            // Inside tier 3's namespace: every address there, the node's advertised.
+            format!(
+                "--bind-address={}",
+                if netns.is_some() {
+                    "0.0.0.0"
+                } else {
+                    "127.0.0.1"
+                }
+            ),
+            format!(
+                "--advertise-address={}",
+                node_address.as_deref().unwrap_or("127.0.0.1")
+            ),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", d("apiserver.crt")),
+            format!("--tls-private-key-file={}", d("apiserver.key")),
+            format!("--client-ca-file={}", d("ca.crt")),
+            format!("--token-auth-file={}", d("tokens.csv")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            "--api-audiences=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", d("sa.pub")),
+            format!("--service-account-signing-key-file={}", d("sa.key")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--enable-priority-and-fairness=false".into(),
+            format!("--request-timeout={}s", APISERVER_REQUEST_TIMEOUT.as_secs()),
+            format!("--audit-policy-file={}", d("audit-policy.yaml")),
+            format!("--audit-log-path={}", d("audit.log")),
+            "--audit-log-mode=blocking".into(),
+            "--audit-log-maxsize=0".into(),
+            "--v=1".into(),
+        ];
+        apiserver_args.extend(opts.apiserver_args.iter().cloned());
+        let apiserver = launch(
+            netns.as_ref(),
             "kube-apiserver",
             &binaries.bin("kube-apiserver"),
-            vec![
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--tls-cert-file={}", d("apiserver.crt")),
-                format!("--tls-private-key-file={}", d("apiserver.key")),
-                format!("--client-ca-file={}", d("ca.crt")),
-                format!("--token-auth-file={}", d("tokens.csv")),
-                "--authorization-mode=RBAC".into(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                "--api-audiences=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", d("sa.pub")),
-                format!("--service-account-signing-key-file={}", d("sa.key")),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--endpoint-reconciler-type=none".into(),
-                "--enable-priority-and-fairness=false".into(),
-                format!("--request-timeout={}s", APISERVER_REQUEST_TIMEOUT.as_secs()),
-                format!("--audit-policy-file={}", d("audit-policy.yaml")),
-                format!("--audit-log-path={}", d("audit.log")),
-                "--audit-log-mode=blocking".into(),
-                "--audit-log-maxsize=0".into(),
-                "--v=1".into(),
-            ],
+            apiserver_args,
+            &[],
             &dir,
             group,
         )?;
@@ -192,9 +259,15 @@ impl ControlPlane {
             }),
             reaper: Mutex::new(reaper),
             binaries,
+            netns,
+            user_tokens,
         };
         for id in Identity::ALL.into_iter().filter(|id| id.from_token_file()) {
             cp.write_kubeconfig(id)?;
+        }
+        for (slug, token) in &cp.user_tokens {
+            let text = cp.kubeconfig_yaml(slug, token, "default");
+            std::fs::write(cp.user_kubeconfig(slug), text)?;
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -204,20 +277,29 @@ impl ControlPlane {
             cp.write_kubeconfig(id)?;
         }
 
-        let kcm = Supervised::start(
+        let mut controllers = vec![
+            "garbage-collector-controller".to_string(),
+            "namespace-controller".into(),
+            "serviceaccount-controller".into(),
+        ];
+        controllers.extend(opts.controllers.iter().cloned());
+        let kcm = cp.spawn(
             "kube-controller-manager",
             &cp.binaries.bin("kube-controller-manager"),
             vec![
-                format!("--kubeconfig={}", cp.kubeconfig(Identity::ControllerManager).display()),
-                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller".into(),
+                format!(
+                    "--kubeconfig={}",
+                    cp.kubeconfig(Identity::ControllerManager).display()
+                ),
+                format!("--controllers={}", controllers.join(",")),
                 "--use-service-account-credentials=true".into(),
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
                 format!("--root-ca-file={}", d("ca.crt")),
+                // The token controller (tier 3) signs legacy tokens with the same key.
+                format!("--service-account-private-key-file={}", d("sa.key")),
                 "--v=1".into(),
             ],
-            &dir,
-            group,
         )?;
         lock(&cp.procs).controller_manager = kcm;
         rt.block_on(cp.wait_controller_manager())?;
@@ -228,6 +310,52 @@ impl ControlPlane {
     /// the reaper ends them all with the test binary.
     pub fn process_group(&self) -> i32 {
         lock(&self.reaper).group()
+    }
+
+    /// Start a process the way the control plane's own are: in its process group (ended with
+    /// the test binary), logging to `{dir}/{name}.log`, and in tier 3's namespaces if it
+    /// has them, with `env` added to its environment.
+    pub fn spawn_env(
+        &self,
+        name: &str,
+        program: &Path,
+        args: Vec<String>,
+        env: &[(String, String)],
+    ) -> anyhow::Result<Supervised> {
+        launch(
+            self.netns.as_ref(),
+            name,
+            program,
+            args,
+            env,
+            &self.dir,
+            self.process_group(),
+        )
+    }
+
+    /// [`ControlPlane::spawn_env`] without environment.
+    pub fn spawn(
+        &self,
+        name: &str,
+        program: &Path,
+        args: Vec<String>,
+    ) -> anyhow::Result<Supervised> {
+        self.spawn_env(name, program, args, &[])
+    }
+
+    /// Tier 3's namespaces, if the control plane runs in them.
+    pub fn netns(&self) -> Option<&crate::netns::NetNs> {
+        self.netns.as_ref()
+    }
+
+    /// The built control-plane binaries and CRDs.
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// Path of the kubeconfig of one of [`Options::users`], by its slug.
+    pub fn user_kubeconfig(&self, slug: &str) -> PathBuf {
+        self.dir.join(format!("kubeconfig-{slug}.yaml"))
     }
 
     /// etcd's client URL (`http://127.0.0.1:PORT`, no TLS): its gRPC gateway serves the v3
@@ -384,12 +512,10 @@ impl ControlPlane {
         // The chart's kueue-mode rules (Workloads, AdmissionChecks) for holdfast's accounts.
         let admin = self.client(Identity::Admin).await?;
         crate::rbac::install_holdfast_rbac(&admin, "kueue").await?;
-        let group = lock(&self.reaper).group();
         let proc = crate::kueue::start(
             self,
             &self.binaries.bin("kueue"),
             &self.binaries.dir.join("crds").join("kueue-webhooks.yaml"),
-            group,
         )
         .await?;
         lock(&self.procs).kueue = Some(proc);
@@ -611,6 +737,9 @@ impl ControlPlane {
             p.etcd.kill();
         }
         lock(&self.reaper).finish(&self.dir);
+        if let Some(ns) = self.netns.as_ref() {
+            ns.stop();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -623,6 +752,31 @@ impl Drop for ControlPlane {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Start a process in `group`, logging to `dir/{name}.log` — inside `netns` if given.
+fn launch(
+    netns: Option<&crate::netns::NetNs>,
+    name: &str,
+    program: &Path,
+    args: Vec<String>,
+    env: &[(String, String)],
+    dir: &Path,
+    group: i32,
+) -> anyhow::Result<Supervised> {
+    match netns {
+        Some(ns) => {
+            let (program, args) = ns.wrap(program, args, env);
+            Supervised::start(name, &program, args, dir, group)
+        }
+        None if env.is_empty() => Supervised::start(name, program, args, dir, group),
+        None => {
+            let mut all: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            all.push(program.display().to_string());
+            all.extend(args);
+            Supervised::start(name, Path::new("env"), all, dir, group)
+        }
+    }
 }
 
 /// A stand-in process slot until kube-controller-manager starts (`true` exits at once).

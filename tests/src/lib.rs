@@ -15,6 +15,8 @@ pub mod helm;
 pub mod holdfast;
 pub mod identity;
 pub mod kueue;
+pub mod netns;
+pub mod node;
 pub mod objects;
 pub mod process;
 pub mod rbac;
