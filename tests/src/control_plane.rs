@@ -32,7 +32,7 @@ pub struct Options {
     /// Start every process inside a network and mount namespace of its own
     /// ([`crate::netns`]); the apiserver and etcd are reached through loopback forwarding.
     pub netns: Option<crate::netns::Spec>,
-    /// More kube-apiserver flags, after the defaults (a repeated flag's last value wins).
+    /// More kube-apiserver flags (`--name=value`); each replaces a default of the same name.
     pub apiserver_args: Vec<String>,
     /// More names (DNS names or IPs) in the apiserver's serving certificate.
     pub serving_names: Vec<String>,
@@ -233,7 +233,13 @@ impl ControlPlane {
             "--audit-log-maxsize=0".into(),
             "--v=1".into(),
         ];
-        apiserver_args.extend(opts.apiserver_args.iter().cloned());
+        // An extra flag replaces a default of the same name (list flags such as
+        // --authorization-mode would otherwise accumulate).
+        for extra in &opts.apiserver_args {
+            let name = extra.split('=').next().unwrap_or_default();
+            apiserver_args.retain(|a| a.split('=').next() != Some(name));
+            apiserver_args.push(extra.clone());
+        }
         let apiserver = launch(
             netns.as_ref(),
             "kube-apiserver",

@@ -47,6 +47,9 @@ pub struct Spec {
     /// inside (kubelet's `cgroupRoot`); [`NetNs::cleanup_script`] kills what is in it and
     /// removes it.
     pub cgroup_root: Option<String>,
+    /// Subnets routed to `node0` (the Service range: a connection from the namespace's own
+    /// processes to a Service address needs a route before kube-proxy's DNAT rewrites it).
+    pub routes: Vec<String>,
 }
 
 /// The namespaces, held by a process in the control plane's process group.
@@ -84,6 +87,11 @@ impl NetNs {
                 file.display()
             ));
         }
+        let routes: String = spec
+            .routes
+            .iter()
+            .map(|r| format!("ip route add {r} dev node0\n"))
+            .collect();
         let script = format!(
             "set -e\n\
              for d in \"$@\"; do mount -t tmpfs -o mode=0755,size=256m holdfast-node \"$d\"; done\n\
@@ -93,6 +101,7 @@ impl NetNs {
              ip addr add {address} dev node0\n\
              ip link set node0-peer up\n\
              ip link set node0 up\n\
+             {routes}\
              sysctl -qw net.ipv4.ip_forward=1\n\
              sysctl -qw net.bridge.bridge-nf-call-iptables=1 || echo 'br_netfilter: no per-namespace sysctl' >&2\n\
              touch {ready}\n\

@@ -42,7 +42,9 @@ pub const NODE_NAME: &str = "holdfast-node";
 pub const NODE_IP: &str = "10.10.0.1";
 /// The pods' subnet.
 pub const POD_SUBNET: &str = "10.244.0.0/24";
-/// The `kubernetes` Service's address (the control plane's service range is 10.0.0.0/24).
+/// The Services' subnet (the control plane's `--service-cluster-ip-range`).
+pub const SERVICE_SUBNET: &str = "10.0.0.0/24";
+/// The `kubernetes` Service's address.
 pub const KUBERNETES_SERVICE_IP: &str = "10.0.0.1";
 
 const TRAINER_WEBHOOK_PORT: u16 = 9443;
@@ -168,6 +170,7 @@ impl NodeCluster {
             .map(|(k, v)| (s(k), s(v)))
             .collect(),
             cgroup_root: Some(cgroup_root.clone()),
+            routes: vec![s(SERVICE_SUBNET)],
         };
         let sa_groups = |ns: &str| {
             vec![
@@ -201,6 +204,8 @@ impl NodeCluster {
                 "deployment-controller",
                 "disruption-controller",
                 "pod-garbage-collector-controller",
+                // Lifts the not-ready taint kubelet registers the node with, once it is Ready.
+                "node-lifecycle-controller",
             ]
             .iter()
             .map(|c| s(c))
