@@ -273,8 +273,16 @@ impl NetNs {
              \x20 kill -KILL $pids 2>/dev/null\n\
              \x20 sleep 0.1\n\
              done\n\
-             for h in /sys/fs/cgroup/*; do\n\
-             \x20 [ -d \"$h/$root\" ] && find \"$h/$root\" -depth -type d -exec rmdir {{}} \\; 2>/dev/null\n\
+             # Killed processes leave their cgroup only once reaped: retry for a while.\n\
+             for round in $(seq 1 100); do\n\
+             \x20 left=0\n\
+             \x20 for h in /sys/fs/cgroup/*; do\n\
+             \x20   [ -d \"$h/$root\" ] || continue\n\
+             \x20   find \"$h/$root\" -depth -type d -exec rmdir {{}} \\; 2>/dev/null\n\
+             \x20   [ -d \"$h/$root\" ] && left=1\n\
+             \x20 done\n\
+             \x20 [ $left = 0 ] && break\n\
+             \x20 sleep 0.1\n\
              done\n\
              for d in {created}; do rmdir \"$d\" 2>/dev/null; done\n\
              exit 0\n",

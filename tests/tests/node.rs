@@ -327,10 +327,9 @@ async fn a_trainjob_runs_suspends_and_resumes_through_trainer_and_jobset() {
         config["env"]["WORKLOAD_MARK"], "runtime-workload",
         "{config}"
     );
-    assert!(
-        config["env"].get("PET_NNODES").is_some(),
-        "Trainer's torch plugin set its environment: {config}"
-    );
+    // A Job's pod (the Job controller's completion index), named by JobSet.
+    assert_eq!(config["env"]["JOB_COMPLETION_INDEX"], "0", "{config}");
+    assert_eq!(config["env"]["HOSTNAME"], "tj-node-0-0", "{config}");
 
     // Suspend: Trainer suspends the JobSet, JobSet the Job, and the Job's pods go.
     let pp = PatchParams::default();
