@@ -62,14 +62,21 @@ async fn wait_running(cluster: &NodeCluster, pods: &Api<Pod>, name: &str) -> Pod
         if Instant::now() > deadline {
             let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(
                 pods.clone().into_client(),
-                pod.as_ref().and_then(|p| p.metadata.namespace.as_deref()).unwrap_or("default"),
+                pod.as_ref()
+                    .and_then(|p| p.metadata.namespace.as_deref())
+                    .unwrap_or("default"),
             )
             .list(&ListParams::default())
             .await
             .map(|l| {
                 l.items
                     .iter()
-                    .map(|e| format!("{:?} {:?}: {:?}", e.reason, e.involved_object.name, e.message))
+                    .map(|e| {
+                        format!(
+                            "{:?} {:?}: {:?}",
+                            e.reason, e.involved_object.name, e.message
+                        )
+                    })
                     .collect::<Vec<_>>()
             })
             .unwrap_or_default();

@@ -25,7 +25,13 @@ cache=${HOLDFAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/holdfast}
 build_cmd=$(grep -o 'cargo build [^&\\]*' "$dockerfile" | head -1 | sed 's/ *$//')
 [ -n "$build_cmd" ] || { echo "no cargo build command in $dockerfile" >&2; exit 1; }
 echo "building holdfast's binaries: $build_cmd" >&2
-(cd "$repo" && nice -n 5 $build_cmd >&2)
+# Called from a test, the environment holds the CARGO_* variables cargo sets for test
+# binaries; some build scripts watch such variables, and would rebuild the release: drop them.
+unset_cargo=()
+for v in $(env | grep -o '^CARGO[A-Z_]*' | sort -u); do
+  case $v in CARGO_HOME|CARGO_TARGET_DIR|CARGO_TERM_COLOR|CARGO_BUILD_JOBS|CARGO_NET_*|CARGO_REGISTRIES_*) ;; *) unset_cargo+=(-u "$v") ;; esac
+done
+(cd "$repo" && env "${unset_cargo[@]}" nice -n 5 $build_cmd >&2)
 target=${CARGO_TARGET_DIR:-$repo/target}
 
 # The final stage: everything after the last FROM.
@@ -62,7 +68,7 @@ chmod 1777 "$root/tmp"
 for b in "${copies[@]}"; do install -m 0755 "$target/release/$b" "$root/$b"; done
 # distroless/cc's content, from this Debian 12 machine: the libraries the binaries load...
 for b in "${copies[@]}"; do
-  ldd "$root/$b" | awk '/=>/ {print $3} /^\s*\/lib/ {print $1}'
+  ldd "$root/$b" | awk '/=>/ {print $3} /^[ \t]*\// {print $1}'
 done | sort -u | while read -r lib; do
   [ -n "$lib" ] || continue
   mkdir -p "$root$(dirname "$lib")"
