@@ -234,7 +234,7 @@ impl NodeCluster {
             ],
         };
         let cp = ControlPlane::start_with(opts)?;
-        tracing::info!("tier 3: control plane up after {:?}", t0.elapsed());
+        let cp_up = t0.elapsed();
         let (_, workload_image) = node.image("workload")?;
         let (_, pause_image) = node.image("pause")?;
         let cluster = NodeCluster {
@@ -251,11 +251,14 @@ impl NodeCluster {
             .enable_all()
             .build()?;
         cluster.start_node()?;
-        tracing::info!("tier 3: containerd up after {:?}", t0.elapsed());
+        let containerd_up = t0.elapsed();
         rt.block_on(cluster.start_kubelet())?;
-        tracing::info!("tier 3: node Ready after {:?}", t0.elapsed());
+        let node_ready = t0.elapsed();
         rt.block_on(cluster.start_controllers())?;
-        tracing::info!("tier 3: JobSet and Trainer up after {:?}", t0.elapsed());
+        eprintln!(
+            "tier-3 cluster up in {:.1?}: control plane {cp_up:.1?}, containerd {containerd_up:.1?}, node Ready {node_ready:.1?}",
+            t0.elapsed()
+        );
         Ok(cluster)
     }
 
