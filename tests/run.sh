@@ -2,13 +2,16 @@
 # Every check and every test: formatting, clippy, all unit and integration tests, then the
 # demo's walk-through. The integration tests run against a real local control plane (etcd,
 # kube-apiserver, kube-controller-manager, Kueue) built from Go modules on first use and
-# cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}; later runs start it in seconds.
+# cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}; later runs start it in seconds. Tier 3 (a
+# real node, tests/tests/node.rs) runs last, in a network namespace of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 echo "== control plane"
 tests/cluster/build.sh
 tests/cluster/helm/build.sh
+echo "== tier-3 node (containerd, runc, CNI, kubelet, JobSet, Trainer; cached like the control plane)"
+tests/cluster/node/build.sh
 echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
@@ -19,6 +22,9 @@ echo "== tests"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
+echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"
+tests/cluster/node/holdfast-image.sh
+cargo test -p holdfast-tests --locked --test node -- --ignored --test-threads 1 2>&1 | tee -a "$log"
 echo "== demo (the README's demo command, stopping after its walk-through)"
 tests/demo.sh --exit
 # One closing line for the whole run, summed over every test binary.

@@ -22,7 +22,13 @@ staging="v0.${KUBERNETES_VERSION#v1.}"
     done
   echo ')'
 } > go.mod
+# kube-apiserver and kube-controller-manager for every tier; kubelet, kube-scheduler,
+# kube-proxy and kubectl for tier 3's node (built by node/build.sh).
 go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@${KUBERNETES_VERSION}" \
   "k8s.io/kubernetes/cmd/kube-controller-manager@${KUBERNETES_VERSION}" \
+  "k8s.io/kubernetes/cmd/kubelet@${KUBERNETES_VERSION}" \
+  "k8s.io/kubernetes/cmd/kube-scheduler@${KUBERNETES_VERSION}" \
+  "k8s.io/kubernetes/cmd/kube-proxy@${KUBERNETES_VERSION}" \
+  "k8s.io/kubernetes/cmd/kubectl@${KUBERNETES_VERSION}" \
   "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
 go mod tidy

@@ -24,18 +24,30 @@ pub const APISERVER_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// ClusterRole given to [`Identity::User`] in each test namespace.
 pub const TEST_USER_ROLE: &str = "holdfast-test-user";
 
-/// More apiserver configuration, for a control plane of a test's own: files written into the
-/// control plane's directory before the apiserver starts, and flags appended to its command
-/// line. `{dir}` in a file's contents or a flag stands for that directory.
-///
-/// E.g. an admission configuration giving the apiserver a client certificate for webhooks:
-/// the files `admission.yaml` and `webhook-kubeconfig.yaml`, and the flag
-/// `--admission-control-config-file={dir}/admission.yaml`.
+/// How a control plane is started. The default is tiers 1–2: every process on the test
+/// process's loopback. Tier 3 ([`crate::node`]) puts them in a network namespace of their
+/// own and adds flags, certificate names, controllers and users for the node.
 #[derive(Clone, Debug, Default)]
-pub struct ApiserverExtras {
-    /// (file name, contents).
-    pub files: Vec<(String, String)>,
-    pub flags: Vec<String>,
+pub struct Options {
+    /// Start every process inside a network and mount namespace of its own
+    /// ([`crate::netns`]); the apiserver and etcd are reached through loopback forwarding.
+    pub netns: Option<crate::netns::Spec>,
+    /// More kube-apiserver flags (`--name=value`); each replaces a default of the same name.
+    /// `{dir}` stands for the control plane's directory.
+    pub apiserver_args: Vec<String>,
+    /// Files written into the control plane's directory before the apiserver starts: (file
+    /// name, contents); `{dir}` in the contents stands for that directory. E.g. an admission
+    /// configuration giving the apiserver a client certificate for webhooks
+    /// (`admission.yaml`, `webhook-kubeconfig.yaml`, and the flag
+    /// `--admission-control-config-file={dir}/admission.yaml`).
+    pub apiserver_files: Vec<(String, String)>,
+    /// More names (DNS names or IPs) in the apiserver's serving certificate.
+    pub serving_names: Vec<String>,
+    /// More kube-controller-manager controllers.
+    pub controllers: Vec<String>,
+    /// More identities in the static token file: (slug for the kubeconfig file, user name,
+    /// groups). [`ControlPlane::user_kubeconfig`] gives a kubeconfig for each.
+    pub users: Vec<(String, String, Vec<String>)>,
 }
 
 /// A running etcd + kube-apiserver + kube-controller-manager on loopback.
@@ -50,6 +62,10 @@ pub struct ControlPlane {
     procs: Mutex<Processes>,
     reaper: Mutex<Reaper>,
     binaries: Binaries,
+    /// Tier 3's namespaces (dropped after the processes, which `stop` ends first).
+    netns: Option<crate::netns::NetNs>,
+    /// Tokens of [`Options::users`], by slug.
+    user_tokens: BTreeMap<String, String>,
 }
 
 struct Processes {
@@ -89,11 +105,11 @@ impl ControlPlane {
 
     /// Build or find the binaries, start everything, install the CRDs and test RBAC.
     pub fn start() -> anyhow::Result<ControlPlane> {
-        Self::start_with(ApiserverExtras::default())
+        Self::start_with(Options::default())
     }
 
-    /// [`start`](Self::start), with more apiserver configuration.
-    pub fn start_with(extras: ApiserverExtras) -> anyhow::Result<ControlPlane> {
+    /// [`ControlPlane::start`] with [`Options`].
+    pub fn start_with(opts: Options) -> anyhow::Result<ControlPlane> {
         let binaries = binaries::ensure()?;
         let dir = tempfile::Builder::new()
             .prefix("holdfast-cp-")
@@ -101,18 +117,30 @@ impl ControlPlane {
             .keep();
         let reaper = Reaper::start(&dir)?;
         let group = reaper.group();
+        let netns = match &opts.netns {
+            Some(spec) => {
+                let ns = crate::netns::NetNs::create(spec, &dir, group)?;
+                // Run by the reaper at teardown, however the test binary ends.
+                std::fs::write(dir.join("cleanup.sh"), ns.cleanup_script())?;
+                Some(ns)
+            }
+            None => None,
+        };
+        let node_address = opts
+            .netns
+            .as_ref()
+            .and_then(|s| s.address.split('/').next().map(str::to_owned));
 
         let ca =
             CertificateAuthority::generate("holdfast-test-ca", Duration::from_secs(7 * 24 * 3600))?;
         std::fs::write(dir.join("ca.crt"), ca.cert_pem())?;
-        let serving = ca.issue_serving(
-            &[
-                "127.0.0.1".into(),
-                "localhost".into(),
-                "kubernetes.default.svc".into(),
-            ],
-            Duration::from_secs(7 * 24 * 3600),
-        )?;
+        let mut names = vec![
+            "127.0.0.1".to_string(),
+            "localhost".into(),
+            "kubernetes.default.svc".into(),
+        ];
+        names.extend(opts.serving_names.iter().cloned());
+        let serving = ca.issue_serving(&names, Duration::from_secs(7 * 24 * 3600))?;
         std::fs::write(dir.join("apiserver.crt"), &serving.cert_pem)?;
         std::fs::write(dir.join("apiserver.key"), &serving.key_pem)?;
         let sa_key = rcgen::KeyPair::generate()?;
@@ -131,6 +159,12 @@ impl ControlPlane {
             ));
             tokens.insert(id, t);
         }
+        let mut user_tokens = BTreeMap::new();
+        for (slug, user, groups) in &opts.users {
+            let t = random_token();
+            csv.push_str(&format!("{t},{user},{slug},\"{}\"\n", groups.join(",")));
+            user_tokens.insert(slug.clone(), t);
+        }
         std::fs::write(dir.join("tokens.csv"), csv)?;
         // Every request is audited (metadata only), so tests can count what reached the
         // apiserver: requests sent after a deadline, writes to a snapshot, and so on.
@@ -139,14 +173,19 @@ impl ControlPlane {
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
         )?;
 
-        let etcd_port = free_port()?;
+        // In a namespace of their own, etcd and the apiserver listen on ports that are
+        // forwarded from the same numbers on the host's loopback: one URL works on both sides.
+        let (etcd_port, api_port) = match &netns {
+            Some(ns) => (ns.forward_same_port()?, ns.forward_same_port()?),
+            None => (free_port()?, free_port()?),
+        };
         let peer_port = free_port()?;
-        let api_port = free_port()?;
         let server = format!("https://127.0.0.1:{api_port}");
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
 
-        let etcd = Supervised::start(
+        let etcd = launch(
+            netns.as_ref(),
             "etcd",
             &binaries.bin("etcd"),
             vec![
@@ -159,6 +198,7 @@ impl ControlPlane {
                 "--unsafe-no-fsync".into(),
                 "--log-level=warn".into(),
             ],
+            &[],
             &dir,
             group,
         )?;
@@ -166,13 +206,24 @@ impl ControlPlane {
 
         let d = |f: &str| dir.join(f).display().to_string();
         let in_dir = |s: &str| s.replace("{dir}", &dir.display().to_string());
-        for (name, contents) in &extras.files {
+        for (name, contents) in &opts.apiserver_files {
             std::fs::write(dir.join(name), in_dir(contents))?;
         }
-        let mut apiserver_flags: Vec<String> = vec![
+        let mut apiserver_args = vec![
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            // Inside tier 3's namespace: every address there, the node's advertised.
+            format!(
+                "--bind-address={}",
+                if netns.is_some() {
+                    "0.0.0.0"
+                } else {
+                    "127.0.0.1"
+                }
+            ),
+            format!(
+                "--advertise-address={}",
+                node_address.as_deref().unwrap_or("127.0.0.1")
+            ),
             format!("--secure-port={api_port}"),
             format!("--tls-cert-file={}", d("apiserver.crt")),
             format!("--tls-private-key-file={}", d("apiserver.key")),
@@ -193,11 +244,19 @@ impl ControlPlane {
             "--audit-log-maxsize=0".into(),
             "--v=1".into(),
         ];
-        apiserver_flags.extend(extras.flags.iter().map(|f| in_dir(f)));
-        let apiserver = Supervised::start(
+        // An extra flag replaces a default of the same name (list flags such as
+        // --authorization-mode would otherwise accumulate).
+        for extra in opts.apiserver_args.iter().map(|a| in_dir(a)) {
+            let name = extra.split('=').next().unwrap_or_default().to_owned();
+            apiserver_args.retain(|a| a.split('=').next() != Some(name.as_str()));
+            apiserver_args.push(extra);
+        }
+        let apiserver = launch(
+            netns.as_ref(),
             "kube-apiserver",
             &binaries.bin("kube-apiserver"),
-            apiserver_flags,
+            apiserver_args,
+            &[],
             &dir,
             group,
         )?;
@@ -217,9 +276,15 @@ impl ControlPlane {
             }),
             reaper: Mutex::new(reaper),
             binaries,
+            netns,
+            user_tokens,
         };
         for id in Identity::ALL.into_iter().filter(|id| id.from_token_file()) {
             cp.write_kubeconfig(id)?;
+        }
+        for (slug, token) in &cp.user_tokens {
+            let text = cp.kubeconfig_yaml(slug, token, "default");
+            std::fs::write(cp.user_kubeconfig(slug), text)?;
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -229,20 +294,29 @@ impl ControlPlane {
             cp.write_kubeconfig(id)?;
         }
 
-        let kcm = Supervised::start(
+        let mut controllers = vec![
+            "garbage-collector-controller".to_string(),
+            "namespace-controller".into(),
+            "serviceaccount-controller".into(),
+        ];
+        controllers.extend(opts.controllers.iter().cloned());
+        let kcm = cp.spawn(
             "kube-controller-manager",
             &cp.binaries.bin("kube-controller-manager"),
             vec![
-                format!("--kubeconfig={}", cp.kubeconfig(Identity::ControllerManager).display()),
-                "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller".into(),
+                format!(
+                    "--kubeconfig={}",
+                    cp.kubeconfig(Identity::ControllerManager).display()
+                ),
+                format!("--controllers={}", controllers.join(",")),
                 "--use-service-account-credentials=true".into(),
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
                 format!("--root-ca-file={}", d("ca.crt")),
+                // The token controller (tier 3) signs legacy tokens with the same key.
+                format!("--service-account-private-key-file={}", d("sa.key")),
                 "--v=1".into(),
             ],
-            &dir,
-            group,
         )?;
         lock(&cp.procs).controller_manager = kcm;
         rt.block_on(cp.wait_controller_manager())?;
@@ -253,6 +327,52 @@ impl ControlPlane {
     /// the reaper ends them all with the test binary.
     pub fn process_group(&self) -> i32 {
         lock(&self.reaper).group()
+    }
+
+    /// Start a process the way the control plane's own are: in its process group (ended with
+    /// the test binary), logging to `{dir}/{name}.log`, and in tier 3's namespaces if it
+    /// has them, with `env` added to its environment.
+    pub fn spawn_env(
+        &self,
+        name: &str,
+        program: &Path,
+        args: Vec<String>,
+        env: &[(String, String)],
+    ) -> anyhow::Result<Supervised> {
+        launch(
+            self.netns.as_ref(),
+            name,
+            program,
+            args,
+            env,
+            &self.dir,
+            self.process_group(),
+        )
+    }
+
+    /// [`ControlPlane::spawn_env`] without environment.
+    pub fn spawn(
+        &self,
+        name: &str,
+        program: &Path,
+        args: Vec<String>,
+    ) -> anyhow::Result<Supervised> {
+        self.spawn_env(name, program, args, &[])
+    }
+
+    /// Tier 3's namespaces, if the control plane runs in them.
+    pub fn netns(&self) -> Option<&crate::netns::NetNs> {
+        self.netns.as_ref()
+    }
+
+    /// The built control-plane binaries and CRDs.
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// Path of the kubeconfig of one of [`Options::users`], by its slug.
+    pub fn user_kubeconfig(&self, slug: &str) -> PathBuf {
+        self.dir.join(format!("kubeconfig-{slug}.yaml"))
     }
 
     /// etcd's client URL (`http://127.0.0.1:PORT`, no TLS): its gRPC gateway serves the v3
@@ -409,12 +529,10 @@ impl ControlPlane {
         // The chart's kueue-mode rules (Workloads, AdmissionChecks) for holdfast's accounts.
         let admin = self.client(Identity::Admin).await?;
         crate::rbac::install_holdfast_rbac(&admin, "kueue").await?;
-        let group = lock(&self.reaper).group();
         let proc = crate::kueue::start(
             self,
             &self.binaries.bin("kueue"),
             &self.binaries.dir.join("crds").join("kueue-webhooks.yaml"),
-            group,
         )
         .await?;
         lock(&self.procs).kueue = Some(proc);
@@ -636,6 +754,9 @@ impl ControlPlane {
             p.etcd.kill();
         }
         lock(&self.reaper).finish(&self.dir);
+        if let Some(ns) = self.netns.as_ref() {
+            ns.stop();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -648,6 +769,31 @@ impl Drop for ControlPlane {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Start a process in `group`, logging to `dir/{name}.log` — inside `netns` if given.
+fn launch(
+    netns: Option<&crate::netns::NetNs>,
+    name: &str,
+    program: &Path,
+    args: Vec<String>,
+    env: &[(String, String)],
+    dir: &Path,
+    group: i32,
+) -> anyhow::Result<Supervised> {
+    match netns {
+        Some(ns) => {
+            let (program, args) = ns.wrap(program, args, env);
+            Supervised::start(name, &program, args, dir, group)
+        }
+        None if env.is_empty() => Supervised::start(name, program, args, dir, group),
+        None => {
+            let mut all: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            all.push(program.display().to_string());
+            all.extend(args);
+            Supervised::start(name, Path::new("env"), all, dir, group)
+        }
+    }
 }
 
 /// A stand-in process slot until kube-controller-manager starts (`true` exits at once).

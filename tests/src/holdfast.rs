@@ -37,12 +37,12 @@ pub fn binary(name: &str) -> PathBuf {
 /// A control plane of the test's own (for tests that restart or break it), started off the
 /// async runtime.
 pub async fn owned_control_plane() -> ControlPlane {
-    owned_control_plane_with(crate::ApiserverExtras::default()).await
+    owned_control_plane_with(crate::control_plane::Options::default()).await
 }
 
 /// [`owned_control_plane`] with more apiserver configuration.
-pub async fn owned_control_plane_with(extras: crate::ApiserverExtras) -> ControlPlane {
-    match tokio::task::spawn_blocking(move || ControlPlane::start_with(extras)).await {
+pub async fn owned_control_plane_with(opts: crate::control_plane::Options) -> ControlPlane {
+    match tokio::task::spawn_blocking(move || ControlPlane::start_with(opts)).await {
         Ok(Ok(cp)) => cp,
         Ok(Err(e)) => panic!("start a control plane: {e:#}"),
         Err(e) => panic!("start a control plane: {e}"),

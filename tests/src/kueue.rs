@@ -114,7 +114,6 @@ pub(crate) async fn start(
     cp: &crate::ControlPlane,
     binary: &Path,
     manifests: &Path,
-    group: i32,
 ) -> anyhow::Result<Supervised> {
     let dir = cp.dir().join("kueue");
     let certs = dir.join("certs");
@@ -148,7 +147,7 @@ pub(crate) async fn start(
         }
     }
 
-    let proc = Supervised::start(
+    let proc = cp.spawn(
         "kueue",
         binary,
         vec![
@@ -158,8 +157,6 @@ pub(crate) async fn start(
             "--feature-gates=VisibilityOnDemand=false".into(),
             "--zap-log-level=info".into(),
         ],
-        cp.dir(),
-        group,
     )?;
 
     let text = std::fs::read_to_string(manifests)

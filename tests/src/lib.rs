@@ -15,10 +15,12 @@ pub mod helm;
 pub mod holdfast;
 pub mod identity;
 pub mod kueue;
+pub mod netns;
+pub mod node;
 pub mod objects;
 pub mod process;
 pub mod rbac;
 pub mod wait;
 
-pub use control_plane::{ApiserverExtras, ControlPlane};
+pub use control_plane::ControlPlane;
 pub use identity::Identity;

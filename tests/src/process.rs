@@ -118,12 +118,15 @@ pub struct Reaper {
 impl Reaper {
     pub fn start(dir: &Path) -> anyhow::Result<Self> {
         let parent = std::process::id();
-        // The reaper ignores TERM itself, ends the group, removes the directory, then ends
-        // the group again with KILL (itself included).
+        // The reaper ignores TERM itself, ends the group, runs the directory's `cleanup.sh`
+        // if there is one (tier 3: what lives outside the group, such as containers), removes
+        // the directory, then ends the group again with KILL (itself included).
         let script = format!(
             "trap '' TERM INT HUP; \
              while kill -0 {parent} 2>/dev/null && [ ! -e \"$1/.stop\" ]; do sleep 0.3; done; \
-             kill -TERM -- -$$ 2>/dev/null; sleep 1; rm -rf \"$1\"; kill -KILL -- -$$ 2>/dev/null"
+             kill -TERM -- -$$ 2>/dev/null; sleep 1; \
+             if [ -f \"$1/cleanup.sh\" ]; then bash \"$1/cleanup.sh\" >\"$1/cleanup.log\" 2>&1; fi; \
+             rm -rf \"$1\"; kill -KILL -- -$$ 2>/dev/null"
         );
         let child = Command::new("bash")
             .arg("-c")

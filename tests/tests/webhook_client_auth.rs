@@ -25,7 +25,7 @@ use holdfast_tests::holdfast::{
 };
 use holdfast_tests::objects::{trainjob, trainjob_resource};
 use holdfast_tests::wait::wait_for;
-use holdfast_tests::{ApiserverExtras, Identity};
+use holdfast_tests::{Identity, control_plane::Options};
 use holdfast_webhook::registration::DEFAULT_TIMEOUT_SECONDS;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -44,14 +44,14 @@ fn client_cert(ca: &CertificateAuthority, name: &str) -> IssuedCertificate {
 
 /// The apiserver's admission configuration: both webhook plugins read a kubeconfig whose
 /// user `127.0.0.1:{port}` (the host and port of the webhook's URL) has a client certificate.
-fn apiserver_extras(port: u16, cert: &IssuedCertificate) -> ApiserverExtras {
+fn apiserver_extras(port: u16, cert: &IssuedCertificate) -> Options {
     let plugin = |name: &str| {
         format!(
             "- name: {name}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: \"{{dir}}/webhook-kubeconfig.yaml\"\n"
         )
     };
-    ApiserverExtras {
-        files: vec![
+    Options {
+        apiserver_files: vec![
             ("webhook-client.crt".into(), cert.cert_pem.clone()),
             ("webhook-client.key".into(), cert.key_pem.clone()),
             (
@@ -69,7 +69,8 @@ fn apiserver_extras(port: u16, cert: &IssuedCertificate) -> ApiserverExtras {
                 ),
             ),
         ],
-        flags: vec!["--admission-control-config-file={dir}/admission.yaml".into()],
+        apiserver_args: vec!["--admission-control-config-file={dir}/admission.yaml".into()],
+        ..Options::default()
     }
 }
 

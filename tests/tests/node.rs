@@ -1,0 +1,677 @@
+//! Tier 3 smoke tests: a real node (containerd, runc, CNI, kubelet, kube-scheduler,
+//! kube-proxy) with the real JobSet and Trainer controllers, one cluster shared by the tests of
+//! this binary (`NodeCluster::shared`).
+//!
+//! Opt-in: the node takes minutes to build the first time, so these tests are ignored unless
+//! asked for:
+//!
+//! ```sh
+//! cargo test -p holdfast-tests --test node -- --ignored --test-threads 1
+//! ```
+
+use futures::{AsyncBufReadExt, StreamExt};
+use holdfast_tests::Identity;
+use holdfast_tests::node::{NodeCluster, jobset_resource};
+use holdfast_tests::objects::trainer_resource;
+use holdfast_tests::wait::wait_for;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams,
+};
+use std::time::{Duration, Instant};
+
+fn workload_pod(name: &str, image: &str, grace_seconds: u32, mark: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "main",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "args": ["--epochs", "3"],
+                "env": [
+                    {"name": "WORKLOAD_TERM_GRACE_SECONDS", "value": grace_seconds.to_string()},
+                    {"name": "WORKLOAD_MARK", "value": mark}
+                ]
+            }]
+        }
+    }))
+    .expect("pod")
+}
+
+fn is_running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| cs.iter().all(|c| c.ready))
+}
+
+/// Wait until pod `name` is Running and ready; on timeout, panic with what the pod, its events
+/// and the node's logs say.
+async fn wait_running(cluster: &NodeCluster, pods: &Api<Pod>, name: &str) -> Pod {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pod = pods.get_opt(name).await.ok().flatten();
+        if let Some(p) = pod.as_ref().filter(|p| is_running(p)) {
+            return p.clone();
+        }
+        if Instant::now() > deadline {
+            let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(
+                pods.clone().into_client(),
+                pod.as_ref()
+                    .and_then(|p| p.metadata.namespace.as_deref())
+                    .unwrap_or("default"),
+            )
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{:?} {:?}: {:?}",
+                            e.reason, e.involved_object.name, e.message
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+            panic!(
+                "pod {name} not Running after 120s: {:#?}\nevents: {events:#?}\nkubelet:\n{}\ncontainerd:\n{}",
+                pod.and_then(|p| p.status),
+                cluster.log_tail("kubelet", 40),
+                cluster.log_tail("containerd", 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The `workload: config {...}` line of a pod's log, parsed.
+async fn config_of(pods: &Api<Pod>, name: &str, container: &str) -> serde_json::Value {
+    wait_for(
+        "the workload's config line",
+        Duration::from_secs(30),
+        || async {
+            let log = pods
+                .logs(
+                    name,
+                    &LogParams {
+                        container: Some(container.into()),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .ok()?;
+            let line = log
+                .lines()
+                .find_map(|l| l.strip_prefix("workload: config "))?;
+            serde_json::from_str(line).ok()
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
+async fn a_plain_pod_runs_and_terminates_with_its_grace() {
+    let cluster = NodeCluster::shared();
+    let ns = cluster.namespace("node-pod").await.expect("namespace");
+    let admin = cluster.client(Identity::Admin).await.expect("client");
+    let pods: Api<Pod> = Api::namespaced(admin, &ns);
+    let grace = 6;
+    let started = Instant::now();
+    pods.create(
+        &PostParams::default(),
+        &workload_pod("w", cluster.workload_image(), grace, "plain-pod"),
+    )
+    .await
+    .expect("create pod");
+    let pod = wait_running(cluster, &pods, "w").await;
+    eprintln!("pod Running after {:?}", started.elapsed());
+    let ip = pod.status.and_then(|s| s.pod_ip).expect("pod IP");
+    assert!(
+        ip.starts_with("10.244.0."),
+        "pod IP {ip} from the bridge's subnet"
+    );
+
+    let config = config_of(&pods, "w", "main").await;
+    let argv: Vec<&str> = config["argv"]
+        .as_array()
+        .expect("argv")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert_eq!(argv[1..], ["--epochs", "3"], "the pod's args: {config}");
+    assert_eq!(config["env"]["WORKLOAD_MARK"], "plain-pod");
+    assert_eq!(config["env"]["WORKLOAD_TERM_GRACE_SECONDS"], "6");
+
+    // Follow the log through the deletion: the workload sees SIGTERM and keeps running for
+    // its grace, so the pod stays Terminating that long.
+    let mut lines = pods
+        .log_stream(
+            "w",
+            &LogParams {
+                follow: true,
+                container: Some("main".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("log stream")
+        .lines();
+    let follower = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(Ok(l)) = lines.next().await {
+            seen.push(l);
+        }
+        seen
+    });
+    let deleted = Instant::now();
+    pods.delete("w", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let terminating = pods.get("w").await.expect("pod still there");
+    assert!(
+        terminating.metadata.deletion_timestamp.is_some(),
+        "Terminating"
+    );
+    wait_for("the pod gone", Duration::from_secs(60), || async {
+        match pods.get_opt("w").await {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    let took = deleted.elapsed();
+    eprintln!("pod Terminating for {took:?} (workload grace {grace}s, pod grace 30s)");
+    assert!(
+        took >= Duration::from_secs(grace as u64 - 1),
+        "the pod went after {took:?}, before the workload's {grace}s grace"
+    );
+    assert!(
+        took < Duration::from_secs(25),
+        "the pod took {took:?}: the workload did not exit on SIGTERM after its grace"
+    );
+    let seen = tokio::time::timeout(Duration::from_secs(10), follower)
+        .await
+        .expect("log stream ended")
+        .expect("follower");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("signal 15 received; exiting in 6s")),
+        "the workload logged SIGTERM: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|l| l.contains("exiting after the grace")),
+        "the workload exited after its grace: {seen:?}"
+    );
+}
+
+fn training_runtime(name: &str, image: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {
+                        "terminationGracePeriodSeconds": 30,
+                        "containers": [{
+                            "name": "node",
+                            "image": image,
+                            "imagePullPolicy": "Never",
+                            "env": [
+                                {"name": "WORKLOAD_TERM_GRACE_SECONDS", "value": "1"},
+                                {"name": "WORKLOAD_MARK", "value": format!("runtime-{name}")}
+                            ]
+                        }]
+                    }}}
+                }
+            }]}}
+        }
+    })
+}
+
+async fn running_pods(pods: &Api<Pod>, jobset: &str) -> Vec<Pod> {
+    let lp = ListParams::default().labels(&format!("jobset.sigs.k8s.io/jobset-name={jobset}"));
+    pods.list(&lp).await.map(|l| l.items).unwrap_or_default()
+}
+
+fn owner_kind(meta: &kube::api::ObjectMeta) -> Option<(String, String)> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| (o.kind.clone(), o.name.clone()))
+}
+
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
+async fn a_trainjob_runs_suspends_and_resumes_through_trainer_and_jobset() {
+    let cluster = NodeCluster::shared();
+    let ns = cluster.namespace("node-tj").await.expect("namespace");
+    let admin = cluster.client(Identity::Admin).await.expect("client");
+    let runtimes: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &ns,
+        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+    );
+    let rt: DynamicObject =
+        serde_json::from_value(training_runtime("workload", cluster.workload_image()))
+            .expect("runtime");
+    runtimes
+        .create(&PostParams::default(), &rt)
+        .await
+        .expect("create runtime");
+    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &ns,
+        &holdfast_tests::objects::trainjob_resource(),
+    );
+    let tj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tj"},
+        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+    }))
+    .expect("trainjob");
+    let started = Instant::now();
+    trainjobs
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create trainjob");
+
+    // Trainer makes the JobSet, JobSet the Jobs, the Job controller the pods, the node runs them.
+    let jobsets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &jobset_resource());
+    let js = wait_for("Trainer's JobSet", Duration::from_secs(60), || async {
+        jobsets.get_opt("tj").await.ok().flatten()
+    })
+    .await;
+    assert_eq!(
+        owner_kind(&js.metadata),
+        Some(("TrainJob".into(), "tj".into())),
+        "owned by the TrainJob"
+    );
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), &ns);
+    let job = wait_for("JobSet's Job", Duration::from_secs(60), || async {
+        let lp = ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=tj");
+        jobs.list(&lp).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    assert_eq!(
+        owner_kind(&job.metadata),
+        Some(("JobSet".into(), "tj".into())),
+        "owned by the JobSet"
+    );
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let first = wait_for(
+        "the TrainJob's pod Running",
+        Duration::from_secs(120),
+        || async {
+            let ps = running_pods(&pods, "tj").await;
+            (!ps.is_empty() && ps.iter().all(is_running)).then_some(ps)
+        },
+    )
+    .await;
+    eprintln!("TrainJob's pod Running after {:?}", started.elapsed());
+    let pod = &first[0];
+    let pod_name = pod.metadata.name.clone().expect("name");
+    assert_eq!(
+        owner_kind(&pod.metadata).map(|o| o.0),
+        Some("Job".to_string()),
+        "the pod is the Job's"
+    );
+    let config = config_of(&pods, &pod_name, "node").await;
+    assert_eq!(
+        config["env"]["WORKLOAD_MARK"], "runtime-workload",
+        "{config}"
+    );
+    // A Job's pod (the Job controller's completion index), named by JobSet.
+    assert_eq!(config["env"]["JOB_COMPLETION_INDEX"], "0", "{config}");
+    assert_eq!(config["env"]["HOSTNAME"], "tj-node-0-0", "{config}");
+
+    // Suspend: Trainer suspends the JobSet, JobSet the Job, and the Job's pods go.
+    let pp = PatchParams::default();
+    let suspended = Instant::now();
+    trainjobs
+        .patch(
+            "tj",
+            &pp,
+            &Patch::Merge(serde_json::json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .expect("suspend");
+    wait_for(
+        "the pods gone after suspend",
+        Duration::from_secs(90),
+        || async { running_pods(&pods, "tj").await.is_empty().then_some(()) },
+    )
+    .await;
+    eprintln!("pods gone {:?} after suspend", suspended.elapsed());
+    let js = jobsets.get("tj").await.expect("jobset");
+    assert_eq!(js.data["spec"]["suspend"], true, "the JobSet is suspended");
+
+    // Resume: new pods, not the old ones.
+    let resumed = Instant::now();
+    trainjobs
+        .patch(
+            "tj",
+            &pp,
+            &Patch::Merge(serde_json::json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .expect("resume");
+    let old: Vec<String> = first
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let second = wait_for(
+        "new pods Running after resume",
+        Duration::from_secs(120),
+        || async {
+            let ps = running_pods(&pods, "tj").await;
+            (!ps.is_empty() && ps.iter().all(is_running)).then_some(ps)
+        },
+    )
+    .await;
+    eprintln!("pods Running {:?} after resume", resumed.elapsed());
+    for p in &second {
+        let uid = p.metadata.uid.clone().expect("uid");
+        assert!(!old.contains(&uid), "a new pod, not {uid} again");
+    }
+    trainjobs
+        .delete("tj", &DeleteParams::default())
+        .await
+        .expect("delete trainjob");
+}
+
+/// The Dockerfile's final stage as the image promises it: the files it copies to `/`, its
+/// user and its entrypoint (parsed here independently of holdfast-image.sh).
+fn dockerfile_layout() -> (Vec<String>, String, Vec<String>) {
+    let text = std::fs::read_to_string(holdfast_tests::helm::chart_dir().join("../../Dockerfile"))
+        .expect("Dockerfile");
+    let lines: Vec<&str> = text.lines().collect();
+    let last_from = lines
+        .iter()
+        .rposition(|l| l.trim_start().to_uppercase().starts_with("FROM "))
+        .expect("a FROM");
+    let (mut files, mut user, mut entrypoint) = (Vec::new(), String::new(), Vec::new());
+    for line in lines.iter().skip(last_from + 1) {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("COPY") => {
+                let rest: Vec<&str> = words.filter(|w| !w.starts_with("--")).collect();
+                assert_eq!(rest.last(), Some(&"/"), "COPY to / in {line}");
+                for src in &rest[..rest.len() - 1] {
+                    files.push(format!("/{}", src.rsplit('/').next().expect("name")));
+                }
+            }
+            Some("USER") => user = words.collect::<Vec<_>>().join(" "),
+            Some("ENTRYPOINT") => {
+                entrypoint = serde_json::from_str(line.trim_start()["ENTRYPOINT".len()..].trim())
+                    .expect("ENTRYPOINT in exec form")
+            }
+            _ => {}
+        }
+    }
+    (files, user, entrypoint)
+}
+
+fn tar_file(archive: &std::path::Path, member: &str) -> Vec<u8> {
+    let out = std::process::Command::new("tar")
+        .arg("-xOf")
+        .arg(archive)
+        .arg(member)
+        .output()
+        .expect("tar");
+    assert!(
+        out.status.success(),
+        "tar -xOf {} {member}",
+        archive.display()
+    );
+    out.stdout
+}
+
+/// The image's config and the paths in its one layer, read from the OCI archive.
+fn image_layout(archive: &std::path::Path) -> (serde_json::Value, Vec<String>) {
+    let blob = |digest: &str| format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
+    let index: serde_json::Value =
+        serde_json::from_slice(&tar_file(archive, "index.json")).expect("index");
+    let manifest: serde_json::Value = serde_json::from_slice(&tar_file(
+        archive,
+        &blob(
+            index["manifests"][0]["digest"]
+                .as_str()
+                .expect("manifest digest"),
+        ),
+    ))
+    .expect("manifest");
+    let config: serde_json::Value = serde_json::from_slice(&tar_file(
+        archive,
+        &blob(
+            manifest["config"]["digest"]
+                .as_str()
+                .expect("config digest"),
+        ),
+    ))
+    .expect("config");
+    let layer = tar_file(
+        archive,
+        &blob(manifest["layers"][0]["digest"].as_str().expect("layer")),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("layer.tar");
+    std::fs::write(&path, layer).expect("layer");
+    let out = std::process::Command::new("tar")
+        .args(["-tvf"])
+        .arg(&path)
+        .output()
+        .expect("tar -t");
+    let listing = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    (config, listing)
+}
+
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
+async fn the_chart_runs_on_the_node_and_its_webhook_guards_snapshots() {
+    use holdfast_tests::helm;
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let cluster = NodeCluster::shared();
+    // holdfast's image, built from the Dockerfile's recipe without an engine.
+    let script = holdfast_tests::binaries::cluster_module_dir().join("node/holdfast-image.sh");
+    let image_dir = holdfast_tests::binaries::run_build_script(&script).expect("holdfast image");
+    let archive = image_dir.join("image.tar");
+    let reference = std::fs::read_to_string(image_dir.join("image.ref")).expect("ref");
+    let reference = reference.trim();
+
+    // The same layout as the Dockerfile promises: files, user, entrypoint.
+    let (files, user, entrypoint) = dockerfile_layout();
+    let (config, listing) = image_layout(&archive);
+    assert_eq!(config["config"]["User"], user, "USER");
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        serde_json::json!(entrypoint),
+        "ENTRYPOINT"
+    );
+    for f in &files {
+        let entry = listing
+            .iter()
+            .find(|l| l.ends_with(&format!(" .{f}")))
+            .unwrap_or_else(|| panic!("{f} in the image: {listing:?}"));
+        assert!(entry.starts_with("-rwxr-xr-x"), "{f} executable: {entry}");
+    }
+    assert_eq!(files, ["/holdfast-controller", "/holdfast-webhook"]);
+    assert_eq!(user, "65532:65532");
+
+    cluster.import_image(&archive).expect("import");
+    let (repository, tag) = reference.rsplit_once(':').expect("tag");
+    let helm = helm::ensure().expect("helm");
+    let kubeconfig = cluster.kubeconfig(Identity::Admin).display().to_string();
+    let ns = "hf-system";
+    let started = Instant::now();
+    let out = helm.run(
+        &[
+            "install",
+            "hf",
+            &helm::chart_dir().display().to_string(),
+            "--namespace",
+            ns,
+            "--create-namespace",
+            "--kubeconfig",
+            &kubeconfig,
+            "--set",
+            "mode=plain",
+            "--set",
+            &format!("image.repository={repository}"),
+            "--set",
+            &format!("image.tag={tag}"),
+            "--set",
+            "image.pullPolicy=Never",
+            "--wait",
+            "--timeout",
+            "5m",
+        ]
+        .map(str::to_owned),
+    );
+    let admin = cluster.client(Identity::Admin).await.expect("client");
+    if let Err(e) = &out {
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+        let list = pods.list(&ListParams::default()).await.expect("pods");
+        let states: Vec<String> = list
+            .items
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:?} {:?}",
+                    p.metadata.name,
+                    p.status.as_ref().map(|s| (&s.phase, &s.container_statuses))
+                )
+            })
+            .collect();
+        panic!(
+            "helm install: {e:#}\npods: {states:#?}\nkubelet:\n{}",
+            cluster.log_tail("kubelet", 30)
+        );
+    }
+    eprintln!("helm install --wait took {:?}", started.elapsed());
+    for d in ["hf-holdfast-controller", "hf-holdfast-webhook"] {
+        let dep = Api::<Deployment>::namespaced(admin.clone(), ns)
+            .get(d)
+            .await
+            .expect("deployment");
+        let st = dep.status.expect("status");
+        assert_eq!(
+            st.ready_replicas,
+            Some(2),
+            "{d} has both replicas Ready: {st:?}"
+        );
+    }
+    // Self-managed certificates: the controller issued them and injected the CA.
+    let vwc = wait_for("the caBundle injected", Duration::from_secs(60), || async {
+        let v = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .get("hf-holdfast")
+            .await
+            .ok()?;
+        v.webhooks
+            .as_ref()?
+            .iter()
+            .all(|w| {
+                w.client_config
+                    .ca_bundle
+                    .as_ref()
+                    .is_some_and(|b| !b.0.is_empty())
+            })
+            .then_some(v)
+    })
+    .await;
+    assert!(
+        vwc.webhooks
+            .unwrap_or_default()
+            .iter()
+            .all(|w| w.client_config.service.is_some())
+    );
+
+    // A TrainJob gets its snapshot; a user's edit of it is refused by the webhook, called by
+    // the apiserver through its Service.
+    let tns = cluster.namespace("node-chart").await.expect("namespace");
+    let runtimes: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &tns,
+        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+    );
+    let rt: DynamicObject =
+        serde_json::from_value(training_runtime("workload", cluster.workload_image()))
+            .expect("runtime");
+    runtimes
+        .create(&PostParams::default(), &rt)
+        .await
+        .expect("create runtime");
+    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &tns,
+        &holdfast_tests::objects::trainjob_resource(),
+    );
+    let tj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tj"},
+        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+    }))
+    .expect("trainjob");
+    trainjobs
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create trainjob");
+    let user = cluster.client(Identity::User).await.expect("user");
+    let cms: Api<ConfigMap> = Api::namespaced(user, &tns);
+    wait_for("the snapshot", Duration::from_secs(60), || async {
+        cms.get_opt("tj-runtime-snapshot").await.ok().flatten()
+    })
+    .await;
+    let edit = cms
+        .patch(
+            "tj-runtime-snapshot",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"edited": "yes"}}})),
+        )
+        .await;
+    match edit {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message
+                .contains("validate.holdfast.dev\" denied the request"),
+            "refused by holdfast's webhook: {}",
+            s.message
+        ),
+        other => panic!("a user's snapshot edit was not refused: {other:?}"),
+    }
+    trainjobs
+        .delete("tj", &DeleteParams::default())
+        .await
+        .expect("delete");
+    helm.run(
+        &[
+            "uninstall",
+            "hf",
+            "--namespace",
+            ns,
+            "--kubeconfig",
+            &kubeconfig,
+            "--wait",
+        ]
+        .map(str::to_owned),
+    )
+    .expect("helm uninstall");
+}
