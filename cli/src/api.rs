@@ -66,6 +66,14 @@ impl ApiRequest {
                 path: call_path(target, "status"),
                 body: None,
             },
+            Command::Drift { namespace } => ApiRequest {
+                post: false,
+                path: match namespace {
+                    Some(ns) => format!("/v1/drift?namespace={ns}"),
+                    None => "/v1/drift".to_owned(),
+                },
+                body: None,
+            },
             Command::Preflight { target } => ApiRequest {
                 post: false,
                 path: match target {

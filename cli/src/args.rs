@@ -65,6 +65,12 @@ pub enum Command {
         #[arg(value_parser = parse_target)]
         target: Option<Target>,
     },
+    /// The TrainJobs whose snapshot no longer equals their live runtime (in NAMESPACE, or
+    /// in every namespace).
+    Drift {
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+    },
 }
 
 /// `NAMESPACE/NAME`.

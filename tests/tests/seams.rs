@@ -539,12 +539,9 @@ impl LossyProxy {
         let puts = Arc::new(AtomicUsize::new(0));
         let state = (upstream, cp.server.clone(), puts.clone(), lose);
         let router = axum::Router::new().fallback(
-            |axum::extract::State((client, server, puts, lose)): axum::extract::State<(
-                reqwest::Client,
-                String,
-                Arc<AtomicUsize>,
-                fn(usize) -> Loss,
-            )>,
+            |axum::extract::State((client, server, puts, lose)): axum::extract::State<
+                ProxyState,
+            >,
              req: axum::extract::Request| async move {
                 let (parts, body) = req.into_parts();
                 let body = axum::body::to_bytes(body, 16 << 20).await.expect("body");
@@ -640,6 +637,10 @@ impl Drop for LossyProxy {
         self.stop.cancel();
     }
 }
+
+/// What the proxy's handler shares: the upstream client, the apiserver's URL, the count of
+/// PUTs so far, and which of them to lose.
+type ProxyState = (reqwest::Client, String, Arc<AtomicUsize>, fn(usize) -> Loss);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Loss {
