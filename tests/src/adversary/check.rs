@@ -52,8 +52,9 @@ pub enum Invariant {
     /// A hold appears only inside a window of a `Hold` of that instance, and never replaces
     /// a newer one.
     HoldPlacedOnlyByHold,
-    /// A TrainJob created with `holdfast.dev/managed: "true"` is suspended in every version
-    /// until one carries the opened mark, and no pod is started for it meanwhile.
+    /// A TrainJob at its closed start gate — created labelled `holdfast.dev/managed: "true"`,
+    /// or later managed, suspended and never opened — is suspended in every version until
+    /// one carries the opened mark, and no pod is started for it meanwhile.
     ClosedGateStaysClosed,
     /// The opened mark appears only inside a window of an `Open`.
     OpenedOnlyByOpen,
@@ -67,6 +68,10 @@ pub enum Invariant {
     ExecutionsNeverOverlap,
     /// Every answer of the hold API is true of what the apiserver held during the call.
     AnswersAreTrue,
+    /// SPEC: "Release restores what the hold found": a hold placed on an object someone
+    /// else had already stopped (plain: an opened TrainJob suspended without a hold; Kueue: a
+    /// Workload deactivated without a hold) leaves it stopped when released.
+    ReleaseRestoresWhatTheHoldFound,
 }
 
 impl Invariant {
@@ -282,6 +287,28 @@ fn controller_owner(o: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Kueue's label naming a Workload's job.
+pub const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
+
+/// Whether Workload `w` is TrainJob `uid`'s: its controller ownerReference (SPEC's
+/// definition) or its `kueue.x-k8s.io/job-uid` label (how the hold API and the gate find
+/// it) names the TrainJob. Either way, a hold on it is a hold on the TrainJob, and whatever
+/// it lets run is the TrainJob.
+fn workload_of(w: &Value, uid: &str) -> bool {
+    controller_owner(w).as_deref() == Some(uid) || label(w, JOB_UID_LABEL) == Some(uid)
+}
+
+/// The TrainJobs Workload `w` belongs to (see [`workload_of`]).
+fn workload_owners(w: &Value) -> Vec<String> {
+    let mut out: Vec<String> = controller_owner(w).into_iter().collect();
+    if let Some(l) = label(w, JOB_UID_LABEL)
+        && !out.iter().any(|o| o == l)
+    {
+        out.push(l.to_owned());
+    }
+    out
+}
+
 /// The managers owning `spec.suspend`, from `managedFields`.
 fn suspend_owners(tj: &Value) -> Vec<String> {
     tj.pointer("/metadata/managedFields")
@@ -345,7 +372,7 @@ impl State {
     }
 
     /// The hold in force on TrainJob `uid`: plain, its own annotation; Kueue, the newest
-    /// instance any Workload it controls carries (being deleted or not).
+    /// instance any of its Workloads ([`workload_of`]) carries (being deleted or not).
     fn hold(&self, mode: Mode, uid: &str) -> Option<Option<u64>> {
         match mode {
             Mode::Plain => self.tj.get(uid).and_then(hold_of),
@@ -353,7 +380,7 @@ impl State {
                 let holds: Vec<Option<u64>> = self
                     .wl
                     .values()
-                    .filter(|w| controller_owner(w).as_deref() == Some(uid))
+                    .filter(|w| workload_of(w, uid))
                     .filter_map(hold_of)
                     .collect();
                 if holds.is_empty() {
@@ -366,9 +393,7 @@ impl State {
     }
 
     fn workloads_of<'a>(&'a self, uid: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
-        self.wl
-            .values()
-            .filter(move |w| controller_owner(w).as_deref() == Some(uid))
+        self.wl.values().filter(move |w| workload_of(w, uid))
     }
 
     /// Pods of TrainJob `uid`'s executions (the actor's label) that still remain.
@@ -407,6 +432,8 @@ struct Track {
     hold_since: Option<(u64, Instant)>,
     /// The TrainJob has been suspended since the hold in force started.
     stopped_since_hold: bool,
+    /// When the hold in force was placed, its object was already stopped by someone else.
+    found_stopped: bool,
 }
 
 struct Checker<'a> {
@@ -514,10 +541,31 @@ impl Checker<'_> {
     }
 
     /// The hold of TrainJob `uid` changed from `before` to what the state now says.
-    fn hold_changed(&mut self, uid: &str, before: Option<Option<u64>>, rv: u64, seen: Instant) {
+    /// `stopped` is whether the held object this event wrote was stopped by someone else
+    /// before it (plain: an opened TrainJob, suspended) and whether it is stopped after it.
+    fn hold_changed(
+        &mut self,
+        uid: &str,
+        before: Option<Option<u64>>,
+        rv: u64,
+        seen: Instant,
+        stopped: (bool, bool),
+    ) {
         let now = self.state.hold(self.mode(), uid);
         if now == before {
             return;
+        }
+        let found_stopped = self.tracks.get(uid).is_some_and(|t| t.found_stopped);
+        if before.is_some() && now.is_none() && found_stopped && !stopped.1 {
+            self.violate(
+                Invariant::ReleaseRestoresWhatTheHoldFound,
+                format!("{uid}/{rv}"),
+                rv,
+                format!(
+                    "{} was lifted from TrainJob {uid} and its held object is no longer stopped, though it was stopped by someone else when the hold was placed",
+                    show_hold(before)
+                ),
+            );
         }
         let job = self
             .state
@@ -579,12 +627,14 @@ impl Checker<'_> {
         let track = self.tracks.entry(uid.to_owned()).or_default();
         match now {
             Some(_) if before.is_none() => {
+                track.found_stopped = stopped.0;
                 track.hold_since = Some((rv, seen));
                 track.stopped_since_hold = self.state.tj.get(uid).is_some_and(suspended);
             }
             None => {
                 track.hold_since = None;
                 track.stopped_since_hold = false;
+                track.found_stopped = false;
             }
             _ => {}
         }
@@ -607,9 +657,11 @@ impl Checker<'_> {
             Mode::Kueue => self.state.hold(mode, uid),
         };
         {
+            // At the closed start gate: created managed, or come to rest there (managed,
+            // never opened, suspended); until the opened mark.
             let track = self.tracks.entry(uid.to_owned()).or_default();
-            if first {
-                track.gated = managed(v) && !object::opened(v);
+            if managed(v) && !object::opened(v) && (first || suspended(v)) {
+                track.gated = true;
             }
         }
         // The opened mark appears only through Open.
@@ -633,7 +685,7 @@ impl Checker<'_> {
                 uid.to_owned(),
                 rv,
                 format!(
-                    "TrainJob {job} ({uid}) was created managed and was never opened, yet this version is not suspended (labels {}, annotations {})",
+                    "TrainJob {job} ({uid}) is at its closed start gate (managed, never opened), yet this version is not suspended (labels {}, annotations {})",
                     v.pointer("/metadata/labels").cloned().unwrap_or_default(),
                     v.pointer("/metadata/annotations").cloned().unwrap_or_default()
                 ),
@@ -654,7 +706,9 @@ impl Checker<'_> {
                     ),
                 );
             }
-            self.hold_changed(uid, hold_before, rv, e.seen);
+            let stopped_before =
+                prev.is_some_and(|p| suspended(p) && object::opened(p) && hold_of(p).is_none());
+            self.hold_changed(uid, hold_before, rv, e.seen, (stopped_before, suspended(v)));
         }
         let held_now = self.state.hold(mode, uid);
         // A start: suspended → unsuspended.
@@ -701,8 +755,8 @@ impl Checker<'_> {
     fn workload_event(&mut self, e: &Event, prev: Option<&Value>) {
         let mode = self.mode();
         let mut owners: BTreeSet<String> = BTreeSet::new();
-        owners.extend(controller_owner(&e.obj));
-        owners.extend(prev.and_then(controller_owner));
+        owners.extend(workload_owners(&e.obj));
+        owners.extend(prev.map(workload_owners).unwrap_or_default());
         // The hold before this event, per owner: recompute with the previous version.
         for owner in owners {
             let now_obj = self.state.wl.get(e.uid()).cloned();
@@ -725,7 +779,9 @@ impl Checker<'_> {
                 }
             }
             if mode == Mode::Kueue {
-                self.hold_changed(&owner, before, e.rv, e.seen);
+                let stopped_before = prev.is_some_and(|p| !active(p) && hold_of(p).is_none());
+                let stopped_now = e.deleted || !active(&e.obj);
+                self.hold_changed(&owner, before, e.rv, e.seen, (stopped_before, stopped_now));
             }
         }
         if !e.deleted
@@ -881,8 +937,14 @@ impl Checker<'_> {
             {
                 hold != Some(Some(*k))
             }
+            // A Workload being deleted without a hold is on its way out, not one to hold.
             (_, Answer::Error(e)) if e.cause() == Some(RejectCause::NoWorkload) => {
-                tj.is_some_and(|(uid, _)| self.state.workloads_of(uid).next().is_none())
+                tj.is_some_and(|(uid, _)| {
+                    !self
+                        .state
+                        .workloads_of(uid)
+                        .any(|w| !deleting(w) || hold_of(w).is_some())
+                })
             }
             (_, Answer::Error(HoldError::PodsRemain)) => self.state.remaining_pods_named(JOB) > 0,
             (CallKind::Status, Answer::Status(s)) => {
@@ -1088,7 +1150,11 @@ mod tests {
         let events = [
             tj(10, true, json!({})),
             tj(11, true, json!({"holdfast.dev/opened": "true"})),
-            tj(12, true, json!({"holdfast.dev/opened": "true", ANN_HOLD_INSTANCE: "1"})),
+            tj(
+                12,
+                true,
+                json!({"holdfast.dev/opened": "true", ANN_HOLD_INSTANCE: "1"}),
+            ),
             tj(14, false, json!({"holdfast.dev/opened": "true"})),
         ];
         let open = call(
@@ -1131,7 +1197,11 @@ mod tests {
         assert_eq!(run(&events, &[]), vec![Invariant::ClosedGateStaysClosed]);
         let events = [
             tj(10, true, json!({"holdfast.dev/opened": "true"})),
-            tj(11, false, json!({"holdfast.dev/opened": "true", ANN_HOLD_INSTANCE: "2"})),
+            tj(
+                11,
+                false,
+                json!({"holdfast.dev/opened": "true", ANN_HOLD_INSTANCE: "2"}),
+            ),
         ];
         let open = call(
             CallKind::Open,
@@ -1159,7 +1229,11 @@ mod tests {
         let mut restart = tj(12, false, json!({"holdfast.dev/opened": "true"}));
         restart.obj["metadata"]["managedFields"] = json!([{"manager": "holdfast-controller",
             "operation": "Update", "fieldsV1": {"f:spec": {"f:suspend": {}}}}]);
-        let events = [tj(10, true, json!({"holdfast.dev/opened": "true"})), pod, restart];
+        let events = [
+            tj(10, true, json!({"holdfast.dev/opened": "true"})),
+            pod,
+            restart,
+        ];
         let open = call(
             CallKind::Open,
             1,

@@ -93,7 +93,7 @@ impl Gen {
             QueueChoice::Nowhere,
             QueueChoice::Empty,
         ];
-        Q[pick(&mut self.rng, &[40, 15, 20, 10, 15])]
+        Q[pick(&mut self.rng, &[45, 15, 20, 8, 12])]
     }
 
     fn owner(&mut self) -> OwnerChoice {
@@ -215,7 +215,7 @@ impl Gen {
         let kueue = self.mode == Mode::Kueue;
         let field = match pick(
             &mut self.rng,
-            &[24, 8, 10, 4, 3, if kueue { 16 } else { 0 }, 10, 6, 5, 4, 5],
+            &[24, 8, 14, 4, 3, if kueue { 18 } else { 0 }, 8, 5, 4, 3, 3],
         ) {
             0 => TrainJobField::Suspend(false),
             1 => TrainJobField::Suspend(true),
@@ -250,7 +250,7 @@ impl Gen {
     }
 
     fn edit_workload(&mut self) -> Op {
-        let field = match pick(&mut self.rng, &[34, 14, 16, 14, 12, 10]) {
+        let field = match pick(&mut self.rng, &[34, 14, 16, 12, 10, 8, 8]) {
             0 => WorkloadField::Active(true),
             1 => WorkloadField::Active(false),
             2 => WorkloadField::QueueName(self.queue()),
@@ -262,7 +262,12 @@ impl Gen {
                 let (name, add) = self.finalizer();
                 WorkloadField::Finalizer { name, add }
             }
-            _ => WorkloadField::OwnerRef(self.owner()),
+            5 => WorkloadField::OwnerRef(self.owner()),
+            _ => WorkloadField::JobUidLabel(if self.chance(0.6) {
+                None
+            } else {
+                Some("4a6f6e65-0000-4000-8000-00000000dead".into())
+            }),
         };
         Op::EditWorkload {
             which: self.rng.random_range(0..2),
@@ -305,16 +310,16 @@ impl Gen {
         match pick(
             &mut self.rng,
             &[
-                14,   // 0 settle
+                12,   // 0 settle
                 12,   // 1 hold
-                10,   // 2 release
-                6,    // 3 open
+                9,    // 2 release
+                5,    // 3 open
                 3,    // 4 status
-                22,   // 5 edit trainjob
+                28,   // 5 edit trainjob
                 3,    // 6 replace dropping holdfast annotations
-                3,    // 7 delete trainjob
+                2,    // 7 delete trainjob
                 1,    // 8 deletecollection trainjobs
-                4,    // 9 create trainjob
+                3,    // 9 create trainjob
                 k(9), // 10 edit workload
                 k(2), // 11 delete workload
                 k(2), // 12 decoy workload
@@ -401,7 +406,7 @@ pub fn generate(mode: Mode, seed: u64, max_ops: usize) -> Sequence {
         }),
         suspend: None,
     }];
-    if g.chance(0.7) {
+    if g.chance(0.6) {
         ops.push(Op::Settle { ms: 500 });
         ops.push(Op::Open {
             timing: Gen::normal_timing(),

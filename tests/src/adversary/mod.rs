@@ -74,9 +74,9 @@ impl Config {
             sequences: sequences.unwrap_or(CI_SEQUENCES),
             seed,
             concurrency: env_u64("HOLDFAST_ADVERSARY_CONCURRENCY").unwrap_or(3) as usize,
-            max_ops: env_u64("HOLDFAST_ADVERSARY_MAX_OPS").unwrap_or(24) as usize,
-            shrink_runs: env_u64("HOLDFAST_ADVERSARY_SHRINK_RUNS").unwrap_or(40) as usize,
-            max_shrinks: env_u64("HOLDFAST_ADVERSARY_MAX_SHRINKS").unwrap_or(4) as usize,
+            max_ops: env_u64("HOLDFAST_ADVERSARY_MAX_OPS").unwrap_or(30) as usize,
+            shrink_runs: env_u64("HOLDFAST_ADVERSARY_SHRINK_RUNS").unwrap_or(30) as usize,
+            max_shrinks: env_u64("HOLDFAST_ADVERSARY_MAX_SHRINKS").unwrap_or(3) as usize,
             found_dir: std::env::var_os("HOLDFAST_ADVERSARY_FOUND")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| {
@@ -152,7 +152,7 @@ impl Summary {
 
 fn print_outcome(title: &str, seq: &Sequence, o: &run::Outcome) {
     let mut text = format!(
-        "adversary: {title} broke {} invariant(s) in namespace {} ({} steps, {:.1?}):\n",
+        "adversary: {title}: {} violation(s) in namespace {} ({} steps, {:.1?}):\n",
         o.violations.len(),
         o.namespace,
         o.steps,
@@ -209,11 +209,20 @@ pub async fn campaign(mode: Mode, config: &Config) -> Summary {
         };
         summary.sequences += 1;
         summary.steps += o.steps as u64;
+        eprintln!(
+            "adversary: seed {seed}: {} ops, {:.1?}, {} violations",
+            o.steps,
+            o.took,
+            o.violations.len()
+        );
         if !o.gaps.is_empty() {
             summary.incomplete += 1;
             eprintln!("adversary: seed {seed}: incomplete history: {:?}", o.gaps);
         }
         if o.violations.is_empty() {
+            if std::env::var_os("HOLDFAST_ADVERSARY_VERBOSE").is_some() {
+                print_outcome(&format!("seed {seed}"), &seq, &o);
+            }
             continue;
         }
         summary.failing += 1;
@@ -241,16 +250,32 @@ pub async fn campaign(mode: Mode, config: &Config) -> Summary {
 
     // One shrink per broken invariant.
     if config.shrink_runs > 0 {
-        for ((inv, after), (seed, seq, v, first_step)) in
-            first_of.into_iter().take(config.max_shrinks)
+        // Every invariant's first signature before any invariant's second.
+        let mut order: Vec<((Invariant, String), Candidate)> = Vec::new();
+        let mut rest = Vec::new();
+        for (key, c) in first_of {
+            if order.iter().any(|((i, _), _)| *i == key.0) {
+                rest.push((key, c));
+            } else {
+                order.push((key, c));
+            }
+        }
+        order.extend(rest);
+        let mut shrunk_before: Vec<Vec<ops::Op>> = Vec::new();
+        for ((inv, after), (seed, seq, v, first_step)) in order.into_iter().take(config.max_shrinks)
         {
             eprintln!("adversary: shrinking seed {seed} for [{inv}] (first seen after {after})");
             let budget = shrink::Budget {
                 runs: config.shrink_runs,
                 parallel: config.concurrency.max(1),
-                until: Instant::now() + Duration::from_secs(300),
+                until: Instant::now() + Duration::from_secs(180),
             };
             let s = shrink::shrink(world, &clients, &seq, &v, first_step, budget).await;
+            if shrunk_before.contains(&s.sequence.ops) {
+                eprintln!("adversary: seed {seed} for [{inv}] shrank to a sequence already found");
+                continue;
+            }
+            shrunk_before.push(s.sequence.ops.clone());
             let entry = CorpusEntry {
                 title: format!("{mode} mode: {inv}, first seen after {after}"),
                 seed: Some(seed),

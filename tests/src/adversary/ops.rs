@@ -136,9 +136,17 @@ pub enum TrainJobField {
 pub enum WorkloadField {
     Active(bool),
     QueueName(QueueChoice),
-    Annotation { key: String, value: Option<String> },
-    Finalizer { name: String, add: bool },
+    Annotation {
+        key: String,
+        value: Option<String>,
+    },
+    Finalizer {
+        name: String,
+        add: bool,
+    },
     OwnerRef(OwnerChoice),
+    /// `kueue.x-k8s.io/job-uid`: a value, or `None` to remove it.
+    JobUidLabel(Option<String>),
 }
 
 /// One part of the snapshot ConfigMap an edit changes.

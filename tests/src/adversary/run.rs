@@ -31,8 +31,7 @@ use std::time::{Duration, Instant};
 
 /// The queue label.
 pub const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
-/// Kueue's label naming a Workload's job.
-pub const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
+pub use super::check::JOB_UID_LABEL;
 /// The longest final settling.
 const FINAL_SETTLE_MAX: Duration = Duration::from_secs(25);
 /// The final settling ends after this long without any event.
@@ -458,6 +457,9 @@ impl Ctx<'_> {
                     WorkloadField::Finalizer { name, add } => json!({"metadata": {
                         "finalizers": list_with(cur, "/metadata/finalizers", &name, add)}}),
                     WorkloadField::OwnerRef(_) => json!({"metadata": {"ownerReferences": owners}}),
+                    WorkloadField::JobUidLabel(v) => {
+                        json!({"metadata": {"labels": {JOB_UID_LABEL: v}}})
+                    }
                 })
                 .await
                 .map(|s| format!("{s} ({name})"))
