@@ -442,6 +442,8 @@ struct Checker<'a> {
     tracks: HashMap<String, Track>,
     out: Vec<Violation>,
     seen: BTreeSet<(Invariant, String)>,
+    /// Every TrainJob uid the history has shown.
+    known: BTreeSet<String>,
     /// Per call: whether its answer's claim held at some state of its window.
     satisfied: Vec<bool>,
     started: Vec<bool>,
@@ -601,7 +603,9 @@ impl Checker<'_> {
                         Invariant::HoldPlacedOnlyByHold,
                         subject,
                         rv,
-                        format!("hold {j} replaced the newer hold {k} on TrainJob {job} ({uid})"),
+                        format!(
+                            "the older hold {j} is in force on TrainJob {job} ({uid}) again, after the newer hold {k}"
+                        ),
                     );
                 } else {
                     self.explain(
@@ -641,6 +645,7 @@ impl Checker<'_> {
     }
 
     fn trainjob_event(&mut self, e: &Event, uid: &str, prev: Option<&Value>) {
+        self.known.insert(uid.to_owned());
         let mode = self.mode();
         let rv = e.rv;
         let job = name(&e.obj).to_owned();
@@ -757,7 +762,9 @@ impl Checker<'_> {
         let mut owners: BTreeSet<String> = BTreeSet::new();
         owners.extend(workload_owners(&e.obj));
         owners.extend(prev.map(workload_owners).unwrap_or_default());
-        // The hold before this event, per owner: recompute with the previous version.
+        // The hold before this event, per owner: recompute with the previous version. Only
+        // TrainJobs the history has shown count (a label may name any uid).
+        owners.retain(|o| self.known.contains(o));
         for owner in owners {
             let now_obj = self.state.wl.get(e.uid()).cloned();
             // Undo to compute "before".
@@ -1063,6 +1070,7 @@ pub fn check(check: &Check<'_>) -> Vec<Violation> {
         tracks: HashMap::new(),
         out: Vec::new(),
         seen: BTreeSet::new(),
+        known: BTreeSet::new(),
         satisfied: vec![false; check.calls.len()],
         started: vec![false; check.calls.len()],
     }
@@ -1082,6 +1090,7 @@ pub fn liveness_pending(check: &Check<'_>) -> Option<Instant> {
         tracks: HashMap::new(),
         out: Vec::new(),
         seen: BTreeSet::new(),
+        known: BTreeSet::new(),
         satisfied: vec![false; check.calls.len()],
         started: vec![false; check.calls.len()],
     };

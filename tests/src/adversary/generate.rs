@@ -215,7 +215,19 @@ impl Gen {
         let kueue = self.mode == Mode::Kueue;
         let field = match pick(
             &mut self.rng,
-            &[24, 8, 14, 4, 3, if kueue { 18 } else { 0 }, 8, 5, 4, 3, 3],
+            &[
+                24,
+                if kueue { 8 } else { 16 },
+                14,
+                4,
+                3,
+                if kueue { 18 } else { 0 },
+                8,
+                5,
+                4,
+                3,
+                3,
+            ],
         ) {
             0 => TrainJobField::Suspend(false),
             1 => TrainJobField::Suspend(true),
@@ -417,7 +429,22 @@ pub fn generate(mode: Mode, seed: u64, max_ops: usize) -> Sequence {
     }
     let n = g.rng.random_range(max_ops.min(6)..=max_ops.max(1));
     while ops.len() < n {
-        ops.push(g.op());
+        let op = g.op();
+        // Dispatch retries a Release refused for pods that remain: later, the same call.
+        let retry = match &op {
+            Op::Release { instance, .. } if g.chance(0.35) => Some(*instance),
+            _ => None,
+        };
+        ops.push(op);
+        if let Some(instance) = retry {
+            ops.push(Op::Settle {
+                ms: [1000, 2500, 4500][g.rng.random_range(0..3)],
+            });
+            ops.push(Op::Release {
+                instance,
+                timing: Gen::normal_timing(),
+            });
+        }
     }
     Sequence {
         mode,

@@ -328,9 +328,11 @@ fn write_found(dir: &Path, entry: &CorpusEntry) -> Option<PathBuf> {
     Some(path)
 }
 
-/// The corpus directory (`tests/adversary-corpus`).
+/// The corpus directory: `tests/adversary-corpus`, or `HOLDFAST_ADVERSARY_CORPUS`.
 pub fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("adversary-corpus")
+    std::env::var_os("HOLDFAST_ADVERSARY_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("adversary-corpus"))
 }
 
 /// Every corpus file, by name.

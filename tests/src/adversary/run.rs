@@ -841,6 +841,11 @@ async fn run_in(
         Some(upto) => ctx.check(&history, upto, true),
         None => ctx.check(&history, u64::MAX, true),
     };
+    if !violations.is_empty()
+        && let Some(dir) = std::env::var_os("HOLDFAST_ADVERSARY_DUMP")
+    {
+        dump(std::path::Path::new(&dir), ns, &history, &lock(&ctx.calls));
+    }
     let mut gaps = history.gaps();
     if upto.is_none() {
         gaps.push("the watches did not catch up; judged what they delivered".into());
@@ -856,4 +861,25 @@ async fn run_in(
         gaps,
         took: started.elapsed(),
     })
+}
+
+/// Writes a failing run's whole history and call log to `{dir}/{ns}.jsonl`, one event per
+/// line in resourceVersion order, for reading by hand (`HOLDFAST_ADVERSARY_DUMP`).
+fn dump(dir: &std::path::Path, ns: &str, history: &History, calls: &[CallRecord]) {
+    let mut text = String::new();
+    for c in calls {
+        text.push_str(&format!(
+            "{}\n",
+            json!({"call": format!("{:?}", c.kind), "step": c.step, "rv_before": c.rv_before,
+                "rv_after": c.rv_after, "answer": c.answer.describe()})
+        ));
+    }
+    for e in history.events() {
+        text.push_str(&format!(
+            "{}\n",
+            json!({"rv": e.rv, "kind": format!("{:?}", e.kind), "deleted": e.deleted, "object": e.obj})
+        ));
+    }
+    let _ = std::fs::create_dir_all(dir);
+    let _ = std::fs::write(dir.join(format!("{ns}.jsonl")), text);
 }
