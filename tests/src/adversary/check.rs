@@ -323,6 +323,27 @@ fn suspend_owners(tj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The managers whose managedFields entries were written last (the latest `time`): who
+/// made this version, as far as managedFields can tell (to the second).
+fn last_writers(o: &Value) -> Vec<String> {
+    let entries: Vec<&Value> = o
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let latest = entries
+        .iter()
+        .filter_map(|e| e.get("time").and_then(Value::as_str))
+        .max()
+        .unwrap_or_default()
+        .to_owned();
+    entries
+        .iter()
+        .filter(|e| e.get("time").and_then(Value::as_str) == Some(latest.as_str()))
+        .filter_map(|e| e.get("manager").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
 /// The manager that created `o` (its first managedFields entry).
 fn creator(o: &Value) -> String {
     o.pointer("/metadata/managedFields/0/manager")
@@ -734,7 +755,12 @@ impl Checker<'_> {
                 );
             }
             let remaining = self.state.remaining_pods_of(uid);
-            let owners = suspend_owners(v);
+            // Whose unsuspend: the owners of spec.suspend; when it was removed (server-side
+            // apply drops a field its manager stops applying), whoever wrote last.
+            let mut owners = suspend_owners(v);
+            if owners.is_empty() {
+                owners = last_writers(v);
+            }
             let by_editor = !owners.is_empty() && owners.iter().all(|m| is_user_manager(m));
             if !remaining.is_empty() && !by_editor {
                 self.violate(
@@ -1158,7 +1184,7 @@ mod tests {
     fn a_hold_lifted_by_its_release_is_fine_and_otherwise_not() {
         let events = [
             tj(10, true, json!({})),
-            tj(11, true, json!({"holdfast.dev/opened": "true"})),
+            tj(11, false, json!({"holdfast.dev/opened": "true"})),
             tj(
                 12,
                 true,

@@ -429,6 +429,23 @@ pub fn generate(mode: Mode, seed: u64, max_ops: usize) -> Sequence {
     }
     let n = g.rng.random_range(max_ops.min(6)..=max_ops.max(1));
     while ops.len() < n {
+        // Dispatch's ordinary cycle, now and then: hold a new instance, wait, release it.
+        if g.chance(0.07) {
+            g.current += 1;
+            let instance = g.current;
+            ops.push(Op::Hold {
+                instance,
+                timing: Gen::normal_timing(),
+            });
+            ops.push(Op::Settle {
+                ms: [1500, 3000, 5000][g.rng.random_range(0..3)],
+            });
+            ops.push(Op::Release {
+                instance,
+                timing: Gen::normal_timing(),
+            });
+            continue;
+        }
         let op = g.op();
         // Dispatch retries a Release refused for pods that remain: later, the same call.
         let retry = match &op {
