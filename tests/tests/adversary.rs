@@ -50,9 +50,13 @@ async fn generated_sequences_in_kueue_mode_break_no_invariant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_sequence_the_adversary_ever_found_stays_fixed() {
     let config = Config::from_env();
-    let (n, failing) = adversary::replay_corpus(config.concurrency).await;
+    let runs = std::env::var("HOLDFAST_ADVERSARY_CORPUS_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let (n, failing) = adversary::replay_corpus(config.concurrency, runs).await;
     eprintln!(
-        "adversary: corpus: {n} sequences replayed, {} broke an invariant again",
+        "adversary: corpus: {n} sequences replayed {runs} times each, {} broke an invariant again",
         failing.len()
     );
     assert!(

@@ -13,8 +13,11 @@
 //!
 //! Knobs (environment): `HOLDFAST_ADVERSARY_SEQUENCES` (per mode), `HOLDFAST_ADVERSARY_SEED`,
 //! `HOLDFAST_ADVERSARY_CONCURRENCY`, `HOLDFAST_ADVERSARY_MAX_OPS`,
-//! `HOLDFAST_ADVERSARY_SHRINK_RUNS` (0: no shrinking), `HOLDFAST_ADVERSARY_FOUND` (where
-//! found sequences are written).
+//! `HOLDFAST_ADVERSARY_SHRINK_RUNS` (0: no shrinking), `HOLDFAST_ADVERSARY_MAX_SHRINKS`,
+//! `HOLDFAST_ADVERSARY_FOUND` (where found sequences are written),
+//! `HOLDFAST_ADVERSARY_CORPUS` and `HOLDFAST_ADVERSARY_CORPUS_RUNS` (the replayed corpus, and
+//! how often each is replayed), `HOLDFAST_ADVERSARY_DUMP` (a directory for failing runs'
+//! whole histories), `HOLDFAST_ADVERSARY_VERBOSE` (print every sequence).
 
 pub mod actor;
 pub mod check;
@@ -34,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Sequences per mode in CI.
-pub const CI_SEQUENCES: u64 = 16;
+pub const CI_SEQUENCES: u64 = 24;
 /// The seed CI uses unless told otherwise.
 pub const CI_SEED: u64 = 20_261_129;
 
@@ -360,15 +363,22 @@ pub fn load_corpus(dir: &Path) -> Vec<(String, CorpusEntry)> {
     out
 }
 
-/// Replays every corpus sequence once; returns the ones that broke an invariant again, with
-/// what they broke.
-pub async fn replay_corpus(concurrency: usize) -> (usize, Vec<(String, Vec<Violation>)>) {
+/// Replays every corpus sequence `runs` times (several of them are races); returns the
+/// ones that broke an invariant again, with what they broke.
+pub async fn replay_corpus(
+    concurrency: usize,
+    runs: usize,
+) -> (usize, Vec<(String, Vec<Violation>)>) {
     let world = world::world();
     let clients = run::Clients::new(world)
         .await
         .expect("the adversary's clients");
     let corpus = load_corpus(&corpus_dir());
     let n = corpus.len();
+    let corpus: Vec<(String, CorpusEntry)> = corpus
+        .into_iter()
+        .flat_map(|c| std::iter::repeat_n(c, runs.max(1)))
+        .collect();
     let clients_ref = &clients;
     let results: Vec<(String, CorpusEntry, anyhow::Result<run::Outcome>)> =
         futures::stream::iter(corpus.into_iter().map(|(name, entry)| async move {
@@ -378,13 +388,14 @@ pub async fn replay_corpus(concurrency: usize) -> (usize, Vec<(String, Vec<Viola
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
-    let mut failing = Vec::new();
+    let mut failing: Vec<(String, Vec<Violation>)> = Vec::new();
     for (name, entry, r) in results {
         let o = r.unwrap_or_else(|e| panic!("corpus {name} could not run: {e:#}"));
-        if !o.violations.is_empty() {
+        if !o.violations.is_empty() && !failing.iter().any(|(f, _)| *f == name) {
             print_outcome(&format!("corpus {name}"), &entry.sequence, &o);
             failing.push((name, o.violations));
         }
     }
+    failing.sort_by(|a, b| a.0.cmp(&b.0));
     (n, failing)
 }

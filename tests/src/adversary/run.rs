@@ -242,6 +242,19 @@ impl Ctx<'_> {
         out
     }
 
+    /// The TrainJob's Workloads, waiting up to 5 s for one to exist: an edit of "the
+    /// Workload" is made once there is one (Kueue creates it a moment after the TrainJob).
+    async fn workloads_waiting(&self) -> Vec<Value> {
+        for _ in 0..25 {
+            let wls = self.workloads().await;
+            if !wls.is_empty() {
+                return wls;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Vec::new()
+    }
+
     async fn owner_refs(&self, choice: OwnerChoice) -> Value {
         match choice {
             OwnerChoice::Clear => Value::Null,
@@ -433,7 +446,7 @@ impl Ctx<'_> {
                 )
             }
             Op::EditWorkload { which, how, field } => {
-                let wls = self.workloads().await;
+                let wls = self.workloads_waiting().await;
                 if wls.is_empty() {
                     return Err("no Workload".into());
                 }
@@ -465,7 +478,7 @@ impl Ctx<'_> {
                 .map(|s| format!("{s} ({name})"))
             }
             Op::DeleteWorkload { which } => {
-                let wls = self.workloads().await;
+                let wls = self.workloads_waiting().await;
                 if wls.is_empty() {
                     return Err("no Workload".into());
                 }
@@ -606,7 +619,7 @@ impl Ctx<'_> {
                 )
             }
             Op::KueueDeactivate { reason } => {
-                let Some(w) = self.workloads().await.into_iter().next() else {
+                let Some(w) = self.workloads_waiting().await.into_iter().next() else {
                     return Err("no Workload".into());
                 };
                 let name = w["metadata"]["name"]
