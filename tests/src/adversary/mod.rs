@@ -191,21 +191,21 @@ pub async fn campaign(mode: Mode, config: &Config) -> Summary {
         .map(|i| generate::sequence_seed(config.seed, mode, i))
         .collect();
     let clients_ref = &clients;
-    let results: Vec<(u64, Sequence, anyhow::Result<run::Outcome>)> =
+    // Judged as they finish, so a long run reports as it goes.
+    let mut results = std::pin::pin!(
         futures::stream::iter(seeds.into_iter().map(|seed| async move {
             let seq = generate::generate(mode, seed, config.max_ops);
             let r = run::run(world, clients_ref, &seq).await;
             (seed, seq, r)
         }))
         .buffer_unordered(config.concurrency.max(1))
-        .collect()
-        .await;
+    );
 
     let mut summary = Summary::default();
     // Per signature (the invariant, and the kind of op after which it first broke): the
     // shortest sequence that showed it.
     let mut first_of: BTreeMap<(Invariant, String), Candidate> = BTreeMap::new();
-    for (seed, seq, r) in results {
+    while let Some((seed, seq, r)) = results.next().await {
         let o = match r {
             Ok(o) => o,
             Err(e) => panic!("adversary: sequence of seed {seed} could not run: {e:#}"),
@@ -213,10 +213,12 @@ pub async fn campaign(mode: Mode, config: &Config) -> Summary {
         summary.sequences += 1;
         summary.steps += o.steps as u64;
         eprintln!(
-            "adversary: seed {seed}: {} ops, {:.1?}, {} violations",
+            "adversary: seed {seed}: {} ops, {:.1?}, {} violations ({}/{} done)",
             o.steps,
             o.took,
-            o.violations.len()
+            o.violations.len(),
+            summary.sequences,
+            config.sequences
         );
         if !o.gaps.is_empty() {
             summary.incomplete += 1;
