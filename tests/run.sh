@@ -21,12 +21,16 @@ cargo build --workspace --bins --locked
 echo "== tests"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$log"
+# The adversary runs on its own below, where its output is shown.
+cargo test --workspace --locked -- --skip generated_sequences_in_ --skip every_sequence_the_adversary 2>&1 | tee "$log"
+echo "== adversary (generated sequences in both modes, then the corpus; see the README's \"The adversary\")"
+cargo test -p holdfast-tests --locked --test adversary -- --nocapture 2>&1 | tee -a "$log"
 echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"
 tests/cluster/node/holdfast-image.sh
 cargo test -p holdfast-tests --locked --test node -- --ignored --test-threads 1 2>&1 | tee -a "$log"
 echo "== demo (the README's demo command, stopping after its walk-through)"
 tests/demo.sh --exit
+grep -E '^adversary: ([0-9]+ sequences|corpus)' "$log" || true
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -7,6 +7,7 @@
 //! when the process that started them ends, so a panicking test leaves nothing behind.
 #![forbid(unsafe_code)]
 
+pub mod adversary;
 pub mod audit;
 pub mod binaries;
 pub mod control_plane;

@@ -1,0 +1,535 @@
+//! What every sequence runs against, started once per test binary on a runtime of its own
+//! (so it outlives each test's runtime): the shared local control plane with the real Kueue,
+//! holdfast's webhook in both modes — registered as the chart registers it, for the
+//! namespaces labelled with that mode — the readmission gate and the snapshot reconciler
+//! (acting as holdfast's controller, for every namespace), the readmission AdmissionCheck
+//! and two ClusterQueues (one requiring the check, one not).
+//!
+//! And, per sequence, a fresh namespace: its LocalQueues, two runtimes, the editor's role
+//! binding, a ServiceAccount with a Role typical for workloads, a ConfigMap of the editor's.
+
+use super::ops::{QUEUE_MAIN, QUEUE_OTHER, USER_CONFIGMAP};
+use crate::{ControlPlane, Identity, kueue};
+use anyhow::{Context, bail};
+use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
+use holdfast_controller::snapshot::{self, SnapshotMetrics, Snapshotter};
+use holdfast_core::mode::Mode;
+use holdfast_core::names::{ANN_HOLD_INSTANCE, READMISSION_CONTROLLER};
+use holdfast_core::policy::{
+    Identities,
+    identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
+};
+use holdfast_webhook::registration::{Namespaces, Registration, Target};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The namespace label that selects which mode's webhook judges a namespace.
+pub const MODE_LABEL: &str = "adversary.holdfast.test/mode";
+/// The readmission AdmissionCheck.
+pub const CHECK: &str = "holdfast-readmission";
+/// The ClusterQueue requiring [`CHECK`] (LocalQueue `main` of every Kueue-mode namespace).
+pub const CQ_GATED: &str = "adversary-gated";
+/// A ClusterQueue requiring no AdmissionCheck (LocalQueue `other`).
+pub const CQ_UNGATED: &str = "adversary-ungated";
+const FLAVOR: &str = "adversary-flavor";
+/// The ServiceAccount the pod-identity actor acts as.
+pub const SERVICE_ACCOUNT: &str = "workload";
+
+/// The shared services; see the module docs.
+pub struct World {
+    pub cp: &'static ControlPlane,
+}
+
+static WORLD: OnceLock<World> = OnceLock::new();
+
+/// The shared services, started on first use (blocking: call it before the test's work).
+pub fn world() -> &'static World {
+    WORLD.get_or_init(|| {
+        let cp = ControlPlane::shared();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("adversary-services".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("services runtime: {e}")));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    match start_services(cp).await {
+                        Ok(services) => {
+                            let _ = tx.send(Ok(()));
+                            // Serve for the rest of the process.
+                            let _keep = services;
+                            std::future::pending::<()>().await;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(format!("{e:#}")));
+                        }
+                    }
+                });
+            });
+        if let Err(e) = spawned {
+            panic!("the adversary's services thread did not start: {e}");
+        }
+        match rx.recv() {
+            Ok(Ok(())) => World { cp },
+            Ok(Err(e)) => panic!("the adversary's services did not start: {e}"),
+            Err(_) => panic!("the adversary's services thread ended while starting"),
+        }
+    })
+}
+
+/// Kept alive for the life of the process.
+struct Services {
+    _webhooks: Vec<holdfast_webhook::RunningWebhook>,
+    _certs: tempfile::TempDir,
+    _stop: CancellationToken,
+}
+
+async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
+    cp.start_kueue().await.context("start Kueue")?;
+    let admin = cp.client(Identity::Admin).await?;
+    let pp = PatchParams::apply("holdfast-tests").force();
+    let apply = |ar: kube::core::ApiResource, obj: serde_json::Value| {
+        let admin = admin.clone();
+        let pp = pp.clone();
+        async move {
+            let obj: DynamicObject = serde_json::from_value(obj)?;
+            let name = obj.metadata.name.clone().unwrap_or_default();
+            Api::<DynamicObject>::all_with(admin, &ar)
+                .patch(&name, &pp, &Patch::Apply(&obj))
+                .await
+                .with_context(|| format!("apply {name}"))?;
+            anyhow::Ok(())
+        }
+    };
+    apply(
+        kueue::api_resource("AdmissionCheck", "admissionchecks"),
+        json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
+            "metadata": {"name": CHECK}, "spec": {"controllerName": READMISSION_CONTROLLER}}),
+    )
+    .await?;
+    apply(
+        kueue::api_resource("ResourceFlavor", "resourceflavors"),
+        json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}}),
+    )
+    .await?;
+    for (cq, checks) in [(CQ_GATED, vec![CHECK]), (CQ_UNGATED, vec![])] {
+        let mut spec = json!({
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"],
+                "flavors": [{"name": FLAVOR, "resources": [
+                    {"name": "cpu", "nominalQuota": "100000"},
+                    {"name": "memory", "nominalQuota": "100000Gi"}]}]}]
+        });
+        if !checks.is_empty() {
+            spec["admissionChecksStrategy"] = json!({"admissionChecks":
+                checks.iter().map(|c| json!({"name": c})).collect::<Vec<_>>()});
+        }
+        apply(
+            kueue::api_resource("ClusterQueue", "clusterqueues"),
+            json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "ClusterQueue",
+                "metadata": {"name": cq}, "spec": spec}),
+        )
+        .await?;
+    }
+
+    // holdfast's webhook, one per mode, each for the namespaces labelled with its mode.
+    let certs = tempfile::tempdir()?;
+    let cert = cp.issue_serving_cert(&["127.0.0.1"], Duration::from_secs(24 * 3600))?;
+    let files = holdfast_webhook::CertFiles {
+        cert: certs.path().join("tls.crt"),
+        key: certs.path().join("tls.key"),
+    };
+    std::fs::write(&files.cert, &cert.cert_pem)?;
+    std::fs::write(&files.key, &cert.key_pem)?;
+    let mut webhooks = Vec::new();
+    for mode in [Mode::Plain, Mode::Kueue] {
+        let admission = Arc::new(holdfast_webhook::Admission::new(
+            mode,
+            Identities::new(
+                [Identity::Controller.username()],
+                [Identity::Trainer.username()],
+                [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
+                [Identity::Kueue.username()],
+            ),
+            Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
+                cp.client(Identity::Webhook).await?,
+            )),
+            holdfast_webhook::metrics::Metrics::unregistered(),
+            holdfast_webhook::Limits::DEFAULT,
+        ));
+        let hook = holdfast_webhook::RunningWebhook::start(
+            holdfast_webhook::ServeOptions {
+                addr: "127.0.0.1:0".parse()?,
+                admin_addr: "127.0.0.1:0".parse()?,
+                cert: files.clone(),
+            },
+            admission,
+            prometheus_client::registry::Registry::default(),
+        )
+        .await?;
+        let registration = Registration::new(
+            format!("holdfast-adversary-{mode}"),
+            Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
+            cp.ca_pem().as_bytes().to_vec(),
+        )
+        .with_namespaces(Namespaces::Only(vec![]));
+        let selector = LabelSelector {
+            match_labels: Some(BTreeMap::from([(MODE_LABEL.to_owned(), mode.to_string())])),
+            match_expressions: None,
+        };
+        let mut validating = registration.validating();
+        for w in validating.webhooks.iter_mut().flatten() {
+            w.namespace_selector = Some(selector.clone());
+        }
+        let mut mutating = registration.mutating();
+        for w in mutating.webhooks.iter_mut().flatten() {
+            w.namespace_selector = Some(selector.clone());
+        }
+        Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .create(&PostParams::default(), &validating)
+            .await
+            .context("register the validating webhooks")?;
+        Api::<MutatingWebhookConfiguration>::all(admin.clone())
+            .create(&PostParams::default(), &mutating)
+            .await
+            .context("register the mutating webhook")?;
+        webhooks.push(hook);
+    }
+
+    // The readmission gate and the snapshot reconciler, as holdfast's controller.
+    let stop = CancellationToken::new();
+    let gate = ReadmissionGate::new(
+        cp.client(Identity::Controller).await?,
+        readmission::Config {
+            namespace: None,
+            concurrency: 16,
+            retry_min: Duration::from_millis(100),
+            retry_max: Duration::from_secs(2),
+            resync: Duration::from_secs(5),
+            sweep_interval: Duration::from_secs(2),
+            ..readmission::Config::default()
+        },
+        ReadmissionMetrics::default(),
+    );
+    let s = stop.clone();
+    tokio::spawn(async move {
+        if let Err(e) = gate.run(s).await {
+            eprintln!("adversary: the readmission gate stopped: {e:#}");
+        }
+    });
+    let readiness = holdfast_serve::Readiness::default();
+    let snapshotter = Snapshotter::new(
+        cp.client(Identity::Controller).await?,
+        snapshot::Config {
+            namespace: None,
+            concurrency: 16,
+            retry_min: Duration::from_millis(200),
+            retry_max: Duration::from_secs(5),
+            drift_interval: Duration::from_secs(10),
+            ..snapshot::Config::default()
+        },
+        SnapshotMetrics::default(),
+        readiness.clone(),
+    );
+    let s = stop.clone();
+    tokio::spawn(async move {
+        if let Err(e) = snapshotter.run(s).await {
+            eprintln!("adversary: the snapshot reconciler stopped: {e:?}");
+        }
+    });
+    for _ in 0..300 {
+        if readiness.get() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !readiness.get() {
+        bail!("the snapshot reconciler was not ready within 30 s");
+    }
+
+    // The registrations take effect asynchronously: wait until each mode's webhook judges.
+    let alice = cp.client(Identity::User).await?;
+    for mode in [Mode::Plain, Mode::Kueue] {
+        let ns = create_namespace(cp, &admin, mode, "adv-probe").await?;
+        let tjs: Api<DynamicObject> =
+            Api::namespaced_with(alice.clone(), &ns, &crate::objects::trainjob_resource());
+        let mut probe = crate::objects::trainjob("probe", "no-such-runtime");
+        probe["metadata"]["annotations"] = json!({ANN_HOLD_INSTANCE: "1"});
+        let probe: DynamicObject = serde_json::from_value(probe)?;
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let mut effective = false;
+        for _ in 0..150 {
+            if matches!(tjs.create(&dry, &probe).await,
+                Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(ANN_HOLD_INSTANCE))
+            {
+                effective = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let _ = Api::<Namespace>::all(admin.clone())
+            .delete(&ns, &DeleteParams::default())
+            .await;
+        if !effective {
+            bail!("holdfast's {mode}-mode webhook did not take effect within 30 s");
+        }
+    }
+    Ok(Services {
+        _webhooks: webhooks,
+        _certs: certs,
+        _stop: stop,
+    })
+}
+
+/// A ClusterTrainingRuntime's spec: one node requesting `cpu`.
+pub fn runtime_spec(cpu: &str) -> serde_json::Value {
+    json!({"mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {"spec": {"replicatedJobs": [{"name": "node",
+            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0",
+                "resources": {"requests": {"cpu": cpu}}}]}}}}}]}}})
+}
+
+/// The runtimes of namespace `ns`: the main one and a second one.
+pub fn runtime_names(ns: &str) -> (String, String) {
+    (format!("rt-{ns}"), format!("rt2-{ns}"))
+}
+
+fn random_suffix() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)]))
+        .collect()
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// A fresh namespace for one sequence in `mode` (labelled, so that mode's webhook judges
+/// it): the editor's role binding, the workload ServiceAccount and its Role, the editor's
+/// ConfigMap, the runtimes, and in Kueue mode the LocalQueues `main` (ClusterQueue with the
+/// readmission check) and `other` (without).
+pub async fn create_namespace(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    mode: Mode,
+    prefix: &str,
+) -> anyhow::Result<String> {
+    let ns = format!("{prefix}-{mode}-{}", random_suffix());
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(ns.clone()),
+                    labels: Some(BTreeMap::from([(MODE_LABEL.to_owned(), mode.to_string())])),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .with_context(|| format!("create namespace {ns}"))?;
+    let bind = |name: &str, kind: &str, role: &str, subject: Subject| RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: kind.into(),
+            name: role.into(),
+        },
+        subjects: Some(vec![subject]),
+    };
+    let rbs = Api::<RoleBinding>::namespaced(admin.clone(), &ns);
+    rbs.create(
+        &PostParams::default(),
+        &bind(
+            "test-user",
+            "ClusterRole",
+            crate::control_plane::TEST_USER_ROLE,
+            Subject {
+                kind: "User".into(),
+                name: Identity::User.username().into(),
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                ..Default::default()
+            },
+        ),
+    )
+    .await?;
+    // A pod's ServiceAccount, with what a training workload typically gets.
+    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &ServiceAccount {
+                metadata: ObjectMeta {
+                    name: Some(SERVICE_ACCOUNT.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await?;
+    let all = [
+        "get",
+        "list",
+        "watch",
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+    ];
+    Api::<Role>::namespaced(admin.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &Role {
+                metadata: ObjectMeta {
+                    name: Some(SERVICE_ACCOUNT.into()),
+                    ..Default::default()
+                },
+                rules: Some(vec![
+                    rule(&["trainer.kubeflow.org"], &["trainjobs"], &all),
+                    rule(&[""], &["configmaps", "pods"], &all),
+                    rule(
+                        &["kueue.x-k8s.io"],
+                        &["workloads"],
+                        &["get", "list", "watch"],
+                    ),
+                ]),
+            },
+        )
+        .await?;
+    rbs.create(
+        &PostParams::default(),
+        &bind(
+            SERVICE_ACCOUNT,
+            "Role",
+            SERVICE_ACCOUNT,
+            Subject {
+                kind: "ServiceAccount".into(),
+                name: SERVICE_ACCOUNT.into(),
+                namespace: Some(ns.clone()),
+                ..Default::default()
+            },
+        ),
+    )
+    .await?;
+    let (rt, rt2) = runtime_names(&ns);
+    let ctrs = Api::<DynamicObject>::all_with(admin.clone(), &crate::objects::ctr_resource());
+    for (name, cpu) in [(&rt, "1"), (&rt2, "2")] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": name, "labels": {"trainer.kubeflow.org/framework": "torch"}},
+            "spec": runtime_spec(cpu),
+        }))?;
+        ctrs.create(&PostParams::default(), &obj).await?;
+    }
+    if mode == Mode::Kueue {
+        let lqs = Api::<DynamicObject>::namespaced_with(
+            admin.clone(),
+            &ns,
+            &kueue::api_resource("LocalQueue", "localqueues"),
+        );
+        for (lq, cq) in [(QUEUE_MAIN, CQ_GATED), (QUEUE_OTHER, CQ_UNGATED)] {
+            let obj: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": kueue::KUEUE_API_VERSION, "kind": "LocalQueue",
+                "metadata": {"name": lq, "namespace": ns}, "spec": {"clusterQueue": cq}
+            }))?;
+            lqs.create(&PostParams::default(), &obj).await?;
+        }
+    }
+    let alice = cp.client(Identity::User).await?;
+    Api::<ConfigMap>::namespaced(alice, &ns)
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(USER_CONFIGMAP.into()),
+                    ..Default::default()
+                },
+                data: Some(BTreeMap::from([("note".to_owned(), "mine".to_owned())])),
+                ..Default::default()
+            },
+        )
+        .await?;
+    // Pods need the namespace's default ServiceAccount (made by its controller).
+    let sas = Api::<ServiceAccount>::namespaced(admin.clone(), &ns);
+    for _ in 0..100 {
+        if sas.get_opt("default").await?.is_some() {
+            return Ok(ns);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("namespace {ns} got no default ServiceAccount within 10 s")
+}
+
+/// Removes what a sequence left: finalizers of ours and of the editor's (holdfast's own are
+/// the gate's to remove), the runtimes, the namespace. Bounded; errors are ignored.
+pub async fn delete_namespace(admin: &kube::Client, ns: &str) {
+    let (rt, rt2) = runtime_names(ns);
+    let ctrs = Api::<DynamicObject>::all_with(admin.clone(), &crate::objects::ctr_resource());
+    for name in [rt, rt2] {
+        let _ = ctrs.delete(&name, &DeleteParams::default()).await;
+    }
+    let _ = Api::<Namespace>::all(admin.clone())
+        .delete(ns, &DeleteParams::default())
+        .await;
+    for kind in super::history::Kind::ALL {
+        let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &kind.resource());
+        let Ok(list) = api.list(&Default::default()).await else {
+            continue;
+        };
+        for o in list.items {
+            let Some(fins) = o.metadata.finalizers.clone() else {
+                continue;
+            };
+            let keep: Vec<String> = fins
+                .iter()
+                .filter(|f| f.starts_with("holdfast.dev/") || f.starts_with("kueue.x-k8s.io/"))
+                .cloned()
+                .collect();
+            if keep.len() != fins.len() {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                let _ = api
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"finalizers": keep, "resourceVersion": o.metadata.resource_version}})),
+                    )
+                    .await;
+            }
+        }
+    }
+}
