@@ -7,4 +7,4 @@
 
 pub mod queues;
 
-pub use queues::Queues;
+pub use queues::{Queues, workload_resource};

@@ -44,6 +44,11 @@ pub fn cluster_queue_resource() -> ApiResource {
     kueue("ClusterQueue", "clusterqueues")
 }
 
+/// `kueue.x-k8s.io` Workloads (namespaced).
+pub fn workload_resource() -> ApiResource {
+    kueue("Workload", "workloads")
+}
+
 /// `kueue.x-k8s.io` AdmissionChecks.
 pub fn admission_check_resource() -> ApiResource {
     kueue("AdmissionCheck", "admissionchecks")

@@ -359,6 +359,20 @@ pub fn select_workload<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'
     }
 }
 
+/// The hold in force on any Workload among `items` that TrainJob `trainjob_uid` owns
+/// ([`owned_by`]), described for a message ("1", or the unreadable value), if any. The
+/// webhook refuses to let the TrainJob be unsuspended while there is one.
+pub fn hold_on_workloads(items: &[Value], trainjob_uid: &str) -> Option<String> {
+    items
+        .iter()
+        .filter(|w| owned_by(w, trainjob_uid))
+        .find_map(|w| match object::hold_state(w) {
+            HoldState::Absent => None,
+            HoldState::InForce(r) => Some(r.instance.to_string()),
+            HoldState::Unreadable { value } => Some(format!("{value:?} (unreadable)")),
+        })
+}
+
 // ---- The gate --------------------------------------------------------------------------
 
 /// Whether pods of the previous execution remain, as far as the caller knows.

@@ -842,3 +842,89 @@ async fn seam10_the_hold_finalizer_is_the_controllers_at_create_too() {
     webhook.stop().await;
     f.finish().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// Found by the adversary (tests/adversary-corpus/kueue-hold-racing-admission.json): Kueue
+// acts on its cache. A hold deactivates the Workload a moment after Kueue saw it admitted;
+// Kueue unsuspends the held job anyway, and its pods start until Kueue's own eviction
+// catches up. The webhook reads the Workloads fresh and refuses that unsuspend.
+
+/// Kueue's late unsuspend, sent as Kueue would send it (its identity, the TrainJob it last
+/// read): refused while the Workload carries the hold; allowed once the holder released it.
+#[tokio::test]
+async fn kueue_unsuspending_a_held_job_on_a_stale_view_is_refused() {
+    let f = Fixture::start("stale-unsuspend").await;
+    let webhook = Webhook::serve(&f).await;
+    let kueue_client = f.cp.client(Identity::Kueue).await.expect("kueue");
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    f.job_when("job", "Kueue suspends the held job", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+    let unsuspend = merge(json!({"spec": {"suspend": false}}));
+    let message = refused(
+        f.trainjobs(&kueue_client)
+            .patch("job", &PatchParams::default(), &unsuspend)
+            .await,
+    );
+    assert!(
+        message.contains("spec.suspend") && message.contains("carries hold 1"),
+        "{message}"
+    );
+    assert_eq!(f.trainjob("job").await["spec"]["suspend"], true);
+    // Released: Kueue readmits through the gate and unsuspends the job itself.
+    f.exec
+        .release(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("release");
+    f.job_when("job", "Kueue runs the released job", |tj| {
+        tj["spec"]["suspend"] == false
+    })
+    .await;
+    webhook.stop().await;
+    f.finish().await;
+}
+
+/// Found by the adversary (kueue-answer-no-workload-after-relabel.json): the editor removes
+/// Kueue's job-uid label from the TrainJob's Workload; Hold answered `NoWorkload` although
+/// the Workload still names the TrainJob as its controller. Ownership decides: Hold finds it,
+/// holds it, and Kueue suspends the job.
+#[tokio::test]
+async fn a_workload_whose_job_uid_label_was_removed_is_still_held() {
+    let f = Fixture::start("relabel").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    let wl = f.live_workloads("job").await.remove(0);
+    let wl_name = wl["metadata"]["name"].as_str().expect("name").to_owned();
+    f.workload_api(&alice)
+        .patch(
+            &wl_name,
+            &PatchParams::default(),
+            &merge(json!({"metadata": {"labels": {"kueue.x-k8s.io/job-uid": null}}})),
+        )
+        .await
+        .expect("an editor may relabel a Workload");
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("hold finds the Workload by its owner");
+    f.job_when("job", "Kueue suspends the held job", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+    let status = f.exec.status(&f.ns, "job").await.expect("status");
+    assert_eq!(
+        status.hold.as_ref().map(|h| h.instance),
+        Some(Some(1)),
+        "{status:?}"
+    );
+    webhook.stop().await;
+    f.finish().await;
+}

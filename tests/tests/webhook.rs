@@ -101,13 +101,21 @@ impl Harness {
         std::fs::write(&files.key, &cert.key_pem).expect("write key");
 
         let webhook_client = cp.client(Identity::Webhook).await.expect("webhook client");
-        let admission = Arc::new(Admission::new(
-            mode,
-            identities(),
-            Arc::new(KubeRuntimeLookup::new(webhook_client, Default::default())),
-            Metrics::unregistered(),
-            Limits::DEFAULT,
-        ));
+        let admission = Arc::new(
+            Admission::new(
+                mode,
+                identities(),
+                Arc::new(KubeRuntimeLookup::new(
+                    webhook_client.clone(),
+                    Default::default(),
+                )),
+                Metrics::unregistered(),
+                Limits::DEFAULT,
+            )
+            .with_workload_holds(Arc::new(
+                holdfast_webhook::workload_holds::KubeWorkloadHolds::new(webhook_client),
+            )),
+        );
         let hook = RunningWebhook::start(
             ServeOptions {
                 addr: "127.0.0.1:0".parse().expect("addr"),

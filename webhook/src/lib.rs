@@ -19,6 +19,7 @@ pub mod registration;
 pub mod review;
 pub mod runtime_lookup;
 pub mod server;
+pub mod workload_holds;
 
 pub use args::Args;
 pub use error::WebhookError;
@@ -61,11 +62,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Admission::new(
             args.mode,
             args.identities(),
-            Arc::new(KubeRuntimeLookup::new(client, args.runtime_resources()?)),
+            Arc::new(KubeRuntimeLookup::new(
+                client.clone(),
+                args.runtime_resources()?,
+            )),
             metrics,
             args.limits(),
         )
-        .with_queues(queues),
+        .with_queues(queues)
+        .with_workload_holds(Arc::new(workload_holds::KubeWorkloadHolds::new(client))),
     );
     let options = ServeOptions {
         addr: args.addr,

@@ -51,6 +51,7 @@
 use crate::error::WebhookError;
 use crate::metrics::{Endpoint, LookupResult, Metrics, Outcome};
 use crate::runtime_lookup::RuntimeLookup;
+use crate::workload_holds::WorkloadHolds;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -62,9 +63,10 @@ use holdfast_core::mode::Mode;
 use holdfast_core::names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION;
 use holdfast_core::policy::request::{decode_review, error_response, response};
 use holdfast_core::policy::{
-    AdmissionInput, Identities, Operation, Resource, Verdict, mutate, queue_check, queue_verdict,
-    validate,
+    AdmissionInput, Identities, Operation, QueueProblem, Resource, Verdict, mutate, queue_check,
+    queue_verdict, unsuspend_check, unsuspend_verdict, validate,
 };
+use holdfast_core::readmission::queues::QueueGate;
 use holdfast_core::snapshot::runtime_ref;
 use holdfast_serve::ConnectionHandle;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -126,6 +128,10 @@ struct Policy {
     /// Kueue mode: Kueue's queues, to refuse a managed TrainJob queued where the readmission
     /// gate is not (see `holdfast_core::policy::queue_check`).
     queues: Option<holdfast_cluster::Queues>,
+    /// Kueue mode: the holds on a TrainJob's Workloads, read when it is being unsuspended
+    /// (see `holdfast_core::policy::unsuspend_check`). Without it in kueue mode every
+    /// unsuspend is refused.
+    workload_holds: Option<Arc<dyn WorkloadHolds>>,
     metrics: Metrics,
     limits: Limits,
 }
@@ -189,6 +195,7 @@ impl Admission {
             metrics,
             limits,
             queues: None,
+            workload_holds: None,
         });
         Self::with_policy(policy)
     }
@@ -210,6 +217,22 @@ impl Admission {
             identities: p.identities.clone(),
             runtimes: p.runtimes.clone(),
             queues,
+            workload_holds: p.workload_holds.clone(),
+            metrics: p.metrics.clone(),
+            limits: p.limits,
+        }))
+    }
+
+    /// Kueue mode: where the holds on a TrainJob's Workloads are read when it is being
+    /// unsuspended. Without it, in kueue mode, every unsuspend is refused.
+    pub fn with_workload_holds(self, holds: Arc<dyn WorkloadHolds>) -> Self {
+        let p = &self.policy;
+        Self::with_policy(Arc::new(Policy {
+            mode: p.mode,
+            identities: p.identities.clone(),
+            runtimes: p.runtimes.clone(),
+            queues: p.queues.clone(),
+            workload_holds: Some(holds),
             metrics: p.metrics.clone(),
             limits: p.limits,
         }))
@@ -318,23 +341,49 @@ impl Policy {
         };
         let review = match endpoint {
             Endpoint::Mutate => self.mutate_review(&uid, &input).await,
-            Endpoint::Validate => self.validate_review(&uid, &input),
+            Endpoint::Validate => self.validate_review(&uid, &input).await,
         };
         json_ok(&review)
     }
 
-    fn validate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
+    async fn validate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
         let mut verdict = validate(input, &self.identities, self.mode);
         if verdict.is_allowed()
             && let Some(check) = queue_check(input, &self.identities, self.mode)
         {
-            let refusal = match &self.queues {
-                Some(q) => q
-                    .gate_for_queue(&check.namespace, &check.local_queue)
-                    .refusal(),
-                None => Some("the webhook does not watch Kueue's queues".to_owned()),
+            let gate = self
+                .queues
+                .as_ref()
+                .map(|q| q.gate_for_queue(&check.namespace, &check.local_queue));
+            let problem = match &gate {
+                None => Some(QueueProblem::Unresolved(
+                    "the webhook does not watch Kueue's queues",
+                )),
+                Some(QueueGate::Gated { .. }) => None,
+                Some(QueueGate::Ungated { why, .. }) => Some(QueueProblem::Ungated(why)),
+                Some(QueueGate::Unresolved { why }) => Some(QueueProblem::Unresolved(why)),
             };
-            verdict = queue_verdict(input, &check, refusal.as_deref());
+            verdict = queue_verdict(input, &check, problem);
+        }
+        if verdict.is_allowed()
+            && let Some(check) = unsuspend_check(input, self.mode)
+        {
+            let found = match &self.workload_holds {
+                None => Err("the webhook has no way to read Workloads".to_owned()),
+                Some(holds) => match tokio::time::timeout(
+                    self.limits.runtime_lookup_timeout,
+                    holds.hold_of(&check.namespace, &check.uid),
+                )
+                .await
+                {
+                    Ok(found) => found,
+                    Err(_) => Err(format!(
+                        "no answer within {:?}",
+                        self.limits.runtime_lookup_timeout
+                    )),
+                },
+            };
+            verdict = unsuspend_verdict(input, found);
         }
         if let Verdict::Deny { field, message } = &verdict {
             tracing::info!(

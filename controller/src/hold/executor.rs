@@ -10,7 +10,7 @@ use holdfast_core::{
         RejectCause, Status, apply, decide,
     },
     mode::Mode,
-    readmission::{Selected, select_workload},
+    readmission::{Selected, owned_by, select_workload},
 };
 use kube::core::params::ListParams;
 use serde_json::Value;
@@ -483,7 +483,8 @@ impl HoldExecutor {
     }
 
     /// The TrainJob's Workload: among those it owns as controller (listed by Kueue's job-uid
-    /// label, then checked by ownerReference), the one [`select_workload`] chooses (the
+    /// label, then checked by ownerReference; the whole namespace when the label finds none),
+    /// the one [`select_workload`] chooses (the
     /// newest live one; a held one being deleted when nothing replaces it), or `None`. While a held Workload being deleted still carries
     /// its hold next to its replacement, the readmission controller is moving the hold:
     /// read again until it is done or the deadline passes.
@@ -497,20 +498,40 @@ impl HoldExecutor {
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
             .ok_or_else(|| HoldError::invalid("the TrainJob read has no metadata.uid"))?;
-        let params = ListParams::default().labels(&format!("{WORKLOAD_JOB_UID_LABEL}={uid}"));
+        let labelled = ListParams::default().labels(&format!("{WORKLOAD_JOB_UID_LABEL}={uid}"));
         let mut pause = self.config.transient_backoff;
         loop {
-            let list = self
+            let mut list = self
                 .retrying_read(
                     reqs,
                     "listing the TrainJob's Workloads",
                     &ReadRequest::List {
                         ar: resources::workload(),
                         namespace: Some(namespace),
-                        params: params.clone(),
+                        params: labelled.clone(),
                     },
                 )
                 .await?;
+            let owns_one = |list: &Value| {
+                list.get("items")
+                    .and_then(Value::as_array)
+                    .is_some_and(|items| items.iter().any(|w| owned_by(w, uid)))
+            };
+            if !owns_one(&list) {
+                // Kueue's label is an index only, and an editor may remove or change it:
+                // ownership decides, so look at every Workload in the namespace.
+                list = self
+                    .retrying_read(
+                        reqs,
+                        "listing the namespace's Workloads",
+                        &ReadRequest::List {
+                            ar: resources::workload(),
+                            namespace: Some(namespace),
+                            params: ListParams::default(),
+                        },
+                    )
+                    .await?;
+            }
             let items = list
                 .get("items")
                 .and_then(Value::as_array)

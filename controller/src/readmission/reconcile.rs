@@ -268,9 +268,13 @@ async fn read(
     }
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &resources::workload());
-    let list = workloads
+    let mut list = workloads
         .list(&ListParams::default().labels(&format!("{WORKLOAD_JOB_UID_LABEL}={uid}")))
         .await?;
+    if !list.items.iter().any(|w| belongs(w, uid)) {
+        // The label is an index only (an editor may remove it): ownership decides.
+        list = workloads.list(&ListParams::default()).await?;
+    }
     let workloads = list
         .items
         .into_iter()

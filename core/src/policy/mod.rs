@@ -45,7 +45,10 @@ mod testkit;
 
 pub use identities::Identities;
 pub use mutate::mutate;
-pub use validate::{QueueCheck, queue_check, queue_verdict, validate};
+pub use validate::{
+    QueueCheck, QueueProblem, UnsuspendCheck, queue_check, queue_verdict, unsuspend_check,
+    unsuspend_verdict, validate,
+};
 
 use crate::names::{KUEUE_GROUP, TRAINER_GROUP};
 use serde_json::Value;

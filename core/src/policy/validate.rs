@@ -81,14 +81,18 @@ pub fn validate(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict
 pub struct QueueCheck {
     pub namespace: String,
     pub local_queue: String,
+    /// The TrainJob is managed: it waits at its start gate, so a queue that cannot be
+    /// resolved yet is refused too (nothing could keep it at the gate).
+    pub managed: bool,
 }
 
-/// Kueue mode: whether `input` puts a managed TrainJob into a queue (a CREATE of a managed
-/// queued TrainJob; an UPDATE that makes a TrainJob managed or moves a managed one), and
-/// which. The webhook then looks the queue up — the one decision that needs the cluster —
-/// and answers with [`queue_verdict`]: a managed TrainJob in a ClusterQueue without
-/// holdfast's readmission check would be admitted by Kueue and started without `Open`.
-/// The controller's own writes need no check.
+/// Kueue mode: whether `input` puts a TrainJob into a queue (a CREATE of a queued TrainJob;
+/// an UPDATE that moves one, or makes a queued one managed), and which. The webhook then
+/// looks the queue up — the one decision that needs the cluster — and answers with
+/// [`queue_verdict`]: in a ClusterQueue without holdfast's readmission AdmissionCheck nothing
+/// keeps two executions apart (Kueue readmits a requeued job beside the last execution's
+/// terminating pods) and nothing keeps a managed job at its start gate, so both are refused
+/// there. The controller's own writes are not checked.
 pub fn queue_check(input: &AdmissionInput, who: &Identities, mode: Mode) -> Option<QueueCheck> {
     if mode != Mode::Kueue
         || input.resource != Resource::TrainJob
@@ -99,36 +103,122 @@ pub fn queue_check(input: &AdmissionInput, who: &Identities, mode: Mode) -> Opti
     }
     let n = Doc::of(input.object.as_ref()).object()?;
     let queue = fields::queue_name(n)?;
-    if !fields::managed(n) {
-        return None;
-    }
+    let managed = fields::managed(n);
     let needed = match input.operation {
         Operation::Create => true,
         Operation::Update => {
             let o = Doc::of(input.old_object.as_ref()).object()?;
-            !fields::managed(o) || fields::queue_name(o) != Some(queue)
+            (managed && !fields::managed(o)) || fields::queue_name(o) != Some(queue)
         }
         Operation::Delete | Operation::Connect => false,
     };
     needed.then(|| QueueCheck {
         namespace: input.namespace.clone().unwrap_or_default(),
         local_queue: queue.to_owned(),
+        managed,
     })
 }
 
+/// Why a queue is not gated, as the webhook found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueProblem<'a> {
+    /// Its ClusterQueue is known and does not require holdfast's check.
+    Ungated(&'a str),
+    /// The LocalQueue or its ClusterQueue is not known (yet).
+    Unresolved(&'a str),
+}
+
 /// The verdict on a request [`queue_check`] named, given why its queue is not gated (`None`:
-/// it is).
-pub fn queue_verdict(input: &AdmissionInput, check: &QueueCheck, refusal: Option<&str>) -> Verdict {
-    match refusal {
-        None => Verdict::Allow,
-        Some(why) => Verdict::deny(
-            format!("metadata.labels[{QUEUE_NAME_LABEL}]"),
+/// it is). An unresolved queue refuses only a managed TrainJob: an unmanaged one waits in
+/// Kueue until the queue exists, and the readmission gate reports it if that queue turns out
+/// to be ungated.
+pub fn queue_verdict(
+    input: &AdmissionInput,
+    check: &QueueCheck,
+    problem: Option<QueueProblem<'_>>,
+) -> Verdict {
+    let why = match problem {
+        None => return Verdict::Allow,
+        Some(QueueProblem::Unresolved(_)) if !check.managed => return Verdict::Allow,
+        Some(QueueProblem::Ungated(why) | QueueProblem::Unresolved(why)) => why,
+    };
+    let what = if check.managed {
+        format!(
+            "a TrainJob labelled {LABEL_MANAGED}=true waits at its start gate in holdfast's readmission AdmissionCheck"
+        )
+    } else {
+        "in kueue mode holdfast's readmission AdmissionCheck keeps a TrainJob's executions from overlapping".to_owned()
+    };
+    Verdict::deny(
+        format!("metadata.labels[{QUEUE_NAME_LABEL}]"),
+        format!(
+            "metadata.labels[{QUEUE_NAME_LABEL}] of TrainJob {}: {what}, but LocalQueue {}/{} does not lead there: {why}; user {} may not queue this TrainJob there (use a LocalQueue whose ClusterQueue requires the check)",
+            input.object_ref(),
+            check.namespace,
+            check.local_queue,
+            input.user.username
+        ),
+    )
+}
+
+/// A TrainJob being unsuspended in kueue mode, whose Workloads the webhook must read: see
+/// [`unsuspend_check`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnsuspendCheck {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Kueue mode: whether `input` unsuspends a TrainJob (only Kueue may, by the rule above).
+/// Kueue acts on its cache: a Workload deactivated by a hold a moment ago can still look
+/// admitted to it, and it would start the held job until its own eviction catches up. The
+/// webhook reads the TrainJob's Workloads from the apiserver and refuses with
+/// [`unsuspend_verdict`] while any of them carries a hold; Kueue retries, and by then sees
+/// the hold's eviction.
+pub fn unsuspend_check(input: &AdmissionInput, mode: Mode) -> Option<UnsuspendCheck> {
+    if mode != Mode::Kueue
+        || input.resource != Resource::TrainJob
+        || input.subresource.is_some()
+        || input.operation != Operation::Update
+    {
+        return None;
+    }
+    let n = Doc::of(input.object.as_ref()).object()?;
+    let o = Doc::of(input.old_object.as_ref()).object()?;
+    if !fields::suspended(o) || fields::suspended(n) {
+        return None;
+    }
+    let uid = fields::meta(o, "uid")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())?;
+    Some(UnsuspendCheck {
+        namespace: input.namespace.clone().unwrap_or_default(),
+        name: input.name.clone(),
+        uid: uid.to_owned(),
+    })
+}
+
+/// The verdict on an unsuspend [`unsuspend_check`] named: `found` is the hold in force on one
+/// of the TrainJob's Workloads (`Ok(None)`: none), or why they could not be read (refused
+/// too: the caller retries).
+pub fn unsuspend_verdict(input: &AdmissionInput, found: Result<Option<String>, String>) -> Verdict {
+    let field = "spec.suspend".to_owned();
+    match found {
+        Ok(None) => Verdict::Allow,
+        Ok(Some(hold)) => Verdict::deny(
+            field,
             format!(
-                "metadata.labels[{QUEUE_NAME_LABEL}] of TrainJob {}: a TrainJob labelled {LABEL_MANAGED}=true waits at its start gate in holdfast's readmission AdmissionCheck, but LocalQueue {}/{} does not lead there: {why}; user {} may not queue a managed TrainJob there (use a LocalQueue whose ClusterQueue requires the check)",
+                "spec.suspend of TrainJob {}: its Workload carries hold {hold}; the TrainJob stays suspended until its holder releases it (user {} acted on a stale view; retry after the Workload is evicted)",
                 input.object_ref(),
-                check.namespace,
-                check.local_queue,
                 input.user.username
+            ),
+        ),
+        Err(why) => Verdict::deny(
+            field,
+            format!(
+                "spec.suspend of TrainJob {}: the webhook could not read its Workloads to see whether a hold is in force ({why}); refused, retry",
+                input.object_ref()
             ),
         ),
     }

@@ -848,3 +848,27 @@ fn the_admission_check_is_kept_active() {
         &json!({"spec": {"controllerName": "kueue.x-k8s.io/provisioning-request"}})
     ));
 }
+
+/// The webhook refuses to let a TrainJob be unsuspended while one of its own Workloads
+/// carries a hold; a hold on a decoy (not owned as controller) does not count.
+#[test]
+fn a_hold_on_any_own_workload_is_found_and_one_on_a_decoy_is_not() {
+    let t = "2026-11-29T11:00:00Z";
+    let mut held = workload_json("a", t, false, false);
+    held["metadata"]["annotations"] = json!({"holdfast.dev/hold-instance": "4"});
+    let unheld = workload_json("b", t, false, false);
+    assert_eq!(hold_on_workloads(&[unheld.clone()], "tj-uid"), None);
+    assert_eq!(
+        hold_on_workloads(&[unheld.clone(), held.clone()], "tj-uid"),
+        Some("4".to_owned())
+    );
+    let mut decoy = with_owner(t, "someone-else", true, "TrainJob");
+    decoy["metadata"]["annotations"] = json!({"holdfast.dev/hold-instance": "9"});
+    assert_eq!(hold_on_workloads(&[unheld, decoy], "tj-uid"), None);
+    let mut damaged = held;
+    damaged["metadata"]["annotations"] = json!({"holdfast.dev/hold-instance": "x"});
+    assert!(
+        hold_on_workloads(&[damaged], "tj-uid").is_some_and(|h| h.contains("unreadable")),
+        "an unreadable hold still keeps the job stopped"
+    );
+}

@@ -137,6 +137,8 @@ impl Answer {
                 | HoldError::Invalid { .. }
                 | HoldError::Unsupported { .. }
                 | HoldError::Conflict { .. } => true,
+                // Its write may or may not have landed.
+                HoldError::Unknown { .. } => false,
             },
             _ => false,
         }
@@ -149,6 +151,8 @@ impl Answer {
             Answer::Error(HoldError::Rejected { cause, .. }) => {
                 *cause == RejectCause::DeadlinePassed
             }
+            // The executor stopped waiting; a request of it may still be in flight.
+            Answer::Error(HoldError::Unknown { .. }) => true,
             _ => false,
         }
     }

@@ -162,20 +162,30 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
     std::fs::write(&files.key, &cert.key_pem)?;
     let mut webhooks = Vec::new();
     for mode in [Mode::Plain, Mode::Kueue] {
-        let admission = Arc::new(holdfast_webhook::Admission::new(
-            mode,
-            Identities::new(
-                [Identity::Controller.username()],
-                [Identity::Trainer.username()],
-                [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
-                [Identity::Kueue.username()],
-            ),
-            Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
-                cp.client(Identity::Webhook).await?,
+        let webhook_client = cp.client(Identity::Webhook).await?;
+        let queues = (mode == Mode::Kueue)
+            .then(|| holdfast_cluster::Queues::start(webhook_client.clone(), None));
+        let admission = Arc::new(
+            holdfast_webhook::Admission::new(
+                mode,
+                Identities::new(
+                    [Identity::Controller.username()],
+                    [Identity::Trainer.username()],
+                    [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
+                    [Identity::Kueue.username()],
+                ),
+                Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
+                    webhook_client.clone(),
+                    Default::default(),
+                )),
+                holdfast_webhook::metrics::Metrics::unregistered(),
+                holdfast_webhook::Limits::DEFAULT,
+            )
+            .with_queues(queues)
+            .with_workload_holds(Arc::new(
+                holdfast_webhook::workload_holds::KubeWorkloadHolds::new(webhook_client.clone()),
             )),
-            holdfast_webhook::metrics::Metrics::unregistered(),
-            holdfast_webhook::Limits::DEFAULT,
-        ));
+        );
         let hook = holdfast_webhook::RunningWebhook::start(
             holdfast_webhook::ServeOptions {
                 addr: "127.0.0.1:0".parse()?,
@@ -191,6 +201,7 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
             Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
             cp.ca_pem().as_bytes().to_vec(),
         )
+        .with_mode(mode)
         .with_namespaces(Namespaces::Only(vec![]));
         let selector = LabelSelector {
             match_labels: Some(BTreeMap::from([(MODE_LABEL.to_owned(), mode.to_string())])),

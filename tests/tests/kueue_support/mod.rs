@@ -480,7 +480,13 @@ impl Webhook {
                 holdfast_webhook::metrics::Metrics::unregistered(),
                 holdfast_webhook::Limits::DEFAULT,
             )
-            .with_queues(Some(holdfast_cluster::Queues::start(webhook_client, None))),
+            .with_queues(Some(holdfast_cluster::Queues::start(
+                webhook_client.clone(),
+                None,
+            )))
+            .with_workload_holds(std::sync::Arc::new(
+                holdfast_webhook::workload_holds::KubeWorkloadHolds::new(webhook_client),
+            )),
         );
         let hook = holdfast_webhook::RunningWebhook::start(
             holdfast_webhook::ServeOptions {

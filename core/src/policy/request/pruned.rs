@@ -36,6 +36,8 @@ pub(super) const OBJECT: Shape = Only(&[
         "metadata",
         Only(&[
             ("name", All),
+            // The webhook reads a TrainJob's Workloads by it when Kueue unsuspends the job.
+            ("uid", All),
             ("labels", All),
             ("annotations", All),
             ("finalizers", All),

@@ -381,3 +381,20 @@ fn the_fast_reader_reads_a_good_review_and_gives_up_on_anything_odd() {
     assert_eq!(fast.1.name, "mnist\n");
     assert_eq!(Some(fast), decode_generally(&escaped).ok());
 }
+
+/// The pruned request keeps what the cluster-backed checks read: a Kueue unsuspend decoded
+/// from the wire still names the TrainJob's uid (pruning it away once let every such
+/// unsuspend through unchecked).
+#[test]
+fn a_decoded_unsuspend_keeps_the_trainjob_uid_for_the_workload_check() {
+    let mut v = review_json();
+    v["request"]["userInfo"]["username"] = json!(KUEUE);
+    v["request"]["object"] = tj(&[], &[], Some(false));
+    v["request"]["object"]["metadata"]["uid"] = json!("u-7");
+    v["request"]["oldObject"] = tj(&[], &[], Some(true));
+    v["request"]["oldObject"]["metadata"]["uid"] = json!("u-7");
+    let (_, input) = decode(&v).unwrap();
+    let check = crate::policy::unsuspend_check(&input, crate::mode::Mode::Kueue)
+        .expect("an unsuspend is checked");
+    assert_eq!(check.uid, "u-7");
+}

@@ -975,3 +975,138 @@ fn garbage_fields_never_panic() {
         }
     }
 }
+
+// ---- The cluster-backed checks: which requests need them, and their verdicts -------------
+
+fn uid(v: &Value, u: &str) -> Value {
+    with(v, |v| v["metadata"]["uid"] = json!(u))
+}
+
+#[test]
+fn kueue_unsuspend_is_checked_against_the_workloads_holds() {
+    use crate::policy::{unsuspend_check, unsuspend_verdict};
+    let old = uid(&tj(&[], &[QUEUED], Some(true)), "u-1");
+    let new = uid(&tj(&[], &[QUEUED], Some(false)), "u-1");
+    let up = input(
+        Resource::TrainJob,
+        Operation::Update,
+        KUEUE,
+        Some(&old),
+        Some(&new),
+    );
+    let check = unsuspend_check(&up, Mode::Kueue).expect("an unsuspend is checked");
+    assert_eq!(
+        (
+            check.namespace.as_str(),
+            check.name.as_str(),
+            check.uid.as_str()
+        ),
+        ("team-a", "mnist", "u-1")
+    );
+    // Not in plain mode, not a suspension, not a no-op, not a create.
+    assert_eq!(unsuspend_check(&up, Mode::Plain), None);
+    let down = input(
+        Resource::TrainJob,
+        Operation::Update,
+        KUEUE,
+        Some(&new),
+        Some(&old),
+    );
+    assert_eq!(unsuspend_check(&down, Mode::Kueue), None);
+    let same = input(
+        Resource::TrainJob,
+        Operation::Update,
+        KUEUE,
+        Some(&old),
+        Some(&old),
+    );
+    assert_eq!(unsuspend_check(&same, Mode::Kueue), None);
+    let create = input(
+        Resource::TrainJob,
+        Operation::Create,
+        KUEUE,
+        None,
+        Some(&new),
+    );
+    assert_eq!(unsuspend_check(&create, Mode::Kueue), None);
+
+    assert!(unsuspend_verdict(&up, Ok(None)).is_allowed());
+    let (field, message) = denied(&unsuspend_verdict(&up, Ok(Some("3".to_owned()))));
+    assert_eq!(field, "spec.suspend");
+    assert!(message.contains("carries hold 3"), "{message}");
+    let (_, message) = denied(&unsuspend_verdict(&up, Err("timed out".to_owned())));
+    assert!(
+        message.contains("timed out") && message.contains("retry"),
+        "{message}"
+    );
+}
+
+#[test]
+fn kueue_queued_trainjob_is_checked_against_its_queue_managed_or_not() {
+    use crate::policy::{QueueProblem, queue_check, queue_verdict};
+    let plain = tj(&[], &[QUEUED], None);
+    let managed = tj(&[], &[QUEUED, MANAGED], None);
+    for (obj, is_managed) in [(&plain, false), (&managed, true)] {
+        let create = input(
+            Resource::TrainJob,
+            Operation::Create,
+            ALICE,
+            None,
+            Some(obj),
+        );
+        let check = queue_check(&create, &who(), Mode::Kueue).expect("checked");
+        assert_eq!(check.local_queue, "team-queue");
+        assert_eq!(check.managed, is_managed);
+        assert!(queue_verdict(&create, &check, None).is_allowed());
+        let (field, message) = denied(&queue_verdict(
+            &create,
+            &check,
+            Some(QueueProblem::Ungated("ClusterQueue cq lacks the check")),
+        ));
+        assert_eq!(field, format!("metadata.labels[{QUEUE_NAME_LABEL}]"));
+        assert!(message.contains("cq lacks the check"), "{message}");
+        // A queue not known yet keeps only a managed job out: nothing would gate it.
+        assert_eq!(
+            queue_verdict(
+                &create,
+                &check,
+                Some(QueueProblem::Unresolved("no LocalQueue"))
+            )
+            .is_allowed(),
+            !is_managed
+        );
+        // The controller's own writes, and plain mode, are not checked.
+        let by_controller = input(
+            Resource::TrainJob,
+            Operation::Create,
+            CONTROLLER,
+            None,
+            Some(obj),
+        );
+        assert_eq!(queue_check(&by_controller, &who(), Mode::Kueue), None);
+        assert_eq!(queue_check(&create, &who(), Mode::Plain), None);
+    }
+    // An update that keeps the queue is not checked again; one that moves it is.
+    let same = input(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Some(&plain),
+        Some(&plain),
+    );
+    assert_eq!(queue_check(&same, &who(), Mode::Kueue), None);
+    let moved = with(&plain, |v| {
+        v["metadata"]["labels"][QUEUE_NAME_LABEL] = json!("other")
+    });
+    let update = input(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Some(&plain),
+        Some(&moved),
+    );
+    assert_eq!(
+        queue_check(&update, &who(), Mode::Kueue).map(|c| c.local_queue),
+        Some("other".to_owned())
+    );
+}

@@ -1,0 +1,82 @@
+//! Kueue mode: whether a hold is in force on a TrainJob's Workloads, read from the apiserver
+//! when the TrainJob is being unsuspended (see `holdfast_core::policy::unsuspend_check`).
+//!
+//! Kueue unsuspends a job when its cache says the Workload is admitted. A hold deactivates the
+//! Workload, and Kueue evicts it and suspends the job again — but between the hold's write and
+//! the eviction, a Kueue whose cache still shows the Workload admitted and active starts the
+//! held job. The webhook closes that window: it reads the Workloads fresh, at the admission of
+//! the unsuspend, and refuses while one carries a hold. What remains is the time between this
+//! read and the apiserver storing the TrainJob (the admission chain's own latency).
+
+use futures::future::BoxFuture;
+use holdfast_core::readmission::hold_on_workloads;
+use kube::api::{Api, DynamicObject, ListParams};
+use serde_json::Value;
+
+/// Kueue's label naming the Workload's job by uid: an index only (ownership is decided by the
+/// controller ownerReference), so when it finds no Workload the namespace is listed whole.
+const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
+
+/// Reads the holds on a TrainJob's Workloads.
+pub trait WorkloadHolds: Send + Sync {
+    /// The hold in force on any Workload TrainJob `uid` in `namespace` owns, or `None`;
+    /// an error says why the Workloads could not be read.
+    fn hold_of<'a>(
+        &'a self,
+        namespace: &'a str,
+        uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, String>>;
+}
+
+/// [`WorkloadHolds`] from the apiserver (the webhook's RBAC lists Workloads in kueue mode).
+pub struct KubeWorkloadHolds {
+    client: kube::Client,
+}
+
+impl KubeWorkloadHolds {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    async fn list(&self, namespace: &str, params: &ListParams) -> Result<Vec<Value>, String> {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &holdfast_cluster::workload_resource(),
+        );
+        let list = api
+            .list(params)
+            .await
+            .map_err(|e| format!("listing Workloads in {namespace}: {e}"))?;
+        list.items
+            .iter()
+            .map(|w| serde_json::to_value(w).map_err(|e| e.to_string()))
+            .collect()
+    }
+}
+
+impl WorkloadHolds for KubeWorkloadHolds {
+    fn hold_of<'a>(
+        &'a self,
+        namespace: &'a str,
+        uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move {
+            let labelled = self
+                .list(
+                    namespace,
+                    &ListParams::default().labels(&format!("{JOB_UID_LABEL}={uid}")),
+                )
+                .await?;
+            if labelled
+                .iter()
+                .any(|w| holdfast_core::readmission::owned_by(w, uid))
+            {
+                return Ok(hold_on_workloads(&labelled, uid));
+            }
+            // The label was removed or changed: ownership decides, so look at them all.
+            let all = self.list(namespace, &ListParams::default()).await?;
+            Ok(hold_on_workloads(&all, uid))
+        })
+    }
+}
