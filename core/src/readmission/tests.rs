@@ -857,7 +857,10 @@ fn a_hold_on_any_own_workload_is_found_and_one_on_a_decoy_is_not() {
     let mut held = workload_json("a", t, false, false);
     held["metadata"]["annotations"] = json!({"holdfast.dev/hold-instance": "4"});
     let unheld = workload_json("b", t, false, false);
-    assert_eq!(hold_on_workloads(&[unheld.clone()], "tj-uid"), None);
+    assert_eq!(
+        hold_on_workloads(std::slice::from_ref(&unheld), "tj-uid"),
+        None
+    );
     assert_eq!(
         hold_on_workloads(&[unheld.clone(), held.clone()], "tj-uid"),
         Some("4".to_owned())
