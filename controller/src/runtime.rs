@@ -13,7 +13,7 @@
 
 use crate::api::{self, ApiState, KubeAuth};
 use crate::hold::{CallMetrics, ExecutorConfig, HoldExecutor, client_without_retry};
-use crate::leader::{self, LeaseConfig};
+use crate::leader::{self, LeaderMetrics, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::readmission::{self, ReadmissionGate, ReadmissionMetrics};
 use crate::snapshot::{self, Snapshotter};
@@ -157,6 +157,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         ready,
         reconciler_ready,
         leading.clone(),
+        metrics.leader.clone(),
         api_up,
         shutdown.clone(),
     ));
@@ -234,6 +235,7 @@ async fn keep_ready(
     ready: Readiness,
     reconciler: Readiness,
     leading: Arc<AtomicBool>,
+    leader: LeaderMetrics,
     api_up: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) {
@@ -246,7 +248,12 @@ async fn keep_ready(
             }
             _ = tick.tick() => {}
         }
-        let leader = leading.load(Ordering::SeqCst);
-        ready.set(api_up.load(Ordering::SeqCst) && (!leader || reconciler.get()));
+        // A replica that cannot lead as configured (RBAC, credentials, a missing Lease
+        // namespace) is not ready: it says so where operators look first.
+        ready.set(
+            api_up.load(Ordering::SeqCst)
+                && !leader.cannot_lead()
+                && (!leading.load(Ordering::SeqCst) || reconciler.get()),
+        );
     }
 }

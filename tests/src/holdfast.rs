@@ -51,7 +51,7 @@ pub async fn owned_control_plane_with(opts: crate::control_plane::Options) -> Co
 
 /// The controller binary in plain mode as holdfast's controller identity, without TLS (no
 /// hold API), its Lease and its watches in `ns`, its admin port (`/readyz`) at `admin_port`;
-/// `extra` flags appended.
+/// `extra` flags appended (a `--lease-namespace` there replaces `ns` for the Lease).
 pub fn start_plain_controller(
     cp: &ControlPlane,
     ns: &str,
@@ -69,9 +69,12 @@ pub fn start_plain_controller(
         format!("--api-addr=127.0.0.1:{api_port}"),
         format!("--admin-addr=127.0.0.1:{admin_port}"),
         format!("--identity={name}-{}", rand::random::<u32>()),
-        format!("--lease-namespace={ns}"),
         format!("--watch-namespace={ns}"),
     ];
+    // `extra` may name another Lease namespace.
+    if !extra.iter().any(|e| e.starts_with("--lease-namespace=")) {
+        args.push(format!("--lease-namespace={ns}"));
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     match Supervised::start(
         &format!("holdfast-controller-{name}"),

@@ -630,3 +630,81 @@ async fn snapshot(client: &kube::Client, ns: &str, job: &str) -> Option<ConfigMa
         .ok()
         .flatten()
 }
+
+// ---------------------------------------------------------------------------------------
+// Leader election that cannot work says so (issue #13)
+// ---------------------------------------------------------------------------------------
+
+/// Tried as a new user would: the controller pointed at a Lease namespace its Role does not
+/// cover sat silent — no snapshot, no gate, nothing in the log at the default level,
+/// `/readyz` unchanged. Now: an error line naming the cause and the fix, the gauge
+/// `holdfast_leader_cannot_lead` at 1, and `/readyz` failing; once the Role is bound there,
+/// the replica leads and is ready, and the gauge falls back to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_that_cannot_lead_says_so_in_its_log_metrics_and_readiness() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("cannot-lead").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    // A namespace with no holdfast Role in it.
+    let bare = format!("{ns}-bare");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": bare}})).expect("namespace"),
+        )
+        .await
+        .expect("create the bare namespace");
+    let port = holdfast_tests::control_plane::free_port().expect("port");
+    let lease_flag = format!("--lease-namespace={bare}");
+    let mut ctrl = start_plain_controller(
+        cp,
+        &ns,
+        "cannot-lead",
+        port,
+        &[lease_flag.as_str(), "--lease-duration-secs=3"],
+    );
+    wait_for("the cannot-lead gauge", Duration::from_secs(60), || async {
+        admin_metrics(port)
+            .await
+            .contains("holdfast_leader_cannot_lead 1")
+            .then_some(())
+    })
+    .await;
+    wait_readyz(&mut ctrl, port, false, Duration::from_secs(10)).await;
+    let log = ctrl.log_tail(200);
+    assert!(
+        log.contains("ERROR")
+            && log.contains("cannot lead")
+            && log.contains(&format!(
+                "RBAC forbids this replica's Leases in namespace {bare}"
+            )),
+        "the log names the cause and the fix:\n{log}"
+    );
+    let metrics = admin_metrics(port).await;
+    assert!(
+        metrics.contains("holdfast_leader_acquire_failures_total"),
+        "{metrics}"
+    );
+    // The operator binds the Role there: the replica leads, and says all is well.
+    holdfast_tests::rbac::grant_release_roles_in(&admin, &bare)
+        .await
+        .expect("grant");
+    wait_readyz(&mut ctrl, port, true, Duration::from_secs(60)).await;
+    let metrics = admin_metrics(port).await;
+    assert!(
+        metrics.contains("holdfast_leader_cannot_lead 0") && metrics.contains("holdfast_leader 1"),
+        "{metrics}"
+    );
+    assert!(
+        !lease_holder(&admin, &bare).await.is_empty(),
+        "the Lease is held"
+    );
+}
+
+async fn admin_metrics(port: u16) -> String {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    match reqwest::get(&url).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}

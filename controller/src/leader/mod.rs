@@ -22,6 +22,15 @@
 //!
 //! [`run_as_leader`] wraps any work in this: the work starts only once the Lease is held and
 //! is dropped (its in-flight requests abandoned) the moment leadership is lost.
+//!
+//! A replica that cannot lead as configured — RBAC forbids its Lease, the Lease namespace
+//! does not exist, its credentials are rejected — says so loudly: an error log naming the
+//! cause and what to fix (once per cause, again every minute while it lasts), the counter
+//! `holdfast_leader_acquire_failures`, the gauge `holdfast_leader_cannot_lead`, and a failing
+//! `/readyz` until an attempt gets through. The decisions are in [`decide`], apart from the
+//! I/O, each a row of its unit tables.
+
+pub mod decide;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -34,6 +43,8 @@ use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use decide::{Failure, Step};
 
 /// Which Lease, who we are, and the timings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,6 +152,18 @@ pub struct LeaderMetrics {
     pub acquired: Counter,
     /// Times this replica lost the Lease.
     pub lost: Counter,
+    /// Lease requests that failed other than by contention (a 409).
+    pub acquire_failures: Counter,
+    /// 1 while the last Lease request failed in a way retrying cannot fix
+    /// ([`decide::Failure::CannotLead`]); readiness fails meanwhile.
+    pub cannot_lead: Gauge,
+}
+
+impl LeaderMetrics {
+    /// Whether the last Lease request showed this replica cannot lead as configured.
+    pub fn cannot_lead(&self) -> bool {
+        self.cannot_lead.get() != 0
+    }
 }
 
 impl LeaderMetrics {
@@ -160,6 +183,16 @@ impl LeaderMetrics {
             "holdfast_leader_lost",
             "Times this replica lost the leader-election Lease",
             self.lost.clone(),
+        );
+        registry.register(
+            "holdfast_leader_acquire_failures",
+            "Lease requests that failed other than by contention",
+            self.acquire_failures.clone(),
+        );
+        registry.register(
+            "holdfast_leader_cannot_lead",
+            "1 while this replica's Lease requests fail in a way retrying cannot fix (RBAC, credentials, a missing namespace)",
+            self.cannot_lead.clone(),
         );
     }
 }
@@ -191,7 +224,7 @@ where
             "the renew period must be shorter than the renew deadline",
         ));
     }
-    let mut elector = Elector::new(client, config);
+    let mut elector = Elector::new(client, config, metrics.clone());
     tokio::select! {
         () = shutdown.cancelled() => return Ok(None),
         () = elector.acquire() => {}
@@ -245,7 +278,14 @@ struct Elector {
     api: Api<Lease>,
     config: LeaseConfig,
     observed: Option<Observed>,
+    metrics: LeaderMetrics,
+    /// The last failure logged, and when: the same one is logged again only after
+    /// [`REPEAT_LOG`].
+    last_logged: Option<(String, Instant)>,
 }
+
+/// How often a failure that lasts is logged again.
+const REPEAT_LOG: Duration = Duration::from_secs(60);
 
 /// What one acquire-or-renew attempt found.
 enum Attempt {
@@ -253,17 +293,76 @@ enum Attempt {
     Held,
     /// Another replica holds it and it has not expired.
     HeldByOther(String),
-    /// The apiserver refused or failed the write or read; try again.
-    Failed(String),
+    /// The apiserver refused or failed the write or read; `kind` says whether trying again
+    /// can help.
+    Failed { why: String, kind: Failure },
 }
 
 impl Elector {
-    fn new(client: kube::Client, config: LeaseConfig) -> Self {
+    fn new(client: kube::Client, config: LeaseConfig, metrics: LeaderMetrics) -> Self {
         Elector {
             api: Api::namespaced(client, &config.namespace),
             config,
             observed: None,
+            metrics,
+            last_logged: None,
         }
+    }
+
+    /// A failed request on the Lease, classified.
+    fn failed(&self, doing: &str, e: &kube::Error) -> Attempt {
+        let status = match e {
+            kube::Error::Api(s) => Some(s.code),
+            _ => None,
+        };
+        Attempt::Failed {
+            why: format!("{doing}: {e}"),
+            kind: decide::failure(status, &self.config.namespace),
+        }
+    }
+
+    /// Records what an attempt found: the metrics, and a log line for a failure that is new
+    /// or has lasted another [`REPEAT_LOG`].
+    fn record(&mut self, attempt: &Attempt) {
+        let Attempt::Failed { why, kind } = attempt else {
+            if self.metrics.cannot_lead() {
+                tracing::info!(lease = %self.lease_name(), "the lease is reachable again");
+            }
+            self.metrics.cannot_lead.set(0);
+            self.last_logged = None;
+            return;
+        };
+        if *kind == Failure::Contended {
+            tracing::debug!(lease = %self.lease_name(), %why, "lease contended");
+            return;
+        }
+        self.metrics.acquire_failures.inc();
+        let text = match kind {
+            Failure::CannotLead(fix) => {
+                self.metrics.cannot_lead.set(1);
+                format!("{why}; {fix}")
+            }
+            _ => why.clone(),
+        };
+        let due = match &self.last_logged {
+            Some((last, at)) => *last != text || at.elapsed() >= REPEAT_LOG,
+            None => true,
+        };
+        if !due {
+            return;
+        }
+        match kind {
+            Failure::CannotLead(_) => tracing::error!(
+                lease = %self.lease_name(),
+                identity = %self.config.identity,
+                cause = %text,
+                "this replica cannot lead: no snapshots or readmission gate run here until this is fixed"
+            ),
+            _ => {
+                tracing::warn!(lease = %self.lease_name(), cause = %text, "lease request failed; retrying")
+            }
+        }
+        self.last_logged = Some((text, Instant::now()));
     }
 
     fn lease_name(&self) -> String {
@@ -274,7 +373,9 @@ impl Elector {
     async fn acquire(&mut self) {
         let mut last_other: Option<String> = None;
         loop {
-            match self.try_acquire_or_renew().await {
+            let attempt = self.try_acquire_or_renew().await;
+            self.record(&attempt);
+            match attempt {
                 Attempt::Held => return,
                 Attempt::HeldByOther(holder) => {
                     if last_other.as_deref() != Some(holder.as_str()) {
@@ -282,9 +383,7 @@ impl Elector {
                         last_other = Some(holder);
                     }
                 }
-                Attempt::Failed(why) => {
-                    tracing::debug!(lease = %self.lease_name(), %why, "lease not acquired");
-                }
+                Attempt::Failed { .. } => {}
             }
             tokio::time::sleep(self.config.retry_period).await;
         }
@@ -298,7 +397,7 @@ impl Elector {
             loop {
                 let deadline = last_renew + self.config.renew_deadline;
                 let now = Instant::now();
-                if now >= deadline {
+                if decide::must_give_up(now - last_renew, self.config.renew_deadline) {
                     return format!(
                         "not renewed for {:?} (renew deadline)",
                         self.config.renew_deadline
@@ -306,6 +405,9 @@ impl Elector {
                 }
                 let attempt =
                     tokio::time::timeout(deadline - now, self.try_acquire_or_renew()).await;
+                if let Ok(a) = &attempt {
+                    self.record(a);
+                }
                 match attempt {
                     Ok(Attempt::Held) => {
                         last_renew = Instant::now();
@@ -314,8 +416,7 @@ impl Elector {
                     Ok(Attempt::HeldByOther(holder)) => {
                         return format!("the lease is held by {holder:?}");
                     }
-                    Ok(Attempt::Failed(why)) => {
-                        tracing::warn!(lease = %self.lease_name(), %why, "lease renewal failed; retrying");
+                    Ok(Attempt::Failed { .. }) => {
                         let now = Instant::now();
                         let wait = self
                             .config
@@ -334,45 +435,65 @@ impl Elector {
         }
     }
 
-    /// One step of client-go's `tryAcquireOrRenew`.
+    /// One step of client-go's `tryAcquireOrRenew`: read (unless we lead: we renew from
+    /// what we last wrote), [`decide::step`], write.
     async fn try_acquire_or_renew(&mut self) -> Attempt {
         let now = Timestamp::now();
-        // The leader renews from what it last wrote (no read); anyone else reads first.
         let current = match &self.observed {
             Some(o) if self.holds(&o.lease) => Some(o.lease.clone()),
             _ => match self.api.get_opt(&self.config.name).await {
                 Ok(lease) => lease,
-                Err(e) => return Attempt::Failed(format!("reading the lease: {e}")),
+                Err(e) => return self.failed("reading the lease", &e),
             },
+        };
+        if let Some(current) = &current {
+            self.observe(current);
+        }
+        let holder = current
+            .as_ref()
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default();
+        let seen = current.as_ref().map(|l| decide::Seen {
+            holder: &holder,
+            duration: l
+                .spec
+                .as_ref()
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .map(Duration::from_secs),
+            unchanged_for: self
+                .observed
+                .as_ref()
+                .map(|o| o.changed_at.elapsed())
+                .unwrap_or_default(),
+        });
+        let transition = match decide::step(
+            &self.config.identity,
+            seen.as_ref(),
+            self.config.lease_duration,
+        ) {
+            Step::Create => return self.create(now).await,
+            Step::Standby { holder } => return Attempt::HeldByOther(holder),
+            Step::Write { transition } => transition,
         };
         let Some(current) = current else {
             return self.create(now).await;
         };
-        self.observe(&current);
-        let holder = current
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.clone())
-            .unwrap_or_default();
-        let ours = holder == self.config.identity;
-        if !holder.is_empty() && !ours && !self.expired(&current) {
-            return Attempt::HeldByOther(holder);
-        }
-
         let old = current.spec.clone().unwrap_or_default();
         let spec = LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
             lease_duration_seconds: Some(self.config.lease_seconds()),
             renew_time: Some(MicroTime(now)),
-            acquire_time: if ours {
-                old.acquire_time.clone().or(Some(MicroTime(now)))
-            } else {
+            acquire_time: if transition {
                 Some(MicroTime(now))
-            },
-            lease_transitions: if ours {
-                old.lease_transitions
             } else {
+                old.acquire_time.clone().or(Some(MicroTime(now)))
+            },
+            lease_transitions: if transition {
                 Some(old.lease_transitions.unwrap_or(0).saturating_add(1))
+            } else {
+                old.lease_transitions
             },
             ..old
         };
@@ -389,12 +510,13 @@ impl Elector {
                 self.observe(&written);
                 Attempt::Held
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                // Someone else wrote first: forget our copy, read afresh next time.
-                self.observed = None;
-                Attempt::Failed("the lease changed under us (409)".to_owned())
+            Err(e) => {
+                if matches!(&e, kube::Error::Api(s) if s.code == 409) {
+                    // Someone else wrote first: forget our copy, read afresh next time.
+                    self.observed = None;
+                }
+                self.failed("writing the lease", &e)
             }
-            Err(e) => Attempt::Failed(format!("writing the lease: {e}")),
         }
     }
 
@@ -419,10 +541,7 @@ impl Elector {
                 self.observe(&written);
                 Attempt::Held
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                Attempt::Failed("another replica created the lease first".to_owned())
-            }
-            Err(e) => Attempt::Failed(format!("creating the lease: {e}")),
+            Err(e) => self.failed("creating the lease", &e),
         }
     }
 
@@ -445,20 +564,6 @@ impl Elector {
                 lease: lease.clone(),
                 changed_at: Instant::now(),
             });
-        }
-    }
-
-    /// Whether the holder has not renewed for its lease duration, on our clock.
-    fn expired(&self, lease: &Lease) -> bool {
-        let seconds = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.lease_duration_seconds)
-            .and_then(|s| u64::try_from(s).ok())
-            .unwrap_or(self.config.lease_duration.as_secs());
-        match &self.observed {
-            Some(o) => o.changed_at.elapsed() > Duration::from_secs(seconds),
-            None => false,
         }
     }
 
