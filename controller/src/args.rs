@@ -13,6 +13,8 @@ pub struct Args {
     /// plain: holds are spec.suspend on the TrainJob; kueue: holds deactivate the Kueue Workload.
     #[arg(long, env = "HOLDFAST_MODE", default_value = "plain")]
     pub mode: Mode,
+    #[command(flatten)]
+    pub log: holdfast_serve::LogArgs,
     /// Path to a kubeconfig; in-cluster configuration when absent.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,

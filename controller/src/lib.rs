@@ -16,7 +16,7 @@ pub use args::Args;
 
 /// Run the controller until SIGTERM; an error (e.g. the Lease was lost) exits non-zero.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    init_tracing();
+    args.log.init();
     holdfast_serve::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -27,15 +27,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         runtime::cancel_on_signal(shutdown.clone());
         runtime::serve(args, shutdown).await
     })
-}
-
-/// JSON logs on stderr, filtered by `RUST_LOG` (default `info`).
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

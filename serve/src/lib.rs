@@ -6,11 +6,13 @@
 pub mod admin;
 pub mod client_ca;
 pub mod connections;
+pub mod logging;
 pub mod reload;
 pub mod tls;
 
 pub use admin::{Readiness, admin_router};
 pub use connections::{ConnectionHandle, ConnectionLimits, ConnectionMetrics};
+pub use logging::{LogArgs, LogFormat};
 pub use reload::{CertFiles, ReloadingResolver};
 pub use tls::{TlsOptions, TlsServer};
 

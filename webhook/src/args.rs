@@ -17,6 +17,8 @@ pub struct Args {
     /// plain or kueue: decides which spec.suspend / spec.active edits are refused.
     #[arg(long, env = "HOLDFAST_MODE", default_value = "plain")]
     pub mode: Mode,
+    #[command(flatten)]
+    pub log: holdfast_serve::LogArgs,
     /// Path to a kubeconfig (used to read runtimes at admission); in-cluster when absent.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,

@@ -33,16 +33,6 @@ use runtime_lookup::KubeRuntimeLookup;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Log to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// Serve until SIGTERM or SIGINT, then drain.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -10,7 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     holdfast_serve::install_crypto_provider();
-    holdfast_webhook::init_tracing();
     let args = holdfast_webhook::Args::parse();
+    args.log.init();
     holdfast_webhook::run(args)
 }
