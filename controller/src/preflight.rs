@@ -346,14 +346,15 @@ impl Capability {
             .map(|(r, _)| r.clone())
     }
 
-    /// What the last preflight says about `call`, if it is at most `max_age` old.
+    /// What the last preflight says about `call`, if it is younger than `max_age` (so a zero
+    /// `max_age` always probes first, however fast the clock reads).
     pub fn verdict(&self, call: CallKind, max_age: std::time::Duration) -> CapabilityVerdict {
         let last = self.last.read().unwrap_or_else(|e| e.into_inner());
         let Some((report, at)) = last.as_ref() else {
             return CapabilityVerdict::ProbeFirst;
         };
         let age = at.elapsed();
-        if age > max_age {
+        if age >= max_age {
             return CapabilityVerdict::ProbeFirst;
         }
         match report.check(Gated::from(call)) {
@@ -828,7 +829,8 @@ mod tests {
         ));
         assert_eq!(
             cap.verdict(CallKind::Hold, day),
-            CapabilityVerdict::ProbeFirst
+            CapabilityVerdict::Supported,
+            "the call's own write is the round trip"
         );
         assert_eq!(
             cap.verdict(CallKind::Open, day),
