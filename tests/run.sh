@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# A one-off build gains nothing from incremental artifacts and they cost many gigabytes.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 echo "== control plane"
 tests/cluster/build.sh
 tests/cluster/helm/build.sh

@@ -10,8 +10,8 @@ pub mod leader;
 pub mod metrics;
 pub mod preflight;
 pub mod readmission;
-pub mod runtime;
 pub mod snapshot;
+pub mod wiring;
 pub use args::Args;
 
 /// Run the controller until SIGTERM; an error (e.g. the Lease was lost) exits non-zero.
@@ -24,7 +24,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     rt.block_on(async move {
         tracing::info!(mode = %args.mode, "holdfast-controller starting");
         let shutdown = tokio_util::sync::CancellationToken::new();
-        runtime::cancel_on_signal(shutdown.clone());
-        runtime::serve(args, shutdown).await
+        wiring::cancel_on_signal(shutdown.clone());
+        wiring::serve(args, shutdown).await
     })
 }

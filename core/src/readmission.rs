@@ -129,10 +129,6 @@ impl CheckState {
         self.state == CHECK_PENDING
     }
 
-    pub fn is_ready(&self) -> bool {
-        self.state == CHECK_READY
-    }
-
     /// The attempt this entry's admission claimed.
     pub fn claim(&self) -> Option<u64> {
         claimed_attempt(&self.message)

@@ -89,18 +89,6 @@ impl Config {
     }
 }
 
-/// Runs the readmission gate with fresh metrics until `shutdown` is cancelled. Does no leader
-/// election: run it only on the leader.
-pub async fn run(
-    client: kube::Client,
-    config: Config,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    ReadmissionGate::new(client, config, ReadmissionMetrics::default())
-        .run(shutdown)
-        .await
-}
-
 /// The readmission gate. Cheap to clone.
 #[derive(Clone)]
 pub struct ReadmissionGate {

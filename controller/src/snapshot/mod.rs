@@ -361,19 +361,3 @@ impl Drop for Stopped<'_> {
         self.0.stopped();
     }
 }
-
-/// Runs a reconciler with fresh metrics and readiness until `shutdown` (no leader election).
-pub async fn run(
-    client: kube::Client,
-    config: Config,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    Snapshotter::new(
-        client,
-        config,
-        SnapshotMetrics::default(),
-        Readiness::default(),
-    )
-    .run(shutdown)
-    .await
-}
