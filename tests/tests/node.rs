@@ -675,3 +675,217 @@ async fn the_chart_runs_on_the_node_and_its_webhook_guards_snapshots() {
     )
     .expect("helm uninstall");
 }
+
+/// A pod event as the watch delivered it, in the apiserver's order.
+#[derive(Debug, Clone)]
+enum PodEvent {
+    /// First seen (created).
+    Added { uid: String },
+    /// Gone from the apiserver (its containers ended and the kubelet let it go).
+    Deleted { uid: String },
+}
+
+/// The issue's flow on real pods, plain mode (issue #15, item 5): a TrainJob runs through
+/// Trainer, JobSet and the kubelet; dispatch holds it and its pod really terminates, slowly
+/// (the workload honours SIGTERM after 8 s); a Release while that pod is still terminating
+/// answers `PodsRemain` and writes nothing; once it is gone, Release resumes the job and a new
+/// execution starts. From the pod watch, in the apiserver's own order: no pod of the second
+/// execution was created while one of the first remained.
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
+async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overlap() {
+    use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry};
+    use holdfast_core::hold::{CallMeta, HoldError, Outcome};
+    use holdfast_core::mode::Mode;
+    use kube::runtime::watcher;
+
+    let cluster = NodeCluster::shared();
+    let ns = cluster.namespace("node-hold").await.expect("namespace");
+    let admin = cluster.client(Identity::Admin).await.expect("client");
+    let kubeconfig = kube::config::Kubeconfig::read_from(
+        cluster.control_plane().kubeconfig(Identity::Controller),
+    )
+    .expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("config");
+    let exec = HoldExecutor::new(
+        client_without_retry(config).expect("client"),
+        Mode::Plain,
+        ExecutorConfig {
+            apiserver_request_timeout: holdfast_tests::control_plane::APISERVER_REQUEST_TIMEOUT,
+            ..ExecutorConfig::default()
+        },
+    );
+    let meta = |instance: Option<u64>| CallMeta {
+        instance,
+        deadline: chrono::Utc::now() + chrono::Duration::seconds(60),
+        reason: None,
+    };
+
+    // A runtime whose pods take 8 s to stop after SIGTERM.
+    let mut runtime = training_runtime("slow-stop", cluster.workload_image());
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ["containers"][0]["env"][0]["value"] = serde_json::json!("8");
+    let runtimes: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &ns,
+        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+    );
+    runtimes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(runtime).expect("runtime"),
+        )
+        .await
+        .expect("create runtime");
+
+    // Watch the pods from the start, in the apiserver's order.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::<PodEvent>::new()));
+    let recorder = {
+        let events = events.clone();
+        let mut known = std::collections::BTreeSet::new();
+        let deletions = watcher(
+            pods.clone(),
+            watcher::Config::default().labels("jobset.sigs.k8s.io/jobset-name=tj"),
+        );
+        tokio::spawn(async move {
+            let mut deletions = std::pin::pin!(deletions);
+            while let Some(ev) = deletions.next().await {
+                let Ok(ev) = ev else { continue };
+                let mut out = events.lock().expect("events");
+                match ev {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                        let uid = p.metadata.uid.clone().unwrap_or_default();
+                        if known.insert(uid.clone()) {
+                            out.push(PodEvent::Added { uid });
+                        }
+                    }
+                    watcher::Event::Delete(p) => out.push(PodEvent::Deleted {
+                        uid: p.metadata.uid.clone().unwrap_or_default(),
+                    }),
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+            }
+        })
+    };
+
+    // Created suspended, opened by dispatch: the first execution runs.
+    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &ns,
+        &holdfast_tests::objects::trainjob_resource(),
+    );
+    let tj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tj"},
+        "spec": {"suspend": true, "runtimeRef": {"name": "slow-stop", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+    }))
+    .expect("trainjob");
+    trainjobs
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create trainjob");
+    exec.open(&ns, "tj", meta(None)).await.expect("open");
+    let first = wait_for(
+        "the first execution Running",
+        Duration::from_secs(120),
+        || async {
+            let ps = running_pods(&pods, "tj").await;
+            (!ps.is_empty() && ps.iter().all(is_running)).then_some(ps)
+        },
+    )
+    .await;
+
+    // Hold: the TrainJob is suspended and its pod starts terminating, slowly.
+    assert_eq!(
+        exec.hold(&ns, "tj", meta(Some(1))).await.expect("hold"),
+        Outcome::Held
+    );
+    wait_for("the pod terminating", Duration::from_secs(60), || async {
+        running_pods(&pods, "tj")
+            .await
+            .iter()
+            .any(|p| p.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+    // Release while it still terminates: refused, nothing written.
+    let before = trainjobs.get("tj").await.expect("tj");
+    match exec.release(&ns, "tj", meta(Some(1))).await {
+        Err(HoldError::PodsRemain) => {}
+        other => panic!("release while a pod terminates: {other:?}"),
+    }
+    let after = trainjobs.get("tj").await.expect("tj");
+    assert_eq!(
+        before.metadata.resource_version, after.metadata.resource_version,
+        "PodsRemain writes nothing"
+    );
+    // Once the pod is gone, Release resumes it and a new execution starts.
+    wait_for(
+        "the first execution gone",
+        Duration::from_secs(90),
+        || async { running_pods(&pods, "tj").await.is_empty().then_some(()) },
+    )
+    .await;
+    match exec.release(&ns, "tj", meta(Some(1))).await {
+        Ok(Outcome::Released { resumed: true }) => {}
+        other => panic!("release after the pods went: {other:?}"),
+    }
+    let old: Vec<String> = first
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let second = wait_for(
+        "the second execution Running",
+        Duration::from_secs(120),
+        || async {
+            let ps = running_pods(&pods, "tj").await;
+            (!ps.is_empty()
+                && ps.iter().all(is_running)
+                && ps
+                    .iter()
+                    .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap_or(&String::new()))))
+            .then_some(ps)
+        },
+    )
+    .await;
+    recorder.abort();
+
+    // In the watch's order: every first-execution pod was deleted before any second one
+    // was created.
+    let events = events.lock().expect("events").clone();
+    let new: Vec<String> = second
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let first_new = events
+        .iter()
+        .position(|e| matches!(e, PodEvent::Added { uid, .. } if new.contains(uid)))
+        .expect("the second execution's pods were seen created");
+    for uid in &old {
+        let gone = events
+            .iter()
+            .position(|e| matches!(e, PodEvent::Deleted { uid: u } if u == uid))
+            .unwrap_or_else(|| {
+                panic!("pod {uid} of the first execution was seen deleted: {events:?}")
+            });
+        assert!(
+            gone < first_new,
+            "pod {uid} of the first execution still existed when the second started: {events:?}"
+        );
+    }
+    let status = exec.status(&ns, "tj").await.expect("status");
+    assert_eq!(
+        status.attempt, 2,
+        "A rose once, with the Release: {status:?}"
+    );
+    trainjobs
+        .delete("tj", &DeleteParams::default())
+        .await
+        .expect("delete trainjob");
+}

@@ -928,3 +928,42 @@ async fn a_workload_whose_job_uid_label_was_removed_is_still_held() {
     webhook.stop().await;
     f.finish().await;
 }
+
+/// Found by the adversary (kueue-answer-no-workload-after-owner-removed.json): the editor
+/// clears the ownerReferences of the running job's Workload. By SPEC the Workload is then no
+/// TrainJob's, so Hold found none while the job ran on it. Only Kueue and the garbage
+/// collector may remove or change a Workload's TrainJob ownerReference.
+#[tokio::test]
+async fn an_editor_cannot_detach_a_trainjobs_workload_from_it() {
+    let f = Fixture::start("detach").await;
+    let webhook = Webhook::serve(&f).await;
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    let wl = f.live_workloads("job").await.remove(0);
+    let wl_name = wl["metadata"]["name"].as_str().expect("name").to_owned();
+    for patch in [
+        json!({"metadata": {"ownerReferences": null}}),
+        json!({"metadata": {"ownerReferences": []}}),
+    ] {
+        let message = refused(
+            f.workload_api(&alice)
+                .patch(&wl_name, &PatchParams::default(), &merge(patch))
+                .await,
+        );
+        assert!(
+            message.contains("metadata.ownerReferences") && message.contains("may not"),
+            "{message}"
+        );
+    }
+    f.exec
+        .hold(&f.ns, "job", meta(Some(1), MINUTE))
+        .await
+        .expect("the Workload is still the TrainJob's: hold");
+    f.job_when("job", "Kueue suspends the held job", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+    webhook.stop().await;
+    f.finish().await;
+}

@@ -483,6 +483,29 @@ fn new_trainjob_owner(old: Option<&Map<String, Value>>, new: &Map<String, Value>
         .any(|r| !before.contains(&r))
 }
 
+/// Whether a request drops or changes a TrainJob ownerReference the stored Workload carries:
+/// a Workload no longer owned by its TrainJob is not its Workload (SPEC), so a hold call
+/// would find none while the job runs on it. Kueue and the garbage collector (orphaning
+/// deletes) may; nobody else.
+fn lost_trainjob_owner(old: &Map<String, Value>, new: &Map<String, Value>) -> bool {
+    let after = fields::trainjob_owners(new);
+    fields::trainjob_owners(old)
+        .into_iter()
+        .any(|r| !after.contains(&r))
+}
+
+fn deny_lost_trainjob_owner(input: &AdmissionInput, who: &Identities) -> Verdict {
+    Verdict::deny(
+        "metadata.ownerReferences",
+        format!(
+            "metadata.ownerReferences of Workload {}: its TrainJob ownerReference makes it the TrainJob's Workload, the one holdfast holds the TrainJob through; only {} (and the garbage collector) may remove or change it; user {} may not",
+            input.object_ref(),
+            who.describe_kueue(),
+            input.user.username
+        ),
+    )
+}
+
 fn deny_trainjob_owner(input: &AdmissionInput, who: &Identities) -> Verdict {
     Verdict::deny(
         "metadata.ownerReferences",
@@ -664,6 +687,9 @@ fn kueue_workload_update(
     let user = input.user.username.as_str();
     if !who.is_kueue(user) && new_trainjob_owner(Some(o), n) {
         return deny_trainjob_owner(input, who);
+    }
+    if !who.is_kueue(user) && !who.is_snapshot_deleter(user) && lost_trainjob_owner(o, n) {
+        return deny_lost_trainjob_owner(input, who);
     }
     if !fields::held(o) {
         return Verdict::Allow;

@@ -421,6 +421,15 @@ impl State {
         self.wl.values().filter(move |w| workload_of(w, uid))
     }
 
+    /// TrainJob `uid`'s Workloads by SPEC's definition alone: the controller ownerReference.
+    /// (The garbage collector removes it from the Workload during an orphaning delete of the
+    /// TrainJob; from then on the TrainJob has no Workload, though the label remains.)
+    fn owned_workloads<'a>(&'a self, uid: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.wl
+            .values()
+            .filter(move |w| controller_owner(w).as_deref() == Some(uid))
+    }
+
     /// Pods of TrainJob `uid`'s executions (the actor's label) that still remain.
     fn remaining_pods_of(&self, uid: &str) -> Vec<String> {
         self.pod
@@ -979,7 +988,7 @@ impl Checker<'_> {
                 tj.is_some_and(|(uid, _)| {
                     !self
                         .state
-                        .workloads_of(uid)
+                        .owned_workloads(uid)
                         .any(|w| !deleting(w) || hold_of(w).is_some())
                 })
             }

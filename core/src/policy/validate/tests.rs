@@ -173,7 +173,7 @@ fn table() -> Vec<Case> {
         case("kueue: make a Workload a TrainJob's", KUEUE_MODE, WL, Update, Some(workload.clone()), Some(owned_wl.clone()), &[CONTROLLER, KUEUE]),
         case("kueue: point a Workload at another TrainJob", KUEUE_MODE, WL, Update, Some(owned_wl.clone()), Some(with(&owned_wl, |v| v["metadata"]["ownerReferences"][0]["uid"] = json!("u-2"))), &[CONTROLLER, KUEUE]),
         case("kueue: edit a Workload a TrainJob owns, keeping the owner", KUEUE_MODE, WL, Update, Some(owned_wl.clone()), Some(with(&owned_wl, |v| v["spec"]["priority"] = json!(5))), &EVERYONE),
-        case("kueue: drop the owner of a Workload", KUEUE_MODE, WL, Update, Some(owned_wl.clone()), Some(workload.clone()), &EVERYONE),
+        case("kueue: drop the owner of a Workload (it would stop being the TrainJob's; the GC orphans)", KUEUE_MODE, WL, Update, Some(owned_wl.clone()), Some(workload.clone()), &[CONTROLLER, KUEUE, GC, NS]),
         case("plain: create a Workload owned by a TrainJob (Workloads are not held in plain mode)", PLAIN, WL, Create, None, Some(owned_wl.clone()), &EVERYONE),
         case("delete a held Workload", BOTH, WL, Delete, Some(held_wl.clone()), None, &EVERYONE),
         // --- kueue mode: spec.suspend of a queued TrainJob belongs to Kueue
