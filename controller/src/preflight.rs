@@ -165,6 +165,17 @@ pub struct Check {
 }
 
 impl Check {
+    /// The hold round trip with no TrainJob to dry-run on: it gates nothing (a call's own
+    /// write is then the round trip).
+    fn untried(&self) -> bool {
+        self.probe == Probe::HoldRoundTrip
+            && self.result == CheckResult::NotChecked
+            && self
+                .detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with(NO_TRAINJOB))
+    }
+
     fn new(probe: Probe, result: CheckResult, detail: impl Into<String>) -> Self {
         let detail = detail.into();
         Check {
@@ -223,17 +234,10 @@ impl PreflightReport {
     ) -> Self {
         let mut calls = BTreeMap::new();
         for call in [Gated::Hold, Gated::Release, Gated::Open, Gated::Status] {
-            let untried = |c: &Check| {
-                c.probe == Probe::HoldRoundTrip
-                    && c.result == CheckResult::NotChecked
-                    && c.detail
-                        .as_deref()
-                        .is_some_and(|d| d.starts_with(NO_TRAINJOB))
-            };
             let failed: Vec<String> = checks
                 .iter()
                 .filter(|c| c.result != CheckResult::Passed && c.probe.gates(mode).contains(&call))
-                .filter(|c| !untried(c))
+                .filter(|c| !c.untried())
                 .map(|c| {
                     let what = match c.result {
                         CheckResult::NotChecked => {
@@ -271,13 +275,27 @@ impl PreflightReport {
     /// none yet): that gates nothing, because the call's own write is then the round trip —
     /// a write admission refuses fails the call with the apiserver's reason.
     pub fn round_trip_untried(&self) -> bool {
-        self.checks.iter().any(|c| {
-            c.probe == Probe::HoldRoundTrip
-                && c.result == CheckResult::NotChecked
-                && c.detail
-                    .as_deref()
-                    .is_some_and(|d| d.starts_with(NO_TRAINJOB))
-        })
+        self.checks.iter().any(Check::untried)
+    }
+
+    /// Whether every probe gating `call` that did not pass failed only because the apiserver
+    /// could not be reached. Such a call is not refused as `Unsupported` (nothing says the
+    /// cluster lacks anything): it goes ahead, its own requests meet the outage, and it ends
+    /// at its deadline having written nothing (`Rejected/DeadlinePassed`).
+    pub fn only_unreachable(&self, call: Gated) -> bool {
+        let mut gating = self
+            .checks
+            .iter()
+            .filter(|c| c.result != CheckResult::Passed && c.probe.gates(self.mode).contains(&call))
+            .filter(|c| !c.untried())
+            .peekable();
+        gating.peek().is_some()
+            && gating.all(|c| {
+                c.result == CheckResult::NotChecked
+                    && c.detail
+                        .as_deref()
+                        .is_some_and(|d| d.starts_with(crate::hold::UNREACHABLE))
+            })
     }
 
     /// `Unsupported` with the reason, if a probe gating `call` failed.
@@ -359,6 +377,8 @@ impl Capability {
         }
         match report.check(Gated::from(call)) {
             Ok(()) => CapabilityVerdict::Supported,
+            // An outage refuses nothing for later: probe again.
+            Err(_) if report.only_unreachable(Gated::from(call)) => CapabilityVerdict::ProbeFirst,
             Err(e) if age < REPROBE_AFTER => CapabilityVerdict::Refused(e),
             Err(_) => CapabilityVerdict::ProbeFirst,
         }
@@ -836,5 +856,46 @@ mod tests {
             cap.verdict(CallKind::Open, day),
             CapabilityVerdict::Supported
         );
+    }
+
+    /// An outage is not a missing capability: a call probed during one goes ahead (its own
+    /// requests then end at its deadline, having written nothing), and the next call probes
+    /// again rather than being refused from the cache.
+    #[test]
+    fn an_unreachable_apiserver_refuses_nothing() {
+        let unreachable = format!("{}: connection refused", crate::hold::UNREACHABLE);
+        let all_down: Vec<Check> = Probe::all(Mode::Plain)
+            .into_iter()
+            .map(|p| Check::new(p, CheckResult::NotChecked, unreachable.clone()))
+            .collect();
+        let r = PreflightReport::new(
+            Mode::Plain,
+            Duration::from_secs(66),
+            Duration::from_secs(60),
+            all_down.clone(),
+        );
+        assert!(r.check(Gated::Hold).is_err(), "not reported as supported");
+        assert!(r.only_unreachable(Gated::Hold));
+        let cap = Capability::default();
+        cap.record(r);
+        assert_eq!(
+            cap.verdict(CallKind::Hold, Duration::from_secs(86_400)),
+            CapabilityVerdict::ProbeFirst
+        );
+        // One probe that got an answer and failed: a real refusal.
+        let mut mixed = all_down;
+        mixed[0] = Check::new(mixed[0].probe, CheckResult::Failed, "forbidden");
+        let r = PreflightReport::new(
+            Mode::Plain,
+            Duration::from_secs(66),
+            Duration::from_secs(60),
+            mixed,
+        );
+        let gated = Probe::all(Mode::Plain)[0].gates(Mode::Plain);
+        for call in gated {
+            assert!(!r.only_unreachable(*call), "{call:?}");
+        }
+        // Everything passed: nothing to excuse.
+        assert!(!report(Mode::Plain, &[]).only_unreachable(Gated::Hold));
     }
 }

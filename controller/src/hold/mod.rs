@@ -18,4 +18,6 @@ pub mod resources;
 pub use executor::{ExecutorConfig, HoldExecutor, client_without_retry};
 pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};
 pub use metrics::{CallMetrics, MetricCall};
-pub use requests::{CallRequests, ReadRequest, RequestError, deadline_in_user_agent, user_agent};
+pub use requests::{
+    CallRequests, ReadRequest, RequestError, UNREACHABLE, deadline_in_user_agent, user_agent,
+};

@@ -31,6 +31,10 @@ use serde_json::Value;
 pub const FIELD_MANAGER: &str = "holdfast-controller";
 
 /// Why a request failed.
+/// How a request that never reached the apiserver is described (a probe's detail starts
+/// with it, which is how preflight tells an outage from a refusal).
+pub const UNREACHABLE: &str = "the apiserver could not be reached";
+
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
     /// The deadline left too little time to send it: nothing was sent.
@@ -49,7 +53,7 @@ pub enum RequestError {
         message: String,
     },
     /// The apiserver could not be reached, or the connection broke.
-    #[error("the apiserver could not be reached: {0}")]
+    #[error("{UNREACHABLE}: {0}")]
     Transport(String),
     /// The request could not be built (a bug, or a name that cannot go in a path).
     #[error("building the request: {0}")]
