@@ -61,6 +61,9 @@ pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 /// Kueue's queue label on a job: a TrainJob carrying it (non-empty) is managed by Kueue, with
 /// Kueue's default `manageJobsWithoutQueueName: false`.
 pub const QUEUE_NAME_LABEL: &str = "kueue.x-k8s.io/queue-name";
+/// Kueue's label on a Workload naming its job by uid: an index (ownership is the controller
+/// ownerReference), which on a TrainJob's Workload only Kueue may set.
+pub const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
 /// Kueue's label (or annotation) naming a prebuilt Workload a job is to adopt: Kueue makes
 /// the job the controller of the Workload it names and lets go of any other.
 pub const PREBUILT_WORKLOAD_LABEL: &str = "kueue.x-k8s.io/prebuilt-workload-name";

@@ -890,27 +890,29 @@ async fn kueue_unsuspending_a_held_job_on_a_stale_view_is_refused() {
     f.finish().await;
 }
 
-/// Found by the adversary (kueue-answer-no-workload-after-relabel.json): the editor removes
-/// Kueue's job-uid label from the TrainJob's Workload; Hold answered `NoWorkload` although
-/// the Workload still names the TrainJob as its controller. Ownership decides: Hold finds it,
-/// holds it, and Kueue suspends the job.
+/// Found by the adversary (kueue-answer-no-workload-after-relabel.json): the editor removed
+/// Kueue's job-uid label from the TrainJob's Workload, and Hold answered `NoWorkload` although
+/// the Workload still names the TrainJob as its controller. The editor may no longer change
+/// that label (`an_editor_cannot_detach_a_trainjobs_workload_from_it`); should it be missing
+/// anyway (here Kueue's own identity removes it), ownership still decides: Hold finds the
+/// Workload, holds it, and Kueue suspends the job.
 #[tokio::test]
 async fn a_workload_whose_job_uid_label_was_removed_is_still_held() {
     let f = Fixture::start("relabel").await;
     let webhook = Webhook::serve(&f).await;
-    let alice = f.cp.client(Identity::User).await.expect("alice");
+    let kueue_client = f.cp.client(Identity::Kueue).await.expect("kueue");
     f.create_job("job", json!({})).await;
     f.open_and_run("job").await;
     let wl = f.live_workloads("job").await.remove(0);
     let wl_name = wl["metadata"]["name"].as_str().expect("name").to_owned();
-    f.workload_api(&alice)
+    f.workload_api(&kueue_client)
         .patch(
             &wl_name,
             &PatchParams::default(),
             &merge(json!({"metadata": {"labels": {"kueue.x-k8s.io/job-uid": null}}})),
         )
         .await
-        .expect("an editor may relabel a Workload");
+        .expect("Kueue may relabel its Workload");
     f.exec
         .hold(&f.ns, "job", meta(Some(1), MINUTE))
         .await
@@ -956,6 +958,18 @@ async fn an_editor_cannot_detach_a_trainjobs_workload_from_it() {
             "{message}"
         );
     }
+    // Nor hide it from the label lookup (the attack: unlabel a held Workload, delete it, and
+    // let its replacement be the only one the label finds).
+    let message = refused(
+        f.workload_api(&alice)
+            .patch(
+                &wl_name,
+                &PatchParams::default(),
+                &merge(json!({"metadata": {"labels": {"kueue.x-k8s.io/job-uid": null}}})),
+            )
+            .await,
+    );
+    assert!(message.contains("kueue.x-k8s.io/job-uid"), "{message}");
     f.exec
         .hold(&f.ns, "job", meta(Some(1), MINUTE))
         .await

@@ -369,6 +369,9 @@ impl Policy {
             && let Some(check) = unsuspend_check(input, self.mode)
         {
             let found = match &self.workload_holds {
+                _ if check.uid.is_empty() => Err(
+                    "the stored TrainJob has no metadata.uid to find its Workloads by".to_owned(),
+                ),
                 None => Err("the webhook has no way to read Workloads".to_owned()),
                 Some(holds) => match tokio::time::timeout(
                     self.limits.runtime_lookup_timeout,

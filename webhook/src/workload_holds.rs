@@ -13,9 +13,10 @@ use holdfast_core::readmission::hold_on_workloads;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 
-/// Kueue's label naming the Workload's job by uid: an index only (ownership is decided by the
-/// controller ownerReference), so when it finds no Workload the namespace is listed whole.
-const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
+// Kueue's label naming the Workload's job by uid: an index (ownership is decided by the
+// controller ownerReference; on a TrainJob's Workload only Kueue may change the label), so
+// when it finds no owned Workload the namespace is listed whole.
+use holdfast_core::names::JOB_UID_LABEL;
 
 /// Reads the holds on a TrainJob's Workloads.
 pub trait WorkloadHolds: Send + Sync {

@@ -488,11 +488,12 @@ impl HoldExecutor {
     }
 
     /// The TrainJob's Workload: among those it owns as controller (listed by Kueue's job-uid
-    /// label, then checked by ownerReference; the whole namespace when the label finds none),
-    /// the one [`select_workload`] chooses (the
-    /// newest live one; a held one being deleted when nothing replaces it), or `None`. While a held Workload being deleted still carries
-    /// its hold next to its replacement, the readmission controller is moving the hold:
-    /// read again until it is done or the deadline passes.
+    /// label, which on a TrainJob's Workload only Kueue may change, then checked by
+    /// ownerReference; the whole namespace when the label finds none), the one
+    /// [`select_workload`] chooses (the newest live one; a held one being deleted when
+    /// nothing replaces it), or `None`. While a held Workload being deleted still carries its
+    /// hold next to its replacement, the readmission controller is moving the hold: read
+    /// again until it is done or the deadline passes.
     pub(crate) async fn workload_of(
         &self,
         reqs: &mut CallRequests<'_>,

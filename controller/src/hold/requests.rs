@@ -30,11 +30,11 @@ use serde_json::Value;
 /// The field manager of holdfast's writes.
 pub const FIELD_MANAGER: &str = "holdfast-controller";
 
-/// Why a request failed.
 /// How a request that never reached the apiserver is described (a probe's detail starts
 /// with it, which is how preflight tells an outage from a refusal).
 pub const UNREACHABLE: &str = "the apiserver could not be reached";
 
+/// Why a request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
     /// The deadline left too little time to send it: nothing was sent.

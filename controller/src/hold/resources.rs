@@ -8,7 +8,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 pub use holdfast_cluster::queues::KUEUE_VERSION;
 
 /// The label Kueue puts on a job's Workload: the job's UID.
-pub const WORKLOAD_JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
+pub const WORKLOAD_JOB_UID_LABEL: &str = holdfast_core::names::JOB_UID_LABEL;
 
 /// `trainer.kubeflow.org/v1alpha1` TrainJobs.
 pub fn trainjob() -> ApiResource {

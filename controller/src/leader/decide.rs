@@ -71,11 +71,23 @@ pub enum Failure {
     Transient,
 }
 
-/// Classifies a failed request on the Lease in `namespace` by its HTTP status (`None`: no
+/// Which request on the Lease failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    Read,
+    Create,
+    /// The preconditioned replace (acquire, renew or release).
+    Replace,
+}
+
+/// Classifies a failed `request` on the Lease in `namespace` by its HTTP status (`None`: no
 /// answer, a network or client error).
-pub fn failure(status: Option<u16>, namespace: &str) -> Failure {
+pub fn failure(request: Request, status: Option<u16>, namespace: &str) -> Failure {
     match status {
         Some(409) => Failure::Contended,
+        // The Lease was deleted under us: read again (and create it). Only a create's 404
+        // says the namespace is missing.
+        Some(404) if request != Request::Create => Failure::Transient,
         Some(401) => Failure::CannotLead(
             "the apiserver rejects this replica's credentials (401): check its kubeconfig or service account token".to_owned(),
         ),
@@ -177,19 +189,23 @@ mod tests {
 
     #[test]
     fn failures_are_contention_configuration_or_transient() {
-        assert_eq!(failure(Some(409), "ns"), Failure::Contended);
+        use Request::{Create, Read, Replace};
+        assert_eq!(failure(Replace, Some(409), "ns"), Failure::Contended);
         for code in [401, 403, 404, 400, 422] {
             assert!(
-                matches!(failure(Some(code), "ns"), Failure::CannotLead(_)),
+                matches!(failure(Create, Some(code), "ns"), Failure::CannotLead(_)),
                 "{code}"
             );
         }
-        let Failure::CannotLead(why) = failure(Some(403), "team-a") else {
+        let Failure::CannotLead(why) = failure(Read, Some(403), "team-a") else {
             panic!("403 cannot lead");
         };
         assert!(why.contains("team-a") && why.contains("RBAC"), "{why}");
+        // A Lease deleted while we lead or stand by: read again and create it.
+        assert_eq!(failure(Replace, Some(404), "ns"), Failure::Transient);
+        assert_eq!(failure(Read, Some(404), "ns"), Failure::Transient);
         for code in [Some(500), Some(503), Some(429), Some(504), None] {
-            assert_eq!(failure(code, "ns"), Failure::Transient, "{code:?}");
+            assert_eq!(failure(Replace, code, "ns"), Failure::Transient, "{code:?}");
         }
     }
 }

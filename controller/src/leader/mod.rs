@@ -310,14 +310,19 @@ impl Elector {
     }
 
     /// A failed request on the Lease, classified.
-    fn failed(&self, doing: &str, e: &kube::Error) -> Attempt {
+    fn failed(&self, request: decide::Request, e: &kube::Error) -> Attempt {
         let status = match e {
             kube::Error::Api(s) => Some(s.code),
             _ => None,
         };
+        let doing = match request {
+            decide::Request::Read => "reading the lease",
+            decide::Request::Create => "creating the lease",
+            decide::Request::Replace => "writing the lease",
+        };
         Attempt::Failed {
             why: format!("{doing}: {e}"),
-            kind: decide::failure(status, &self.config.namespace),
+            kind: decide::failure(request, status, &self.config.namespace),
         }
     }
 
@@ -443,7 +448,7 @@ impl Elector {
             Some(o) if self.holds(&o.lease) => Some(o.lease.clone()),
             _ => match self.api.get_opt(&self.config.name).await {
                 Ok(lease) => lease,
-                Err(e) => return self.failed("reading the lease", &e),
+                Err(e) => return self.failed(decide::Request::Read, &e),
             },
         };
         if let Some(current) = &current {
@@ -511,11 +516,12 @@ impl Elector {
                 Attempt::Held
             }
             Err(e) => {
-                if matches!(&e, kube::Error::Api(s) if s.code == 409) {
-                    // Someone else wrote first: forget our copy, read afresh next time.
+                if matches!(&e, kube::Error::Api(s) if s.code == 409 || s.code == 404) {
+                    // Someone else wrote first, or the Lease was deleted: forget our copy,
+                    // read afresh next time.
                     self.observed = None;
                 }
-                self.failed("writing the lease", &e)
+                self.failed(decide::Request::Replace, &e)
             }
         }
     }
@@ -541,7 +547,7 @@ impl Elector {
                 self.observe(&written);
                 Attempt::Held
             }
-            Err(e) => self.failed("creating the lease", &e),
+            Err(e) => self.failed(decide::Request::Create, &e),
         }
     }
 

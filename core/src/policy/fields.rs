@@ -117,6 +117,11 @@ pub(crate) fn opened(obj: &Map<String, Value>) -> bool {
     has_annotation(obj, ANN_OPENED)
 }
 
+/// A label's value, as any JSON value (absent: `None`).
+pub(crate) fn label<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    metadata_map(obj, "labels").and_then(|l| l.get(key))
+}
+
 /// A label whose value is exactly the string `"true"`.
 pub(crate) fn label_true(obj: &Map<String, Value>, key: &str) -> bool {
     metadata_map(obj, "labels")

@@ -5,8 +5,8 @@ use super::{AdmissionInput, Identities, Operation, Resource, Verdict};
 use crate::mode::Mode;
 use crate::names::{
     ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, ANN_OPENED, HOLD_FINALIZER,
-    LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL,
-    SNAPSHOT_SUFFIX,
+    JOB_UID_LABEL, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL,
+    QUEUE_NAME_LABEL, SNAPSHOT_SUFFIX,
 };
 use serde_json::{Map, Value};
 
@@ -189,9 +189,10 @@ pub fn unsuspend_check(input: &AdmissionInput, mode: Mode) -> Option<UnsuspendCh
     if !fields::suspended(o) || fields::suspended(n) {
         return None;
     }
+    // An empty uid (a malformed stored object) is checked too: the webhook refuses it.
     let uid = fields::meta(o, "uid")
         .and_then(Value::as_str)
-        .filter(|u| !u.is_empty())?;
+        .unwrap_or_default();
     Some(UnsuspendCheck {
         namespace: input.namespace.clone().unwrap_or_default(),
         name: input.name.clone(),
@@ -498,7 +499,7 @@ fn deny_lost_trainjob_owner(input: &AdmissionInput, who: &Identities) -> Verdict
     Verdict::deny(
         "metadata.ownerReferences",
         format!(
-            "metadata.ownerReferences of Workload {}: its TrainJob ownerReference makes it the TrainJob's Workload, the one holdfast holds the TrainJob through; only {} (and the garbage collector) may remove or change it; user {} may not",
+            "metadata.ownerReferences of Workload {}: its TrainJob ownerReference makes it the TrainJob's Workload, the one holdfast holds the TrainJob through; only {} (and the garbage collector, for an orphaning delete) may remove or change it; user {} may not",
             input.object_ref(),
             who.describe_kueue(),
             input.user.username
@@ -690,6 +691,20 @@ fn kueue_workload_update(
     }
     if !who.is_kueue(user) && !who.is_snapshot_deleter(user) && lost_trainjob_owner(o, n) {
         return deny_lost_trainjob_owner(input, who);
+    }
+    if !who.is_kueue(user)
+        && !fields::trainjob_owners(o).is_empty()
+        && fields::label(o, JOB_UID_LABEL) != fields::label(n, JOB_UID_LABEL)
+    {
+        return Verdict::deny(
+            format!("metadata.labels[{JOB_UID_LABEL}]"),
+            format!(
+                "metadata.labels[{JOB_UID_LABEL}] of Workload {}: on a TrainJob's Workload it is how holdfast and Kueue find the Workload, and only {} sets it; user {} may not change or remove it",
+                input.object_ref(),
+                who.describe_kueue(),
+                input.user.username
+            ),
+        );
     }
     if !fields::held(o) {
         return Verdict::Allow;

@@ -266,13 +266,26 @@ fn jobs_validating_condition(i: &AdmissionInput, mode: Mode) -> bool {
         })
     };
     let owners = |o: &Value| o.pointer("/metadata/ownerReferences").cloned();
-    let new_owner = i.object.as_ref().is_some_and(|n| {
-        owners(n)
+    let trainjob_owned = |o: &Value| {
+        owners(o)
             .as_ref()
             .and_then(Value::as_array)
             .is_some_and(|r| r.iter().any(|r| r["kind"] == "TrainJob"))
+    };
+    let new_owner = i.object.as_ref().is_some_and(|n| {
+        (trainjob_owned(n) || i.old_object.as_ref().is_some_and(trainjob_owned))
             && i.old_object.as_ref().is_none_or(|o| owners(o) != owners(n))
     });
+    let uid_label = |o: &Value| {
+        o.pointer("/metadata/labels/kueue.x-k8s.io~1job-uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let uid_relabelled = match (&i.object, &i.old_object) {
+        (Some(n), Some(o)) => trainjob_owned(o) && uid_label(n) != uid_label(o),
+        _ => false,
+    };
     let suspend = |o: &Value| o.pointer("/spec/suspend") == Some(&json!(true));
     let flips = match (&i.object, &i.old_object) {
         (Some(n), Some(o)) if n.get("spec").is_some() && o.get("spec").is_some() => {
@@ -282,7 +295,7 @@ fn jobs_validating_condition(i: &AdmissionInput, mode: Mode) -> bool {
     };
     side(i.object.as_ref())
         || side(i.old_object.as_ref())
-        || (mode == Mode::Kueue && (new_owner || flips))
+        || (mode == Mode::Kueue && (new_owner || uid_relabelled || flips))
 }
 
 /// [`JOBS_MUTATING_CONDITION`], read literally.
