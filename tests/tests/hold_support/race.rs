@@ -159,7 +159,11 @@ pub async fn run(
             while left.fetch_sub(1, Ordering::SeqCst) > 0 {
                 let (kind, instance, within, delay) = {
                     let mut rng = rand::rng();
-                    let kind = if rng.random_bool(0.5) {
+                    // Fewer holds than releases, and releases mostly of the newest hold that
+                    // landed: otherwise a newer hold nearly always beats a release to it, and
+                    // on a loaded machine too few holds are lifted for the run to show that
+                    // lifting is safe too.
+                    let kind = if rng.random_bool(0.4) {
                         CallKind::Hold
                     } else {
                         CallKind::Release
@@ -168,13 +172,16 @@ pub async fn run(
                     // to have landed, or one just issued.
                     let instance = match kind {
                         CallKind::Hold => issued.fetch_add(1, Ordering::SeqCst) + 1,
-                        _ if rng.random_bool(0.7) => last_held.load(Ordering::SeqCst).max(1),
+                        _ if rng.random_bool(0.85) => last_held.load(Ordering::SeqCst).max(1),
                         _ => issued.load(Ordering::SeqCst).max(1),
                     };
+                    // A Release makes one request more than a Hold (the consistent pod LIST,
+                    // ~100 ms on an idle cluster): its deadline window starts that much later.
+                    let extra = if kind == CallKind::Release { 150 } else { 0 };
                     (
                         kind,
                         instance,
-                        Duration::from_millis(rng.random_range(deadlines.clone())),
+                        Duration::from_millis(rng.random_range(deadlines.clone()) + extra),
                         Duration::from_millis(rng.random_range(0..60)),
                     )
                 };
