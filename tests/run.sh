@@ -30,6 +30,10 @@ cargo test -p holdfast-tests --locked --test adversary -- --nocapture 2>&1 | tee
 echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"
 tests/cluster/node/holdfast-image.sh
 cargo test -p holdfast-tests --locked --test node -- --ignored --test-threads 1 2>&1 | tee -a "$log"
+echo "== benchmarks at a tiny size (so that none rots; the README has the real sizes)"
+cargo run --locked -q -p holdfast-webhook --example admission_bench -- --seconds 1 --rate 50 --connections 2
+HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_bench
+cargo run --locked -q -p holdfast-tests --example snapshot_bench -- --jobs 20
 echo "== demo (the README's demo command, stopping after its walk-through)"
 tests/demo.sh --exit
 grep -E '^adversary: ([0-9]+ sequences|corpus)' "$log" || true

@@ -200,6 +200,29 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         .iter()
         .map(|job| baseline_configmap(job, &rendered))
         .collect::<anyhow::Result<_>>()?;
+    // The baseline's identity may create ConfigMaps here through a RoleBinding, as the
+    // controller may through the chart's: the same RBAC path (the webhook's own chart role
+    // has no such rule, so the bench grants it).
+    // The controller's Lease lives in `default` here: the chart's release-namespace roles
+    // there, as in any namespace a release leads from.
+    holdfast_tests::rbac::grant_release_roles_in(&admin, "default").await?;
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "bench-baseline", "namespace": JOBS_NS},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
+    }))?;
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), JOBS_NS)
+        .create(&Default::default(), &role)
+        .await?;
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(
+        serde_json::json!({
+            "metadata": {"name": "bench-baseline", "namespace": JOBS_NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bench-baseline"},
+            "subjects": [{"kind": "ServiceAccount", "name": "holdfast-webhook", "namespace": "holdfast-system"}]
+        }),
+    )?;
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), JOBS_NS)
+        .create(&Default::default(), &binding)
+        .await?;
     let baseline_client = cp.client(Identity::Webhook).await?;
     let cms: Api<ConfigMap> = Api::namespaced(baseline_client, JOBS_NS);
     eprintln!("baseline: creating {n} ConfigMaps, {conc} at a time...");
