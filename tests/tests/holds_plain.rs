@@ -794,6 +794,96 @@ async fn api_hold_and_release_round_trip() {
     assert_eq!(metrics.count(MetricCall::release, "rejected_stale_hold"), 1);
 }
 
+/// The reviews holdfast's controller asked the apiserver for: `(TokenReviews,
+/// SubjectAccessReviews)`, from its audit log.
+async fn reviews_made(cp: &ControlPlane) -> (usize, usize) {
+    let events = settled_audit(cp).await;
+    let count = |resource: &str| {
+        events
+            .iter()
+            .filter(|e| {
+                e.pointer("/user/username").and_then(Value::as_str)
+                    == Some(Identity::Controller.username())
+                    && e.pointer("/objectRef/resource").and_then(Value::as_str) == Some(resource)
+            })
+            .count()
+    };
+    (count("tokenreviews"), count("subjectaccessreviews"))
+}
+
+#[tokio::test]
+async fn api_answers_a_callers_burst_with_one_review_each_and_forgets_a_revoked_grant() {
+    use holdfast_controller::api::review_cache::{ACCEPTED_TTL, REFUSED_TTL};
+    // A control plane of its own: its audit log counts this test's reviews alone.
+    let cp = holdfast_tests::holdfast::owned_control_plane().await;
+    let cp = &cp;
+    let ns = cp.namespace("api-cache").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let api = start_api(cp, executor(cp).await).await;
+    grant_alice(cp, &ns, &["status"], &["get"]).await;
+    let alice = cp.token(Identity::User);
+    let status = format!("/v1/namespaces/{ns}/trainjobs/mnist/status");
+
+    let before = reviews_made(cp).await;
+    let burst = std::time::Instant::now();
+    for _ in 0..5 {
+        let (code, answer) = api.get(&status, alice).await;
+        assert_eq!(code, 200, "{answer}");
+    }
+    let burst = burst.elapsed();
+    let after = reviews_made(cp).await;
+    // (A machine so loaded that five calls outlast the memory cannot tell; it says so.)
+    if burst < ACCEPTED_TTL {
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (1, 1),
+            "five calls in a burst: one TokenReview and one SubjectAccessReview"
+        );
+    } else {
+        println!("the burst took {burst:?}, longer than the memory: not judged");
+    }
+
+    // A token the apiserver refuses: refused every time, reviewed once within REFUSED_TTL.
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        let (code, _) = api.get(&status, "not-a-token").await;
+        assert_eq!(code, 401);
+    }
+    let bad = reviews_made(cp).await;
+    if started.elapsed() < REFUSED_TTL {
+        assert_eq!(bad.0 - after.0, 1, "a refused token is reviewed once");
+    } else {
+        println!("the refused calls outlasted the memory of a refusal: not judged");
+    }
+    // A name no TrainJob can have: refused before any review (the memory stays small).
+    let huge = format!("/v1/namespaces/{ns}/trainjobs/{}/status", "x".repeat(300));
+    let (code, answer) = api.get(&huge, alice).await;
+    assert_eq!(code, 400, "{answer}");
+    assert_eq!(reviews_made(cp).await, bad, "no review for an invalid name");
+
+    // Revoked: refused once the remembered grant expires.
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    Api::<RoleBinding>::namespaced(admin, &ns)
+        .delete("holdfast-caller", &DeleteParams::default())
+        .await
+        .expect("revoke");
+    let revoked = std::time::Instant::now();
+    loop {
+        let (code, answer) = api.get(&status, alice).await;
+        if code == 403 {
+            break;
+        }
+        assert_eq!(code, 200, "{answer}");
+        // Generous: the bound says a revocation takes effect at all, not how fast.
+        assert!(
+            revoked.elapsed() < ACCEPTED_TTL + Duration::from_secs(30),
+            "still allowed {:?} after the RoleBinding went",
+            revoked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// A ValidatingAdmissionPolicy refusing any TrainJob update in `ns` that carries a hold:
 /// the cluster does not allow holds there, and only a real write (or a dry run) can tell.
 async fn refuse_holds_in(cp: &ControlPlane, ns: &str) {

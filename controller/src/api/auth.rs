@@ -1,7 +1,14 @@
 //! Who is calling, and may they: TokenReview for the bearer token, SubjectAccessReview on
-//! `holdfast.dev` `trainjobs/<call>` for the call.
+//! `holdfast.dev` `trainjobs/<call>` for the call. Both answers are remembered briefly
+//! ([`super::review_cache`]); a review that could not be made is never remembered.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use super::review_cache::{ACCEPTED_TTL, CAPACITY, REFUSED_TTL, TtlCache, token_key};
 
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec},
@@ -17,7 +24,7 @@ pub const RESOURCE: &str = "trainjobs";
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// An authenticated caller, as TokenReview names it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Caller {
     pub username: String,
     pub uid: Option<String>,
@@ -27,7 +34,7 @@ pub struct Caller {
 
 /// What a call needs to be allowed: `verb` on `holdfast.dev` `trainjobs/<subresource>`, in
 /// `namespace` for `name` when the call names one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Access {
     pub verb: &'static str,
     pub subresource: &'static str,
@@ -44,6 +51,10 @@ pub enum Refusal {
     /// 403: authenticated, but not allowed this call.
     #[error("{0}")]
     Forbidden(String),
+    /// 400: the call names a namespace or TrainJob no object can have; refused before any
+    /// review, so nothing of it is remembered.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl Refusal {
@@ -51,6 +62,7 @@ impl Refusal {
         match self {
             Refusal::Unauthenticated(_) => 401,
             Refusal::Forbidden(_) => 403,
+            Refusal::Invalid(_) => 400,
         }
     }
 
@@ -59,6 +71,7 @@ impl Refusal {
         match self {
             Refusal::Unauthenticated(_) => "Unauthenticated",
             Refusal::Forbidden(_) => "Forbidden",
+            Refusal::Invalid(_) => "Invalid",
         }
     }
 
@@ -67,8 +80,54 @@ impl Refusal {
         match self {
             Refusal::Unauthenticated(_) => "unauthenticated",
             Refusal::Forbidden(_) => "forbidden",
+            Refusal::Invalid(_) => "invalid",
         }
     }
+}
+
+/// Whether `s` is a DNS-1123 label (a namespace's name): at most 63 lowercase letters, digits
+/// and `-`, starting and ending with a letter or digit.
+fn dns_label(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| alnum(c) || c == '-')
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+}
+
+/// Whether `s` is a DNS-1123 subdomain (a TrainJob's name): at most 253 characters, labels
+/// joined by `.`.
+fn dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(dns_label)
+}
+
+/// Refuses a call whose namespace or name no object can have, before any review: the
+/// remembered answers are keyed by them, so an unchecked name would let a caller fill the
+/// memory with megabytes of path.
+pub fn check_names(access: &Access) -> Result<(), Refusal> {
+    if let Some(ns) = &access.namespace
+        && !dns_label(ns)
+    {
+        return Err(Refusal::Invalid(format!(
+            "namespace {:?} is not a DNS-1123 label (at most 63 lowercase letters, digits and '-')",
+            truncated(ns)
+        )));
+    }
+    if let Some(name) = &access.name
+        && !dns_subdomain(name)
+    {
+        return Err(Refusal::Invalid(format!(
+            "TrainJob name {:?} is not a DNS-1123 subdomain (at most 253 lowercase letters, digits, '-' and '.')",
+            truncated(name)
+        )));
+    }
+    Ok(())
+}
+
+/// At most 80 characters of `s`, for a message.
+fn truncated(s: &str) -> String {
+    s.chars().take(80).collect()
 }
 
 /// The bearer token of an `Authorization` header value.
@@ -88,19 +147,82 @@ pub fn bearer_token(header: Option<&str>) -> Result<&str, Refusal> {
     Ok(token)
 }
 
+/// A remembered answer: the caller (or `()`), or the refusal's message.
+type Answer<T> = Result<T, String>;
+
+/// Remembered answers, shared by every clone of [`KubeAuth`].
+type Memory<K, T> = Arc<Mutex<TtlCache<K, Answer<T>>>>;
+
 /// Authenticates and authorises callers through the apiserver.
 #[derive(Clone)]
 pub struct KubeAuth {
     client: kube::Client,
+    tokens: Memory<[u8; 32], Caller>,
+    grants: Memory<(Caller, Access), ()>,
+}
+
+/// Reads `cache`, recovering it if a panicking holder poisoned it.
+fn remembered<K: std::hash::Hash + Eq + Clone, V: Clone>(
+    cache: &Mutex<TtlCache<K, V>>,
+    key: &K,
+) -> Option<V> {
+    cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(key, Instant::now())
+}
+
+/// Keeps the apiserver's answer `value` for `key`.
+fn remember<K: std::hash::Hash + Eq + Clone, T: Clone>(
+    cache: &Mutex<TtlCache<K, Answer<T>>>,
+    key: K,
+    value: Answer<T>,
+) {
+    let ttl = if value.is_ok() {
+        ACCEPTED_TTL
+    } else {
+        REFUSED_TTL
+    };
+    cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(key, value, ttl, Instant::now());
 }
 
 impl KubeAuth {
     pub fn new(client: kube::Client) -> Self {
-        KubeAuth { client }
+        KubeAuth {
+            client,
+            tokens: Arc::new(Mutex::new(TtlCache::new(CAPACITY))),
+            grants: Arc::new(Mutex::new(TtlCache::new(CAPACITY))),
+        }
     }
 
-    /// Who holds `token`: a TokenReview.
+    /// Who holds `token`: a TokenReview, or its answer of the last few seconds.
     pub async fn authenticate(&self, token: &str) -> Result<Caller, Refusal> {
+        let key = token_key(token);
+        if let Some(answer) = remembered(&self.tokens, &key) {
+            return answer.map_err(Refusal::Unauthenticated);
+        }
+        let answer = self.review_token(token).await?;
+        remember(&self.tokens, key, answer.clone());
+        answer.map_err(Refusal::Unauthenticated)
+    }
+
+    /// Whether `caller` may make the call: a SubjectAccessReview, or its answer of the last
+    /// few seconds.
+    pub async fn authorize(&self, caller: &Caller, access: &Access) -> Result<(), Refusal> {
+        let key = (caller.clone(), access.clone());
+        if let Some(answer) = remembered(&self.grants, &key) {
+            return answer.map_err(Refusal::Forbidden);
+        }
+        let answer = self.review_access(caller, access).await?;
+        remember(&self.grants, key, answer.clone());
+        answer.map_err(Refusal::Forbidden)
+    }
+
+    /// The apiserver's answer on `token` (`Err(Refusal)`: it could not be asked).
+    async fn review_token(&self, token: &str) -> Result<Answer<Caller>, Refusal> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_owned(),
@@ -120,7 +242,7 @@ impl KubeAuth {
                 })?;
         let status = answer.status.unwrap_or_default();
         if status.authenticated != Some(true) {
-            return Err(Refusal::Unauthenticated(format!(
+            return Ok(Err(format!(
                 "the token was not accepted{}",
                 status
                     .error
@@ -130,20 +252,20 @@ impl KubeAuth {
             )));
         }
         let user = status.user.unwrap_or_default();
-        let username = user
-            .username
-            .filter(|u| !u.is_empty())
-            .ok_or_else(|| Refusal::Unauthenticated("the token names no user".into()))?;
-        Ok(Caller {
+        let Some(username) = user.username.filter(|u| !u.is_empty()) else {
+            return Ok(Err("the token names no user".into()));
+        };
+        Ok(Ok(Caller {
             username,
             uid: user.uid,
             groups: user.groups.unwrap_or_default(),
             extra: user.extra.unwrap_or_default(),
-        })
+        }))
     }
 
-    /// Whether `caller` may make the call: a SubjectAccessReview.
-    pub async fn authorize(&self, caller: &Caller, access: &Access) -> Result<(), Refusal> {
+    /// The apiserver's answer on `caller` making the call (`Err(Refusal)`: it could not be
+    /// asked).
+    async fn review_access(&self, caller: &Caller, access: &Access) -> Result<Answer<()>, Refusal> {
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(caller.username.clone()),
@@ -182,9 +304,9 @@ impl KubeAuth {
                 })?;
         let status = answer.status.unwrap_or_default();
         if status.allowed && status.denied != Some(true) {
-            Ok(())
+            Ok(Ok(()))
         } else {
-            Err(Refusal::Forbidden(format!(
+            Ok(Err(format!(
                 "{} may not {what}{}",
                 caller.username,
                 status
@@ -242,5 +364,53 @@ mod tests {
         );
         assert_eq!(Refusal::Forbidden("x".into()).kind(), "Forbidden");
         assert_eq!(Refusal::Forbidden("x".into()).metric_label(), "forbidden");
+    }
+
+    #[test]
+    fn a_name_no_object_can_have_is_refused_before_any_review() {
+        let access = |ns: &str, name: Option<&str>| Access {
+            verb: "get",
+            subresource: "status",
+            namespace: Some(ns.to_owned()),
+            name: name.map(str::to_owned),
+        };
+        let longest = [
+            &"x".repeat(63)[..],
+            &"x".repeat(63),
+            &"x".repeat(63),
+            &"x".repeat(61),
+        ]
+        .join(".");
+        assert_eq!(longest.len(), 253);
+        for ok in [
+            access("team-a", Some("mnist")),
+            access("a", Some("a.b-1")),
+            access(&"n".repeat(63), Some(&longest)),
+            access("team-a", None),
+        ] {
+            assert!(check_names(&ok).is_ok(), "{ok:?}");
+        }
+        let long_path = "x".repeat(400_000);
+        for bad in [
+            access("Team-A", Some("mnist")),
+            access("team-a.b", Some("mnist")),
+            access(&"n".repeat(64), Some("mnist")),
+            access("-a", Some("mnist")),
+            access("team-a", Some("")),
+            access("team-a", Some("MNIST")),
+            access("team-a", Some("a..b")),
+            access("team-a", Some(&format!("{longest}x"))),
+            access("team-a", Some(&"x".repeat(64))),
+            access("team-a", Some(&long_path)),
+            access("", None),
+        ] {
+            let err = check_names(&bad).expect_err("refused");
+            assert_eq!(err.status(), 400, "{bad:?}");
+            assert_eq!(err.kind(), "Invalid");
+            assert!(
+                err.to_string().len() < 300,
+                "the message does not echo the path"
+            );
+        }
     }
 }

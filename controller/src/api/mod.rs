@@ -11,12 +11,15 @@
 //!
 //! Every request is authenticated (TokenReview of its bearer token) and authorised
 //! (SubjectAccessReview: `holdfast.dev` `trainjobs/<call>`, verb `create` for the POSTs and
-//! `get` for status, preflight and drift) before anything else is read or written. A success is
+//! `get` for status, preflight and drift) before anything else is read or written; the
+//! apiserver's answers are remembered briefly ([`review_cache`]: 10 s when accepted, 2 s when
+//! refused), so a caller's calls in a burst cost one review each. A success is
 //! `200 {"result":"Ok", ...}`; a call's failure is its `HoldError` status with
 //! `HoldError::body`; a refusal is 401 `Unauthenticated` or 403 `Forbidden` in the same
 //! shape.
 
 pub mod auth;
+pub mod review_cache;
 mod routes;
 
 use std::net::SocketAddr;

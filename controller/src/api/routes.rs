@@ -12,7 +12,7 @@ use chrono::Utc;
 use holdfast_core::hold::{CallKind, CallMeta, CallRequest, ErrorBody, HoldError};
 use serde::Deserialize;
 
-use super::auth::{Access, KubeAuth, Refusal, bearer_token};
+use super::auth::{Access, KubeAuth, Refusal, bearer_token, check_names};
 use crate::hold::{HoldExecutor, MetricCall};
 use crate::snapshot::Snapshotter;
 
@@ -212,8 +212,9 @@ async fn drift(
     }
 }
 
-/// TokenReview, then SubjectAccessReview.
+/// Names checked, then TokenReview, then SubjectAccessReview.
 async fn admit(s: &ApiState, headers: &HeaderMap, access: &Access) -> Result<(), Refusal> {
+    check_names(access)?;
     let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
