@@ -203,6 +203,9 @@ impl NodeCluster {
                 "replicaset-controller",
                 "deployment-controller",
                 "disruption-controller",
+                // The chart's ResourceQuota admitting the webhook's critical priority class:
+                // quota admission refuses pods until this controller has computed its usage.
+                "resourcequota-controller",
                 "pod-garbage-collector-controller",
                 // Lifts the not-ready taint kubelet registers the node with, once it is Ready.
                 "node-lifecycle-controller",
