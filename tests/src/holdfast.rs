@@ -4,10 +4,10 @@
 
 use crate::control_plane::free_port;
 use crate::process::Supervised;
+use crate::registration::{Namespaces, Registration, Target};
 use crate::wait::wait_for;
 use crate::{ControlPlane, Identity};
 use holdfast_core::names::ANN_HOLD_INSTANCE as HOLD;
-use holdfast_webhook::registration::{Namespaces, Registration, Target};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };

@@ -21,6 +21,7 @@ pub mod node;
 pub mod objects;
 pub mod process;
 pub mod rbac;
+pub mod registration;
 pub mod wait;
 
 pub use control_plane::ControlPlane;

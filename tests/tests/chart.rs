@@ -1,6 +1,7 @@
 //! The Helm chart: it lints and renders for every documented values combination, a wrong value
-//! fails at install, the real apiserver accepts what it renders, its webhook configurations
-//! are exactly what the webhook crate's `registration` module builds, its RBAC grants exactly
+//! fails at install, the real apiserver accepts what it renders, its webhook entries follow the
+//! failure policy and name the identities the values give (the tests register exactly what it
+//! renders: `holdfast_tests::registration`), its RBAC grants exactly
 //! the documented table (and nothing else), and self-managed certificates work with exactly
 //! that RBAC and survive `helm upgrade` without rotating.
 //!
@@ -312,7 +313,17 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
         // The caBundle: only the secret mode templates it.
         let vwc = find(&docs, "ValidatingWebhookConfiguration", "holdfast");
         for hook in vwc["webhooks"].as_array().expect("webhooks") {
-            assert_eq!(hook["failurePolicy"], "Fail");
+            // The best-effort entries always Ignore (see
+            // protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_ignore).
+            let best_effort = [
+                "queues.validate.holdfast.dev",
+                "kueue-unsuspend.validate.holdfast.dev",
+            ]
+            .contains(&hook["name"].as_str().unwrap_or_default());
+            assert_eq!(
+                hook["failurePolicy"],
+                if best_effort { "Ignore" } else { "Fail" }
+            );
             assert_eq!(hook["sideEffects"], "None");
             assert!(hook["matchConditions"].is_array());
             let bundle = &hook["clientConfig"]["caBundle"];
@@ -504,48 +515,297 @@ async fn network_policy_and_client_certificate_values_render_as_documented() {
     );
 }
 
+/// The entries of the chart's webhook configurations as (name, failurePolicy, match
+/// condition names).
+fn entries(doc: &Value) -> Vec<(String, String, Vec<String>)> {
+    doc["webhooks"]
+        .as_array()
+        .expect("webhooks")
+        .iter()
+        .map(|w| {
+            assert_eq!(w["sideEffects"], "None");
+            assert_eq!(w["matchPolicy"], "Equivalent");
+            assert_eq!(w["admissionReviewVersions"], serde_json::json!(["v1"]));
+            (
+                w["name"].as_str().expect("name").to_owned(),
+                w["failurePolicy"]
+                    .as_str()
+                    .expect("failurePolicy")
+                    .to_owned(),
+                w["matchConditions"]
+                    .as_array()
+                    .expect("matchConditions")
+                    .iter()
+                    .map(|c| c["name"].as_str().expect("condition name").to_owned())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// Each entry's rules as `(name, [(resources, operations)])`, checking every rule is
+/// namespaced and names no subresource.
+fn rules(doc: &Value) -> Vec<(String, Vec<(String, String)>)> {
+    doc["webhooks"]
+        .as_array()
+        .expect("webhooks")
+        .iter()
+        .map(|w| {
+            let rules = w["rules"].as_array().expect("rules");
+            let rules = rules
+                .iter()
+                .map(|r| {
+                    assert_eq!(r["scope"], "Namespaced", "{r}");
+                    let list = |k: &str| {
+                        r[k].as_array()
+                            .expect("list")
+                            .iter()
+                            .map(|x| x.as_str().expect("string").to_owned())
+                            .collect::<Vec<_>>()
+                    };
+                    let resources = list("resources");
+                    assert!(
+                        resources.iter().all(|r| !r.contains('/')),
+                        "no subresource: status writes carry no state the policy reads: {r}"
+                    );
+                    (resources.join(","), list("operations").join(","))
+                })
+                .collect();
+            (w["name"].as_str().expect("name").to_owned(), rules)
+        })
+        .collect()
+}
+
+/// What each entry is sent decides what an outage stops and what the policy sees: no DELETE
+/// of TrainJobs or Workloads (the policy refuses none; the hold finalizer keeps a held
+/// Workload), DELETE of ConfigMaps (snapshots), Workload CREATE only to the validating side.
 #[test]
-fn the_charts_webhook_configurations_are_the_registration_modules() {
-    use holdfast_webhook::registration::{Registration, Target};
+fn webhook_entries_are_sent_the_resources_and_operations_the_policy_reads() {
     let helm = helm();
-    let (_dir, ca_path, ca_pem) = ca_file();
-    for mode in [
-        holdfast_core::mode::Mode::Plain,
-        holdfast_core::mode::Mode::Kueue,
-    ] {
+    let (_dir, ca_path, _) = ca_file();
+    let r = |v: &[(&str, &str)]| {
+        v.iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect::<Vec<_>>()
+    };
+    for mode in ["plain", "kueue"] {
         let install = Combo {
-            mode: if mode == holdfast_core::mode::Mode::Kueue {
-                "kueue"
-            } else {
-                "plain"
-            },
+            mode,
             certs: "secret",
             service_monitor: false,
         }
         .install("holdfast", "holdfast-system", &ca_path);
         let docs = helm.render(&install).expect("render");
-        let reg = Registration::new(
-            "holdfast",
-            Target::Service {
-                namespace: "holdfast-system".into(),
-                name: "holdfast-webhook".into(),
-                port: Some(443),
-            },
-            ca_pem.clone().into_bytes(),
-        )
-        .with_mode(mode);
-        let want_v = serde_json::to_value(reg.validating()).expect("json");
-        let want_m = serde_json::to_value(reg.mutating()).expect("json");
-        let got_v = find(&docs, "ValidatingWebhookConfiguration", "holdfast");
-        let got_m = find(&docs, "MutatingWebhookConfiguration", "holdfast");
-        assert_eq!(got_v["metadata"]["name"], want_v["metadata"]["name"]);
+        let v = rules(find(&docs, "ValidatingWebhookConfiguration", "holdfast"));
+        let m = rules(find(&docs, "MutatingWebhookConfiguration", "holdfast"));
+        let jobs = r(&[
+            ("trainjobs", "CREATE,UPDATE"),
+            ("workloads", "CREATE,UPDATE"),
+        ]);
+        let mut want_v = vec![
+            (
+                "snapshots.validate.holdfast.dev".to_owned(),
+                r(&[("configmaps", "CREATE,UPDATE,DELETE")]),
+            ),
+            ("jobs.validate.holdfast.dev".to_owned(), jobs),
+        ];
+        if mode == "kueue" {
+            want_v.push((
+                "queues.validate.holdfast.dev".to_owned(),
+                r(&[("trainjobs", "CREATE")]),
+            ));
+            want_v.push((
+                "kueue-unsuspend.validate.holdfast.dev".to_owned(),
+                r(&[("trainjobs", "UPDATE")]),
+            ));
+        }
+        assert_eq!(v, want_v, "{mode}");
+        let want_m = vec![
+            (
+                "jobs.mutate.holdfast.dev".to_owned(),
+                r(&[("trainjobs", "CREATE,UPDATE"), ("workloads", "UPDATE")]),
+            ),
+            (
+                "records.mutate.holdfast.dev".to_owned(),
+                r(&[("trainjobs", "CREATE")]),
+            ),
+        ];
+        assert_eq!(m, want_m, "{mode}");
+    }
+}
+
+#[test]
+fn protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_ignore() {
+    let helm = helm();
+    let (_dir, ca_path, _) = ca_file();
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    for (mode, policy) in [
+        ("plain", "Fail"),
+        ("kueue", "Fail"),
+        ("kueue", "Ignore"),
+        ("plain", "Ignore"),
+    ] {
+        let install = Combo {
+            mode,
+            certs: "secret",
+            service_monitor: false,
+        }
+        .install("holdfast", "holdfast-system", &ca_path)
+        .set(format!("webhook.failurePolicy={policy}"));
+        let docs = helm.render(&install).expect("render");
+        let v = entries(find(&docs, "ValidatingWebhookConfiguration", "holdfast"));
+        let m = entries(find(&docs, "MutatingWebhookConfiguration", "holdfast"));
+        let p = policy.to_owned();
+        let i = "Ignore".to_owned();
+        let mut want_v = vec![
+            (
+                "snapshots.validate.holdfast.dev".to_owned(),
+                p.clone(),
+                s(&["runtime-snapshot", "not-decided-by-identity"]),
+            ),
+            (
+                "jobs.validate.holdfast.dev".to_owned(),
+                p.clone(),
+                if mode == "kueue" {
+                    s(&[
+                        "holdfast-state",
+                        "not-the-controller",
+                        "kueue-only-on-holdfast-state",
+                    ])
+                } else {
+                    s(&["holdfast-state", "not-the-controller"])
+                },
+            ),
+        ];
+        if mode == "kueue" {
+            want_v.push((
+                "queues.validate.holdfast.dev".to_owned(),
+                i.clone(),
+                s(&["queued-without-holdfast-state", "not-the-controller"]),
+            ));
+            want_v.push((
+                "kueue-unsuspend.validate.holdfast.dev".to_owned(),
+                i.clone(),
+                s(&["kueue-unsuspends"]),
+            ));
+        }
+        assert_eq!(v, want_v, "{mode}, {policy}");
         assert_eq!(
-            got_v["webhooks"], want_v["webhooks"],
-            "validating webhooks differ"
+            m,
+            vec![
+                (
+                    "jobs.mutate.holdfast.dev".to_owned(),
+                    p.clone(),
+                    s(&["holdfast-state", "not-the-controller"])
+                ),
+                (
+                    "records.mutate.holdfast.dev".to_owned(),
+                    i.clone(),
+                    s(&["without-holdfast-state"])
+                ),
+            ],
+            "{mode}, {policy}"
         );
-        assert_eq!(
-            got_m["webhooks"], want_m["webhooks"],
-            "mutating webhooks differ"
+    }
+}
+
+#[test]
+fn webhook_availability_defaults_render_as_documented() {
+    let helm = helm();
+    let docs = helm
+        .render(&Install::new("holdfast", "holdfast-system"))
+        .expect("render");
+    let spec = &find(&docs, "Deployment", "-webhook")["spec"];
+    assert_eq!(spec["replicas"], 2);
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    let spread = &pod["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(spread["whenUnsatisfiable"], "ScheduleAnyway");
+    assert_eq!(
+        spread["labelSelector"]["matchLabels"], spec["selector"]["matchLabels"],
+        "the spread counts the webhook's own pods"
+    );
+    let pdb = find(&docs, "PodDisruptionBudget", "-webhook");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    let quota = find(&docs, "ResourceQuota", "-critical-pods");
+    assert_eq!(
+        quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["system-cluster-critical"])
+    );
+
+    // Opting out: no class, no quota; the user's own constraints replace the zone spread.
+    let docs = helm
+        .render(
+            &Install::new("holdfast", "holdfast-system")
+                .set("webhook.priorityClassName=")
+                .set("webhook.topologySpreadConstraints[0].maxSkew=2")
+                .set("webhook.topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname")
+                .set("webhook.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule"),
+        )
+        .expect("render");
+    let pod = &find(&docs, "Deployment", "-webhook")["spec"]["template"]["spec"];
+    assert!(pod.get("priorityClassName").is_none());
+    assert_eq!(
+        pod["topologySpreadConstraints"],
+        serde_json::json!([{"maxSkew": 2, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule"}])
+    );
+    assert!(helm::of_kind(&docs, "ResourceQuota").is_empty());
+}
+
+#[test]
+fn match_conditions_name_the_identities_the_values_give() {
+    let helm = helm();
+    let (_dir, ca_path, _) = ca_file();
+    let install = Combo {
+        mode: "kueue",
+        certs: "secret",
+        service_monitor: false,
+    }
+    .install("hf", "ops", &ca_path)
+    .set("identities.kueueUsers={system:serviceaccount:kq:kueue,kueue-admin}")
+    .set("identities.extraControllerUsers={ops-robot}");
+    let docs = helm.render(&install).expect("render");
+    let v = find(&docs, "ValidatingWebhookConfiguration", "hf-holdfast");
+    let text = v.to_string();
+    assert!(
+        text.contains("['system:serviceaccount:ops:hf-holdfast-controller', 'ops-robot']"),
+        "the controller list: {text}"
+    );
+    assert!(
+        text.contains("['system:serviceaccount:kq:kueue', 'kueue-admin']"),
+        "the Kueue list: {text}"
+    );
+    let err = helm
+        .render(
+            &Combo {
+                mode: "kueue",
+                certs: "secret",
+                service_monitor: false,
+            }
+            .install("hf", "ops", &ca_path)
+            .set("identities.kueueUsers={it's}"),
+        )
+        .expect_err("a quote in a user name cannot be put into CEL");
+    assert!(format!("{err:#}").contains("contain quotes"), "{err:#}");
+    // The webhook reads the list comma-separated and trimmed: a name it would read otherwise
+    // than the CEL does is refused too (by the schema; the template checks again).
+    for bad in [" ops-robot", "a\\,b"] {
+        let err = helm
+            .render(
+                &Combo {
+                    mode: "plain",
+                    certs: "secret",
+                    service_monitor: false,
+                }
+                .install("hf", "ops", &ca_path)
+                .set(format!("identities.extraControllerUsers[0]={bad}")),
+            )
+            .expect_err("a name the webhook would read differently");
+        assert!(
+            format!("{err:#}").contains("extraControllerUsers"),
+            "{bad}: {err:#}"
         );
     }
 }
@@ -1239,7 +1499,11 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     );
     let bundle = first.bundle_pem.clone().into_bytes();
     let injected = ca_bundles(&admin, name).await;
-    assert_eq!(injected.len(), 3);
+    assert_eq!(
+        injected.len(),
+        4,
+        "two validating and two mutating entries (plain mode)"
+    );
     assert!(
         injected
             .iter()

@@ -28,9 +28,9 @@ use holdfast_tests::objects::{
     snapshot_configmaps, trainjob, trainjob_resource,
 };
 use holdfast_tests::process::Supervised;
+use holdfast_tests::registration::DEFAULT_TIMEOUT_SECONDS;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
-use holdfast_webhook::registration::DEFAULT_TIMEOUT_SECONDS;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};

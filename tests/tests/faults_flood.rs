@@ -26,8 +26,8 @@ use holdfast_tests::holdfast::{
     WebhookReplica, owned_control_plane, register_webhook as register, serving_cert,
 };
 use holdfast_tests::objects::{trainjob, trainjob_resource};
+use holdfast_tests::registration::DEFAULT_TIMEOUT_SECONDS;
 use holdfast_tests::{ControlPlane, Identity};
-use holdfast_webhook::registration::DEFAULT_TIMEOUT_SECONDS;
 use http_body_util::StreamBody;
 use hyper::body::Frame;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};

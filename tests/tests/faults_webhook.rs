@@ -1,6 +1,6 @@
 //! Fault tests of the admission webhook: the real `holdfast-webhook` binary, called by the
-//! real apiserver (registered by URL with the `registration` module's configurations, which
-//! use `failurePolicy: Fail`), under load from real clients acting as a plain user.
+//! real apiserver (registered by URL with the chart's webhook configurations,
+//! `holdfast_tests::registration`, whose protected entries use `failurePolicy: Fail`), under load from real clients acting as a plain user.
 //!
 //! What is injected:
 //!
@@ -39,9 +39,9 @@
 use holdfast_tests::holdfast::{
     WebhookReplica, owned_control_plane, register_webhook as register, serving_cert,
 };
+use holdfast_tests::registration::DEFAULT_TIMEOUT_SECONDS;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
-use holdfast_webhook::registration::DEFAULT_TIMEOUT_SECONDS;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};

@@ -1,6 +1,6 @@
 //! The admission webhook end to end: served in-process over TLS (a certificate from the
-//! control plane's CA), registered by URL with the `registration` module's configurations
-//! scoped to the test's namespace, and exercised by real clients acting as real identities
+//! control plane's CA), registered by URL with the chart's webhook configurations
+//! (`holdfast_tests::registration`) scoped to the test's namespace, and exercised by real clients acting as real identities
 //! against the real apiserver and garbage collector.
 //!
 //! Every test is named after the rule it proves.
@@ -9,9 +9,9 @@
 use holdfast_core::mode::Mode;
 use holdfast_core::policy::Identities;
 use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER};
+use holdfast_tests::registration::{Namespaces, Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
 use holdfast_webhook::metrics::Metrics;
-use holdfast_webhook::registration::{Namespaces, Registration, Target};
 use holdfast_webhook::runtime_lookup::KubeRuntimeLookup;
 use holdfast_webhook::{Admission, CertFiles, Limits, RunningWebhook, ServeOptions};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -226,7 +226,8 @@ impl Harness {
         Api::namespaced_with(client.clone(), &self.ns, &workloads())
     }
 
-    /// Stop serving; the registrations stay (failurePolicy: Fail now refuses what they match).
+    /// Stop serving; the registrations stay (the protected entries, `Fail`, now refuse what they
+    /// match; the best-effort ones, `Ignore`, let it through).
     async fn stop_webhook(&mut self) {
         if let Some(hook) = self.hook.take() {
             hook.stop().await.expect("webhook stops");

@@ -24,9 +24,9 @@ use holdfast_tests::holdfast::{
     WebhookReplica, owned_control_plane_with, register_webhook as register, serving_cert,
 };
 use holdfast_tests::objects::{trainjob, trainjob_resource};
+use holdfast_tests::registration::DEFAULT_TIMEOUT_SECONDS;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{Identity, control_plane::Options};
-use holdfast_webhook::registration::DEFAULT_TIMEOUT_SECONDS;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::time::Duration;

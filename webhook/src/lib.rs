@@ -5,8 +5,9 @@
 //! - [`review`]: the `/mutate` and `/validate` endpoints: limits, decoding, the policy of
 //!   `holdfast_core::policy`, the answer.
 //! - [`runtime_lookup`]: reading the runtime a TrainJob names at its admission.
-//! - [`registration`]: the Validating- and MutatingWebhookConfiguration to register (the chart
-//!   mirrors it).
+//! - The Validating- and MutatingWebhookConfiguration live in one place, the chart
+//!   (`charts/holdfast/templates/webhookconfigurations.yaml`); the tests register what it
+//!   renders.
 //! - [`server`]: TLS and admin ports, connection bounds, client certificates, readiness,
 //!   graceful drain.
 //! - [`metrics`], [`error`], [`args`].
@@ -15,7 +16,6 @@
 pub mod args;
 pub mod error;
 pub mod metrics;
-pub mod registration;
 pub mod review;
 pub mod runtime_lookup;
 pub mod server;

@@ -154,3 +154,47 @@ clientConfig:
 {{- end -}}
 {{- join "," $out -}}
 {{- end -}}
+
+{{/* The controller identities: this release's controller and identities.extraControllerUsers. */}}
+{{- define "holdfast.controllerUsers" -}}
+{{- prepend .Values.identities.extraControllerUsers (include "holdfast.saUser" (list . (include "holdfast.controller.name" .))) | toJson -}}
+{{- end -}}
+
+{{/* A list of user names as a CEL list of single-quoted strings. */}}
+{{- define "holdfast.cel.list" -}}
+{{- $out := list -}}
+{{- range . -}}
+{{- if or (contains "'" .) (contains "\\" .) (contains "\"" .) (contains "," .) (ne . (trim .)) (eq . "") -}}
+{{- fail (printf "identities: user name %q may not be empty, contain quotes, backslashes or commas, or start or end with spaces (the webhook reads the list comma-separated and trimmed)" .) -}}
+{{- end -}}
+{{- $out = append $out (printf "'%s'" .) -}}
+{{- end -}}
+[{{ join ", " $out }}]
+{{- end -}}
+
+{{/* CEL: the object named by . (object or oldObject) carries holdfast state: an annotation,
+label or finalizer whose key starts with holdfast.dev/. */}}
+{{- define "holdfast.cel.carries" -}}
+({{ . }} != null && ((has({{ . }}.metadata.annotations) && {{ . }}.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has({{ . }}.metadata.labels) && {{ . }}.metadata.labels.exists(k, k.startsWith('holdfast.dev/'))) || (has({{ . }}.metadata.finalizers) && {{ . }}.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/')))))
+{{- end -}}
+
+{{/* CEL: an UPDATE adds, removes or changes a holdfast.dev/ key of metadata.{.} (a map). */}}
+{{- define "holdfast.cel.mapChanges" -}}
+(has(oldObject.metadata.{{ . }}) && oldObject.metadata.{{ . }}.exists(k, k.startsWith('holdfast.dev/') && !(has(object.metadata.{{ . }}) && k in object.metadata.{{ . }} && object.metadata.{{ . }}[k] == oldObject.metadata.{{ . }}[k]))) || (has(object.metadata.{{ . }}) && object.metadata.{{ . }}.exists(k, k.startsWith('holdfast.dev/') && !(has(oldObject.metadata.{{ . }}) && k in oldObject.metadata.{{ . }})))
+{{- end -}}
+
+{{/* CEL: the request adds, removes or changes holdfast state (a CREATE: carries any). */}}
+{{- define "holdfast.cel.stateChanges" -}}
+(oldObject == null ? {{ include "holdfast.cel.carries" "object" }} : (object == null ? {{ include "holdfast.cel.carries" "oldObject" }} : ({{ include "holdfast.cel.mapChanges" "annotations" }} || {{ include "holdfast.cel.mapChanges" "labels" }} || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/') && !(has(object.metadata.finalizers) && f in object.metadata.finalizers))) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/') && !(has(oldObject.metadata.finalizers) && f in oldObject.metadata.finalizers))))))
+{{- end -}}
+
+{{/* CEL: an UPDATE adds, removes or changes key (index . 1) of metadata.(index . 0). */}}
+{{- define "holdfast.cel.keyChanges" -}}
+{{- $f := index . 0 -}}{{- $k := index . 1 -}}
+((has(object.metadata.{{ $f }}) && '{{ $k }}' in object.metadata.{{ $f }}) != (has(oldObject.metadata.{{ $f }}) && '{{ $k }}' in oldObject.metadata.{{ $f }}) || (has(object.metadata.{{ $f }}) && '{{ $k }}' in object.metadata.{{ $f }} && object.metadata.{{ $f }}['{{ $k }}'] != oldObject.metadata.{{ $f }}['{{ $k }}']))
+{{- end -}}
+
+{{/* CEL: the object named by . is suspended (spec.suspend: true; absent = false). */}}
+{{- define "holdfast.cel.suspended" -}}
+(has({{ . }}.spec) && has({{ . }}.spec.suspend) && {{ . }}.spec.suspend == true)
+{{- end -}}

@@ -9,6 +9,7 @@
 //! binding, a ServiceAccount with a Role typical for workloads, a ConfigMap of the editor's.
 
 use super::ops::{QUEUE_MAIN, QUEUE_OTHER, USER_CONFIGMAP};
+use crate::registration::{Namespaces, Registration, Target};
 use crate::{ControlPlane, Identity, kueue};
 use anyhow::{Context, bail};
 use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
@@ -19,7 +20,6 @@ use holdfast_core::policy::{
     Identities,
     identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
 };
-use holdfast_webhook::registration::{Namespaces, Registration, Target};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };

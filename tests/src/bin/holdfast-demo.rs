@@ -7,8 +7,8 @@
 
 use anyhow::{Context, bail};
 use holdfast_tests::process::Supervised;
+use holdfast_tests::registration::{Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
-use holdfast_webhook::registration::{Registration, Target};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };

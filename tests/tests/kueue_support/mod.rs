@@ -446,7 +446,7 @@ impl Webhook {
             Identities,
             identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
         };
-        use holdfast_webhook::registration::{Namespaces, Registration, Target};
+        use holdfast_tests::registration::{Namespaces, Registration, Target};
         use k8s_openapi::api::admissionregistration::v1::{
             MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
         };
@@ -547,18 +547,47 @@ impl Webhook {
         }
     }
 
-    pub async fn stop(self) {
-        use k8s_openapi::api::admissionregistration::v1::{
-            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-        };
-        let dp = DeleteParams::default();
-        let _ = Api::<ValidatingWebhookConfiguration>::all(self.admin.clone())
-            .delete(&self.config, &dp)
-            .await;
-        let _ = Api::<MutatingWebhookConfiguration>::all(self.admin.clone())
-            .delete(&self.config, &dp)
-            .await;
+    /// An outage: the webhook stops serving while its configurations stay registered, so
+    /// the apiserver's calls fail (connection refused) and each entry's failure policy
+    /// decides. [`Outage::end`] removes the configurations.
+    pub async fn go_down(self) -> Outage {
         self.hook.stop().await.expect("webhook stops");
+        Outage {
+            config: self.config,
+            admin: self.admin,
+        }
+    }
+
+    pub async fn stop(self) {
+        unregister(&self.admin, &self.config).await;
+        self.hook.stop().await.expect("webhook stops");
+    }
+}
+
+/// Deletes the webhook configurations named `config` (both kinds), if they exist.
+async fn unregister(admin: &kube::Client, config: &str) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let dp = DeleteParams::default();
+    let _ = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .delete(config, &dp)
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+        .delete(config, &dp)
+        .await;
+}
+
+/// The registrations of a webhook that no longer serves.
+pub struct Outage {
+    config: String,
+    admin: kube::Client,
+}
+
+impl Outage {
+    /// Removes the dead webhook's configurations (before a new one is served).
+    pub async fn end(self) {
+        unregister(&self.admin, &self.config).await;
     }
 }
 
