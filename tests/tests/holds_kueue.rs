@@ -259,7 +259,9 @@ async fn kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_ho
         .workload_when("job", "the Workload", |w| condition(w, "QuotaReserved"))
         .await;
     assert_eq!(wl["spec"]["maximumExecutionTimeSeconds"], 1);
-    f.open_and_run("job").await;
+    // It runs for one second only, which polling on a loaded machine can miss: the
+    // deactivation below (its time counts only while admitted) and the attempt show it ran.
+    f.open_at_gate("job").await;
 
     let deactivated = f
         .workload_when("job", "Kueue deactivates it for exceeding its time", |w| {
@@ -271,6 +273,11 @@ async fn kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_ho
     assert!(
         hold_support::hold_annotations(&deactivated).is_empty(),
         "no hold of ours"
+    );
+    assert_eq!(
+        annotation(&f.trainjob("job").await, ANN_ATTEMPT),
+        Some("1"),
+        "admitted once, through the gate"
     );
     let status = f
         .eventually("the status settles", SETTLE, || async {

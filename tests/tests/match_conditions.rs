@@ -746,10 +746,12 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
                 // Kueue's writes that leave holdfast state and the queue keys alone (it
                 // creates no TrainJob; a holdfast.dev/ key it wrote would be sent, by design).
                 (Mode::Kueue, KUEUE) => {
-                    !held_workload
-                        && case.resource != Resource::ConfigMap
-                        && !(case.resource == Resource::TrainJob && case.op == Operation::Create)
-                        && !changes_state_or_queue(case)
+                    let creates_trainjob =
+                        case.resource == Resource::TrainJob && case.op == Operation::Create;
+                    !(held_workload
+                        || case.resource == Resource::ConfigMap
+                        || creates_trainjob
+                        || changes_state_or_queue(case))
                 }
                 _ => {
                     case.resource == Resource::TrainJob

@@ -2,6 +2,7 @@
 //! controller, TrainJobs, a status writer acting as Trainer, and the apiserver's audit log.
 #![allow(dead_code)]
 
+pub mod api;
 pub mod race;
 
 use std::time::Duration;

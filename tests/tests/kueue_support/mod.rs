@@ -321,6 +321,20 @@ impl Fixture {
     /// Runs `job` through its start gate: Open, then the gate lets the first execution
     /// through (A = 1) and Kueue unsuspends the TrainJob, which is returned.
     pub async fn open_and_run(&self, job: &str) -> Value {
+        self.open_at_gate(job).await;
+        let tj = self
+            .job_when(job, "the job runs", |tj| tj["spec"]["suspend"] == false)
+            .await;
+        assert_eq!(
+            annotation(&tj, ANN_ATTEMPT),
+            Some("1"),
+            "A rose at the gate"
+        );
+        tj
+    }
+
+    /// Waits for `job`'s Workload to reserve quota and wait at the gate, then Opens it.
+    pub async fn open_at_gate(&self, job: &str) {
         let workload = self
             .workload_when(job, "the Workload has quota and waits at the gate", |w| {
                 check(w).0 == "Pending" && condition(w, "QuotaReserved")
@@ -332,15 +346,6 @@ impl Fixture {
             Ok(Outcome::Opened { started: false }),
             "Kueue mode: Open only writes the mark"
         );
-        let tj = self
-            .job_when(job, "the job runs", |tj| tj["spec"]["suspend"] == false)
-            .await;
-        assert_eq!(
-            annotation(&tj, ANN_ATTEMPT),
-            Some("1"),
-            "A rose at the gate"
-        );
-        tj
     }
 
     /// Stops the gate, if it runs.

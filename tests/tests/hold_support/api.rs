@@ -1,0 +1,190 @@
+//! The hold API served on a loopback port, and grants for the caller (alice), as the API
+//! tests and the hold benchmark use them.
+
+use std::time::Duration;
+
+use holdfast_controller::api::{ApiState, KubeAuth, router};
+use holdfast_controller::hold::HoldExecutor;
+use holdfast_serve::{CertFiles, TlsServer};
+use holdfast_tests::{ControlPlane, Identity};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, ObjectMeta, PostParams};
+use serde_json::Value;
+
+use super::settled_audit;
+use tokio_util::sync::CancellationToken;
+
+/// The hold API on a loopback port, with a serving certificate from the control plane's CA.
+pub struct HoldApi {
+    pub base: String,
+    pub http: reqwest::Client,
+    stop: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for HoldApi {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub async fn start_api(cp: &ControlPlane, exec: HoldExecutor) -> HoldApi {
+    holdfast_serve::install_crypto_provider();
+    let cert = cp
+        .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
+        .expect("cert");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = CertFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
+    std::fs::write(&files.key, &cert.key_pem).expect("write key");
+    let server = TlsServer::bind("127.0.0.1:0".parse().expect("addr"), files)
+        .await
+        .expect("bind");
+    let port = server.local_addr().expect("addr").port();
+    let auth = KubeAuth::new(cp.client(Identity::Controller).await.expect("client"));
+    let stop = CancellationToken::new();
+    tokio::spawn(server.serve(
+        router(ApiState {
+            executor: exec,
+            auth,
+            snapshots: None,
+        }),
+        stop.clone(),
+    ));
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cp.ca_pem().as_bytes()).expect("CA"))
+        .build()
+        .expect("http client");
+    HoldApi {
+        base: format!("https://127.0.0.1:{port}"),
+        http,
+        stop,
+        _dir: dir,
+    }
+}
+
+impl HoldApi {
+    pub async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+        let mut req = self.http.post(format!("{}{path}", self.base)).json(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("send");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("JSON body"))
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> (u16, Value) {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("send");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("JSON body"))
+    }
+}
+
+/// Lets alice make `subresources` calls in `ns`, and waits until the authorizer says so.
+pub async fn grant_alice(cp: &ControlPlane, ns: &str, subresources: &[&str], verbs: &[&str]) {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some("holdfast-caller".into()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["holdfast.dev".into()]),
+            resources: Some(
+                subresources
+                    .iter()
+                    .map(|s| format!("trainjobs/{s}"))
+                    .collect(),
+            ),
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+            ..Default::default()
+        }]),
+    };
+    Api::<Role>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("role");
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("holdfast-caller".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "holdfast-caller".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: Identity::User.username().into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(admin, ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("role binding");
+    // The authorizer's cache catches up with the new binding: await it.
+    let alice = cp.client(Identity::User).await.expect("alice");
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("holdfast.dev".into()),
+                resource: Some("trainjobs".into()),
+                subresource: Some(subresources[0].into()),
+                verb: Some(verbs[0].into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(alice);
+    let start = std::time::Instant::now();
+    loop {
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .expect("review");
+        if answer.status.is_some_and(|s| s.allowed) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the grant never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The reviews holdfast's controller asked the apiserver for: `(TokenReviews,
+/// SubjectAccessReviews)`, from its audit log.
+pub async fn reviews_made(cp: &ControlPlane) -> (usize, usize) {
+    let events = settled_audit(cp).await;
+    let count = |resource: &str| {
+        events
+            .iter()
+            .filter(|e| {
+                e.pointer("/user/username").and_then(Value::as_str)
+                    == Some(Identity::Controller.username())
+                    && e.pointer("/objectRef/resource").and_then(Value::as_str) == Some(resource)
+            })
+            .count()
+    };
+    (count("tokenreviews"), count("subjectaccessreviews"))
+}
