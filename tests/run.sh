@@ -33,6 +33,7 @@ cargo test -p holdfast-tests --locked --test node -- --ignored --test-threads 1 
 echo "== benchmarks at a tiny size (so that none rots; the README has the real sizes)"
 cargo run --locked -q -p holdfast-webhook --example admission_bench -- --seconds 1 --rate 50 --connections 2
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_bench
+cargo run --locked -q -p holdfast-tests --example hold_wave_bench -- --jobs 20 --concurrency 4
 cargo run --locked -q -p holdfast-tests --example snapshot_bench -- --jobs 20
 echo "== demo (the README's demo command, stopping after its walk-through)"
 tests/demo.sh --exit
