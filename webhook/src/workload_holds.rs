@@ -39,6 +39,8 @@ impl KubeWorkloadHolds {
         Self { client }
     }
 
+    /// The Workloads' metadata only (ownerReferences and annotations are all the hold lookup
+    /// reads): a namespace-wide fallback list stays small however large the Workloads are.
     async fn list(&self, namespace: &str, params: &ListParams) -> Result<Vec<Value>, String> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
@@ -46,12 +48,16 @@ impl KubeWorkloadHolds {
             &holdfast_cluster::workload_resource(),
         );
         let list = api
-            .list(params)
+            .list_metadata(params)
             .await
             .map_err(|e| format!("listing Workloads in {namespace}: {e}"))?;
         list.items
             .iter()
-            .map(|w| serde_json::to_value(w).map_err(|e| e.to_string()))
+            .map(|w| {
+                serde_json::to_value(&w.metadata)
+                    .map(|metadata| serde_json::json!({ "metadata": metadata }))
+                    .map_err(|e| e.to_string())
+            })
             .collect()
     }
 }
