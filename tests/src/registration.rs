@@ -126,46 +126,41 @@ impl Registration {
         }
     }
 
-    /// The chart's object with our name and no annotations (cert-manager's injection).
+    /// The chart's object with our name, no annotations (cert-manager's injection), and each
+    /// entry re-pointed: our URL, namespaces and timeout.
     fn object(&self, chart: &Value) -> Value {
         let mut o = chart.clone();
         o["metadata"]["name"] = Value::String(self.name.clone());
         if let Some(m) = o["metadata"].as_object_mut() {
             m.remove("annotations");
         }
+        let json = |v: Result<Value, serde_json::Error>| v.expect("a configuration as JSON");
+        for w in o["webhooks"].as_array_mut().into_iter().flatten() {
+            w["clientConfig"] = json(serde_json::to_value(
+                self.client_config(path(&w["clientConfig"])),
+            ));
+            w["namespaceSelector"] = json(serde_json::to_value(self.namespaces.selector()));
+            w["timeoutSeconds"] = Value::from(self.timeout_seconds);
+        }
         o
     }
 
     /// The chart's `ValidatingWebhookConfiguration`, re-pointed.
     pub fn validating(&self) -> ValidatingWebhookConfiguration {
-        let mut v: ValidatingWebhookConfiguration =
-            serde_json::from_value(self.object(&rendered(self.mode).0))
-                .unwrap_or_else(|e| panic!("the chart's validating configuration: {e}"));
-        for w in v.webhooks.iter_mut().flatten() {
-            w.client_config = self.client_config(path(&w.client_config));
-            w.namespace_selector = Some(self.namespaces.selector());
-            w.timeout_seconds = Some(self.timeout_seconds);
-        }
-        v
+        serde_json::from_value(self.object(&rendered(self.mode).0))
+            .unwrap_or_else(|e| panic!("the chart's validating configuration: {e}"))
     }
 
     /// The chart's `MutatingWebhookConfiguration`, re-pointed.
     pub fn mutating(&self) -> MutatingWebhookConfiguration {
-        let mut m: MutatingWebhookConfiguration =
-            serde_json::from_value(self.object(&rendered(self.mode).1))
-                .unwrap_or_else(|e| panic!("the chart's mutating configuration: {e}"));
-        for w in m.webhooks.iter_mut().flatten() {
-            w.client_config = self.client_config(path(&w.client_config));
-            w.namespace_selector = Some(self.namespaces.selector());
-            w.timeout_seconds = Some(self.timeout_seconds);
-        }
-        m
+        serde_json::from_value(self.object(&rendered(self.mode).1))
+            .unwrap_or_else(|e| panic!("the chart's mutating configuration: {e}"))
     }
 }
 
 /// The path the chart's entry is served on.
-fn path(config: &WebhookClientConfig) -> &'static str {
-    match config.service.as_ref().and_then(|s| s.path.as_deref()) {
+fn path(config: &Value) -> &'static str {
+    match config.pointer("/service/path").and_then(Value::as_str) {
         Some("/mutate") => "/mutate",
         Some("/validate") => "/validate",
         other => panic!("the chart's webhook path {other:?} is neither /validate nor /mutate"),

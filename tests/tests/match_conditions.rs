@@ -280,39 +280,32 @@ async fn register(admin: &kube::Client, mode: Mode, pass: Pass, ns: &str) -> usi
     let reg = Registration::new(CONFIG, Target::Url(DEAD.into()), b"unused".to_vec())
         .with_mode(mode)
         .with_namespaces(Namespaces::Only(vec![ns.to_owned()]));
-    let keep = |policy: &Option<String>| (policy.as_deref() == Some("Fail")) == pass.protected();
-    let pp = PostParams::default();
-    if pass.mutating() {
-        let mut m = reg.mutating();
-        let hooks = m.webhooks.get_or_insert_default();
-        hooks.retain(|w| keep(&w.failure_policy));
-        hooks
-            .iter_mut()
-            .for_each(|w| w.failure_policy = Some("Fail".into()));
-        let n = hooks.len();
-        if n > 0 {
-            Api::<MutatingWebhookConfiguration>::all(admin.clone())
-                .create(&pp, &m)
-                .await
-                .expect("register");
-        }
-        n
+    let (config, ar) = if pass.mutating() {
+        (
+            serde_json::to_value(reg.mutating()),
+            ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+        )
     } else {
-        let mut v = reg.validating();
-        let hooks = v.webhooks.get_or_insert_default();
-        hooks.retain(|w| keep(&w.failure_policy));
-        hooks
-            .iter_mut()
-            .for_each(|w| w.failure_policy = Some("Fail".into()));
-        let n = hooks.len();
-        if n > 0 {
-            Api::<ValidatingWebhookConfiguration>::all(admin.clone())
-                .create(&pp, &v)
-                .await
-                .expect("register");
-        }
-        n
+        (
+            serde_json::to_value(reg.validating()),
+            ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+        )
+    };
+    let mut config = config.expect("configuration as JSON");
+    let hooks = config["webhooks"].as_array_mut().expect("webhooks");
+    hooks.retain(|w| (w["failurePolicy"] == "Fail") == pass.protected());
+    hooks
+        .iter_mut()
+        .for_each(|w| w["failurePolicy"] = json!("Fail"));
+    let n = hooks.len();
+    if n > 0 {
+        let config: DynamicObject = serde_json::from_value(config).expect("configuration");
+        Api::<DynamicObject>::all_with(admin.clone(), &ar)
+            .create(&PostParams::default(), &config)
+            .await
+            .expect("register");
     }
+    n
 }
 
 async fn unregister(admin: &kube::Client) {

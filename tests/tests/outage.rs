@@ -111,15 +111,32 @@ fn refused_by_outage<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Err
     }
 }
 
-/// A TrainJob's controller ownerReference, as Trainer and holdfast put on a snapshot.
-fn owner(name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: "trainer.kubeflow.org/v1alpha1".into(),
-        kind: "TrainJob".into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
+/// The snapshot ConfigMap of TrainJob `job` (uid `uid`), owned by it as Trainer and holdfast
+/// write one; `labelled`: with holdfast's snapshot label (Trainer writes none).
+fn snapshot(job: &str, uid: &str, labelled: bool) -> ConfigMap {
+    ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{job}-runtime-snapshot")),
+            labels: labelled
+                .then(|| [(LABEL_RUNTIME_SNAPSHOT.to_owned(), "true".to_owned())].into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "trainer.kubeflow.org/v1alpha1".into(),
+                kind: "TrainJob".into(),
+                name: job.into(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..Default::default()
+        },
+        data: Some(
+            [(
+                "runtime".to_owned(),
+                "kind: ClusterTrainingRuntime\n".to_owned(),
+            )]
+            .into(),
+        ),
+        ..Default::default()
     }
 }
 
@@ -158,24 +175,9 @@ async fn a_holdfast_outage_stops_only_what_holdfast_protects() {
         .as_str()
         .expect("uid")
         .to_owned();
-    let snapshot = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("held-runtime-snapshot".into()),
-            labels: Some([(LABEL_RUNTIME_SNAPSHOT.to_owned(), "true".to_owned())].into()),
-            owner_references: Some(vec![owner("held", &held_uid)]),
-            ..Default::default()
-        },
-        data: Some(
-            [(
-                "runtime".to_owned(),
-                "kind: ClusterTrainingRuntime\n".to_owned(),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
+    let held_snapshot = snapshot("held", &held_uid, true);
     Api::<ConfigMap>::namespaced(controller.clone(), &f.ns)
-        .create(&PostParams::default(), &snapshot)
+        .create(&PostParams::default(), &held_snapshot)
         .await
         .expect("the controller writes a snapshot");
 
@@ -265,24 +267,11 @@ async fn a_holdfast_outage_stops_only_what_holdfast_protects() {
 
     // Trainer's writes: the first job's snapshot, and its status.
     let first = f.trainjob("first").await;
-    let trainer_snapshot = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("first-runtime-snapshot".into()),
-            owner_references: Some(vec![owner(
-                "first",
-                first["metadata"]["uid"].as_str().expect("uid"),
-            )]),
-            ..Default::default()
-        },
-        data: Some(
-            [(
-                "runtime".to_owned(),
-                "kind: ClusterTrainingRuntime\n".to_owned(),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
+    let trainer_snapshot = snapshot(
+        "first",
+        first["metadata"]["uid"].as_str().expect("uid"),
+        false,
+    );
     Api::<ConfigMap>::namespaced(trainer.clone(), &f.ns)
         .create(&PostParams::default(), &trainer_snapshot)
         .await
