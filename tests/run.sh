@@ -3,7 +3,7 @@
 # demo's walk-through. The integration tests run against a real local control plane (etcd,
 # kube-apiserver, kube-controller-manager, Kueue) built from Go modules on first use and
 # cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}; later runs start it in seconds. Tier 3 (a
-# real node, tests/tests/node.rs) runs last, in a network namespace of its own.
+# real node, tests/tests/it/node.rs) runs last, in a network namespace of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -26,10 +26,10 @@ trap 'rm -f "$log"' EXIT
 # The adversary runs on its own below, where its output is shown.
 cargo test --workspace --locked -- --skip generated_sequences_in_ --skip every_sequence_the_adversary 2>&1 | tee "$log"
 echo "== adversary (generated sequences in both modes, then the corpus; see the README's \"The adversary\")"
-cargo test -p holdfast-tests --locked --test adversary -- --nocapture 2>&1 | tee -a "$log"
+cargo test -p holdfast-tests --locked --test it -- adversary:: --nocapture 2>&1 | tee -a "$log"
 echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"
 tests/cluster/node/holdfast-image.sh
-cargo test -p holdfast-tests --locked --test node -- --ignored --test-threads 1 2>&1 | tee -a "$log"
+cargo test -p holdfast-tests --locked --test it -- --ignored node:: --test-threads 1 2>&1 | tee -a "$log"
 echo "== benchmarks at a tiny size (so that none rots; the README has the real sizes)"
 cargo run --locked -q -p holdfast-webhook --example admission_bench -- --seconds 1 --rate 50 --connections 2
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_bench

@@ -8,8 +8,7 @@
 //! `cargo run --release -p holdfast-tests --example hold_bench` (`HOLDFAST_BENCH_ITERS`, default
 //! 300).
 
-#[path = "../tests/hold_support/mod.rs"]
-mod hold_support;
+use holdfast_tests::hold_support;
 
 use std::time::{Duration, Instant};
 

@@ -9,8 +9,7 @@
 //!
 //! `cargo run --release -p holdfast-tests --example hold_wave_bench -- --jobs 1000 --concurrency 64`
 
-#[path = "../tests/hold_support/mod.rs"]
-mod hold_support;
+use holdfast_tests::hold_support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -11,7 +11,7 @@ use k8s_openapi::api::rbac::v1::{
 };
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -90,15 +90,34 @@ fn random_token() -> String {
 }
 
 impl ControlPlane {
-    /// The control plane shared by every test of this test binary (started on first use).
+    /// The control plane shared by the tests of the calling file (a topic of the integration
+    /// test binary), started on first use. Keyed by the caller's file, so one topic's
+    /// cluster-scoped objects (webhook configurations, Kueue's queues) never reach another's
+    /// tests; a helper that calls this for its callers is `#[track_caller]` itself.
+    #[track_caller]
     pub fn shared() -> &'static ControlPlane {
-        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
-        SHARED.get_or_init(|| {
+        Self::shared_by(std::panic::Location::caller().file())
+    }
+
+    /// The shared control plane of topic `topic` (see [`ControlPlane::shared`]).
+    pub fn shared_by(topic: &str) -> &'static ControlPlane {
+        static SHARED: OnceLock<Mutex<HashMap<String, &'static OnceLock<ControlPlane>>>> =
+            OnceLock::new();
+        let cell: &'static OnceLock<ControlPlane> = {
+            let mut planes = SHARED
+                .get_or_init(Default::default)
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            planes
+                .entry(topic.to_string())
+                .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
+        };
+        cell.get_or_init(|| {
             // Started on a thread of its own: callers are usually inside a tokio runtime.
             match std::thread::spawn(ControlPlane::start).join() {
                 Ok(Ok(cp)) => cp,
-                Ok(Err(e)) => panic!("the local control plane did not start: {e:#}"),
-                Err(_) => panic!("the local control plane panicked while starting"),
+                Ok(Err(e)) => panic!("the local control plane of {topic} did not start: {e:#}"),
+                Err(_) => panic!("the local control plane of {topic} panicked while starting"),
             }
         })
     }

@@ -130,7 +130,7 @@ fn s(v: &str) -> String {
 }
 
 impl NodeCluster {
-    /// The cluster shared by every test of this test binary (started on first use).
+    /// The cluster shared by every test that asks for it (started on first use).
     pub fn shared() -> &'static NodeCluster {
         static SHARED: OnceLock<NodeCluster> = OnceLock::new();
         SHARED.get_or_init(|| match std::thread::spawn(NodeCluster::start).join() {

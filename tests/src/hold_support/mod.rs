@@ -1,16 +1,15 @@
 //! What the hold tests, the race test and the hold benchmark share: an executor acting as the
 //! controller, TrainJobs, a status writer acting as Trainer, and the apiserver's audit log.
-#![allow(dead_code)]
 
 pub mod api;
 pub mod race;
 
 use std::time::Duration;
 
+use crate::{ControlPlane, Identity, control_plane::APISERVER_REQUEST_TIMEOUT};
 use chrono::{DateTime, Utc};
 use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry, resources};
 use holdfast_core::{hold::CallMeta, mode::Mode};
-use holdfast_tests::{ControlPlane, Identity, control_plane::APISERVER_REQUEST_TIMEOUT};
 use kube::{
     api::{Api, DynamicObject, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
@@ -71,7 +70,7 @@ pub async fn ensure_runtime(admin: &kube::Client) {
                 "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}}}]}}}
     }))
     .expect("runtime json");
-    Api::<DynamicObject>::all_with(admin.clone(), &holdfast_tests::objects::ctr_resource())
+    Api::<DynamicObject>::all_with(admin.clone(), &crate::objects::ctr_resource())
         .patch(
             RUNTIME,
             &PatchParams::apply("holdfast-tests"),

@@ -3,8 +3,8 @@
 //! every sequence it ever found replayed from `tests/adversary-corpus/`. See
 //! `holdfast_tests::adversary` and the README's "The adversary".
 //!
-//! CI size: `cargo test -p holdfast-tests --test adversary`. Long run:
-//! `HOLDFAST_ADVERSARY_SEQUENCES=10000 cargo test -p holdfast-tests --test adversary -- --nocapture generated`
+//! CI size: `cargo test -p holdfast-tests --test it -- adversary::`. Long run:
+//! `HOLDFAST_ADVERSARY_SEQUENCES=10000 cargo test -p holdfast-tests --test it -- adversary::generated --nocapture`
 //! (`HOLDFAST_ADVERSARY_SEED` to replay a seed).
 
 use holdfast_core::mode::Mode;

@@ -1,7 +1,7 @@
 //! Concurrent holds and releases in plain mode: see `hold_support::race` for what is run
 //! and checked. `HOLDFAST_RACE_CALLS` sets the number of calls (default 1000).
 
-mod hold_support;
+use holdfast_tests::hold_support;
 
 use std::time::Duration;
 

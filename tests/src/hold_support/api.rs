@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
+use crate::{ControlPlane, Identity};
 use holdfast_controller::api::{ApiState, KubeAuth, router};
 use holdfast_controller::hold::HoldExecutor;
 use holdfast_serve::{CertFiles, TlsServer};
-use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };

@@ -3,13 +3,13 @@
 //! kueue-mode executor acting as the controller and a readmission gate; and helpers that read
 //! Workloads.
 //!
-//! Included with `mod kueue_support;` next to `mod hold_support;`, whose helpers it uses.
-#![allow(dead_code)]
+//! It uses the helpers of `hold_support`.
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::hold_support::{annotation, client_without_retries, config, meta};
+use crate::{ControlPlane, Identity, kueue};
 use holdfast_controller::hold::HoldExecutor;
 use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
 use holdfast_core::{
@@ -17,7 +17,6 @@ use holdfast_core::{
     mode::Mode,
     names::{ANN_ATTEMPT, HOLD_FINALIZER},
 };
-use holdfast_tests::{ControlPlane, Identity, kueue};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -80,12 +79,20 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    pub async fn start(prefix: &str) -> Fixture {
-        Fixture::start_with(prefix, Setup::default()).await
+    /// A fixture on the control plane of the calling file's topic ([`ControlPlane::shared`]).
+    #[track_caller]
+    pub fn start(prefix: &str) -> impl Future<Output = Fixture> + '_ {
+        Fixture::start_with(prefix, Setup::default())
     }
 
-    pub async fn start_with(prefix: &str, setup: Setup<'_>) -> Fixture {
+    /// [`Fixture::start`] with [`Setup`].
+    #[track_caller]
+    pub fn start_with<'a>(prefix: &'a str, setup: Setup<'a>) -> impl Future<Output = Fixture> + 'a {
         let cp = ControlPlane::shared();
+        Fixture::start_on(cp, prefix, setup)
+    }
+
+    async fn start_on(cp: &'static ControlPlane, prefix: &str, setup: Setup<'_>) -> Fixture {
         cp.start_kueue().await.expect("kueue starts");
         let ns = cp.namespace(prefix).await.expect("namespace");
         let admin = cp.client(Identity::Admin).await.expect("admin");
@@ -447,11 +454,11 @@ pub struct Webhook {
 
 impl Webhook {
     pub async fn serve(f: &Fixture) -> Webhook {
+        use crate::registration::{Namespaces, Registration, Target};
         use holdfast_core::policy::{
             Identities,
             identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
         };
-        use holdfast_tests::registration::{Namespaces, Registration, Target};
         use k8s_openapi::api::admissionregistration::v1::{
             MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
         };

@@ -1,12 +1,12 @@
 //! Tier 3 smoke tests: a real node (containerd, runc, CNI, kubelet, kube-scheduler,
 //! kube-proxy) with the real JobSet and Trainer controllers, one cluster shared by the tests of
-//! this binary (`NodeCluster::shared`).
+//! this module (`NodeCluster::shared`).
 //!
 //! Opt-in: the node takes minutes to build the first time, so these tests are ignored unless
 //! asked for:
 //!
 //! ```sh
-//! cargo test -p holdfast-tests --test node -- --ignored --test-threads 1
+//! cargo test -p holdfast-tests --test it -- --ignored node:: --test-threads 1
 //! ```
 
 use futures::{AsyncBufReadExt, StreamExt};

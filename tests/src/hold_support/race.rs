@@ -22,6 +22,7 @@ use std::{
     time::Duration,
 };
 
+use crate::{ControlPlane, Identity};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, deadline_in_user_agent};
@@ -30,7 +31,6 @@ use holdfast_core::{
     mode::Mode,
     names::ANN_HOLD_INSTANCE,
 };
-use holdfast_tests::{ControlPlane, Identity};
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 
 use super::*;

@@ -38,8 +38,8 @@
 //! webhook is not served. Both tests restart the Kueue this test binary shares, so they run
 //! one at a time.
 
-mod hold_support;
-mod kueue_support;
+use holdfast_tests::hold_support;
+use holdfast_tests::kueue_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,9 +64,6 @@ use serde_json::{Value, json};
 const SETTLE: Duration = Duration::from_secs(120);
 /// How long a held or running job is watched after Kueue is back, to see it stay so.
 const STAYS: Duration = Duration::from_secs(5);
-
-/// Both tests restart the Kueue this test binary shares.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One test's world: the shared Kueue fixture (a namespace whose queue requires the
 /// readmission check, a runtime, a kueue-mode executor acting as the controller and a
@@ -380,7 +377,7 @@ fn controller_writes<'a>(events: &'a [Value], from: usize, ns: &str) -> Vec<&'a 
 
 #[tokio::test]
 async fn hold_stays_in_force_when_kueue_restarts_during_the_eviction_and_while_held() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
     let mut f = Fixture::start("kqf-hold").await;
     f.create_job("job", json!({})).await;
     f.open_and_run("job").await;
@@ -501,7 +498,7 @@ async fn hold_stays_in_force_when_kueue_restarts_during_the_eviction_and_while_h
 
 #[tokio::test]
 async fn release_passes_the_gate_exactly_once_when_kueue_restarts_during_readmission() {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
     let mut f = Fixture::start("kqf-release").await;
     f.create_job("job", json!({})).await;
     f.open_and_run("job").await;

@@ -12,8 +12,8 @@
 //! again, the held job is still held by the same instance and releases as usual: nothing
 //! needed repair.
 
-mod hold_support;
-mod kueue_support;
+use holdfast_tests::hold_support;
+use holdfast_tests::kueue_support;
 
 use hold_support::{annotation, meta};
 use holdfast_core::{

@@ -7,8 +7,8 @@
 //! No kubelet and no Trainer run here: where an execution's pods matter, the test creates
 //! them itself with the label the gate looks them up by, and deletes them as Trainer would.
 
-mod hold_support;
-mod kueue_support;
+use holdfast_tests::hold_support;
+use holdfast_tests::kueue_support;
 
 use std::time::Duration;
 

@@ -7,8 +7,8 @@
 //! plain mode: the real binary, `holdfast::WebhookReplica`), the executor and the
 //! readmission gate as holdfast's controller identity.
 
-mod hold_support;
-mod kueue_support;
+use holdfast_tests::hold_support;
+use holdfast_tests::kueue_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

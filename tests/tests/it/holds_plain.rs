@@ -1,7 +1,7 @@
 //! Holds in plain mode against the real apiserver, one test per rule of the seed
 //! (holds-are-workload-deactivation), and the hold API over HTTPS.
 
-mod hold_support;
+use holdfast_tests::hold_support;
 
 use std::{
     sync::{
