@@ -53,7 +53,7 @@ impl Backoffs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hold::resources;
+    use crate::resources;
 
     #[test]
     fn doubles_up_to_the_cap_and_resets() {

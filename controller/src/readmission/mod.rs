@@ -44,7 +44,7 @@ pub use checks::admission_check_resource;
 pub use error::Error;
 pub use metrics::ReadmissionMetrics;
 
-use crate::hold::{pods::JOBSET_NAME_LABEL, resources};
+use crate::{pods::JOBSET_NAME_LABEL, resources};
 
 /// How the gate runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::{Config, Error, ReadmissionMetrics, backoff::Backoffs, checks::CheckNames};
-use crate::hold::{
+use crate::{
     pods,
     resources::{self, WORKLOAD_JOB_UID_LABEL},
 };

@@ -8,7 +8,8 @@ pub mod race;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry, resources};
+use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry};
+use holdfast_controller::resources;
 use holdfast_core::{hold::CallMeta, mode::Mode};
 use holdfast_tests::{ControlPlane, Identity, control_plane::APISERVER_REQUEST_TIMEOUT};
 use kube::{
