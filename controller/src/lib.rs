@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod args;
+pub mod backoff;
 pub mod certs;
 pub mod hold;
 pub mod leader;

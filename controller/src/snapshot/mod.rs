@@ -46,7 +46,6 @@
 //!
 //! Only the leader writes: run it under [`crate::leader`] ([`Snapshotter::run_as_leader`]).
 
-mod backoff;
 mod configmaps;
 mod drift;
 mod error;
@@ -80,6 +79,7 @@ pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, Wri
 pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
 pub use trainjobs::{TrainJob, trainjob_resource};
 
+use crate::backoff::Backoffs;
 use crate::leader::{self, LeaderMetrics, LeaseConfig};
 use configmaps::ConfigMapIndex;
 use drift::DriftCache;
@@ -303,7 +303,7 @@ impl Snapshotter {
             configmaps: configmaps.clone(),
             runtimes,
             ledger: ledger::Ledger::default(),
-            backoff: backoff::Backoffs::new(config.retry_min, config.retry_max),
+            backoff: Backoffs::new(config.retry_min, config.retry_max),
             trainjobs: trainjobs.clone(),
             renderings: Mutex::default(),
         });
@@ -335,11 +335,12 @@ impl Snapshotter {
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .reconcile_on(retriggered)
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(reconcile::reconcile, reconcile::error_policy, ctx)
+            .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
             .for_each(|outcome| {
                 match outcome {
                     Ok(_) => {}
-                    Err(controller::Error::ObjectNotFound(_)) => {}
+                    // Deleted: its failures, if any, are forgotten.
+                    Err(controller::Error::ObjectNotFound(job)) => ctx.backoff.forget(&job),
                     // Logged by the error policy.
                     Err(controller::Error::ReconcilerFailed(..)) => {}
                     Err(e) => tracing::warn!(error = %e, "snapshot controller"),
