@@ -44,7 +44,7 @@
 //!   authorised like every call: it names namespaces and jobs).
 //! - [`resolve_runtime`]: the runtime every later use must see, snapshot first.
 //!
-//! Only the leader writes: run it under [`crate::leader`] ([`Snapshotter::run_as_leader`]).
+//! Only the leader writes: run it under [`crate::leader::run_as_leader`].
 
 mod configmaps;
 mod drift;
@@ -80,7 +80,6 @@ pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime}
 pub use trainjobs::{TrainJob, trainjob_resource};
 
 use crate::backoff::Backoffs;
-use crate::leader::{self, LeaderMetrics, LeaseConfig};
 use configmaps::ConfigMapIndex;
 use drift::DriftCache;
 use reconcile::Context;
@@ -194,32 +193,8 @@ impl Snapshotter {
         Ok(report)
     }
 
-    /// Waits for the Lease, then runs the reconciler while holding it. Returns `Ok` after a
-    /// graceful shutdown, [`Error::Leadership`] when the Lease was lost (the process should
-    /// exit: it must not write without the Lease).
-    pub async fn run_as_leader(
-        &self,
-        lease: LeaseConfig,
-        leader_metrics: LeaderMetrics,
-        shutdown: CancellationToken,
-    ) -> Result<(), Error> {
-        let this = self.clone();
-        let outcome = leader::run_as_leader(
-            self.inner.client.clone(),
-            lease,
-            leader_metrics,
-            shutdown,
-            move |token| async move { this.run(token).await },
-        )
-        .await;
-        match outcome {
-            Ok(None) => Ok(()),
-            Ok(Some(result)) => result,
-            Err(lost) => Err(lost.into()),
-        }
-    }
-
-    /// Runs the reconciler until `shutdown` is cancelled. Does no leader election itself.
+    /// Runs the reconciler until `shutdown` is cancelled. Does no leader election itself: run
+    /// it under [`crate::leader::run_as_leader`].
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), Error> {
         // Also when this future is dropped (leadership lost, task aborted).
         let _stopped = Stopped(self);
