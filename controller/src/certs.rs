@@ -15,6 +15,7 @@
 //!   (the trust bundle, for clients such as the CLI). The webhook pods mount theirs and reload
 //!   it by content.
 
+use crate::backoff::Backoff;
 use holdfast_certs::rotation::{self, decide_serving};
 use holdfast_certs::{
     Authority, AuthorityDecision, CertError, CertificateInfo, RotationPolicy, ServingDecision,
@@ -568,11 +569,11 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
 /// `check_interval`, with a doubling backoff (from one second) after an error.
 pub async fn run(client: Client, config: CertConfig, shutdown: CancellationToken) {
     const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, config.check_interval).without_jitter();
     loop {
         let wait = match reconcile(&client, &config).await {
             Ok(outcome) => {
-                backoff = FIRST_BACKOFF;
+                backoff.succeeded();
                 let until = outcome
                     .next_change
                     .duration_since(SystemTime::now())
@@ -581,9 +582,7 @@ pub async fn run(client: Client, config: CertConfig, shutdown: CancellationToken
             }
             Err(e) => {
                 tracing::warn!(error = %e, kind = e.metric_label(), "certificate reconcile failed; retrying");
-                let w = backoff;
-                backoff = (backoff * 2).min(config.check_interval);
-                w
+                backoff.failed()
             }
         };
         tokio::select! {

@@ -4,12 +4,14 @@
 
 pub mod api;
 pub mod args;
+pub mod backoff;
 pub mod certs;
 pub mod hold;
 pub mod leader;
 pub mod metrics;
-pub mod preflight;
+pub mod pods;
 pub mod readmission;
+pub mod resources;
 pub mod snapshot;
 pub mod wiring;
 pub use args::Args;

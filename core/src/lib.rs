@@ -2,7 +2,6 @@
 //! as pure functions of what was read. Nothing here performs I/O.
 #![forbid(unsafe_code)]
 
-pub mod classify;
 pub mod hold;
 pub mod mode;
 pub mod names;

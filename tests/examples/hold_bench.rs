@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
 
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(client_without_retries(cp, Identity::Controller).await, &ns);
-    let selector = holdfast_controller::hold::pods::execution_selector("bench");
+    let selector = holdfast_controller::pods::execution_selector("bench");
     let mut pair = Series::new("raw GET+UPDATE");
     let mut list = Series::new("raw LIST pods");
     let mut hold = Series::new("Hold");

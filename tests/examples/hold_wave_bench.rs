@@ -76,7 +76,7 @@ async fn raw_pair(
         return "GET failed".into();
     };
     if list_pods {
-        let selector = holdfast_controller::hold::pods::execution_selector(&job);
+        let selector = holdfast_controller::pods::execution_selector(&job);
         if pods
             .list(&ListParams::default().labels(&selector))
             .await

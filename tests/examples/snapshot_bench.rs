@@ -21,7 +21,7 @@
 
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt, stream};
-use holdfast_controller::leader::{LeaderMetrics, LeaseConfig};
+use holdfast_controller::leader::{self, LeaderMetrics, LeaseConfig};
 use holdfast_controller::snapshot::{Config, SnapshotMetrics, Snapshotter};
 use holdfast_core::names;
 use holdfast_serve::Readiness;
@@ -93,7 +93,7 @@ async fn child(kubeconfig: PathBuf, args: &Args) -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = SnapshotMetrics::default();
     metrics.register(&mut registry);
-    let snapshotter = Snapshotter::new(client, config, metrics, Readiness::default());
+    let snapshotter = Snapshotter::new(client.clone(), config, metrics, Readiness::default());
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     std::thread::spawn(move || {
@@ -102,9 +102,12 @@ async fn child(kubeconfig: PathBuf, args: &Args) -> anyhow::Result<()> {
         stop.cancel();
     });
     let lease = LeaseConfig::new(&args.lease_namespace, "holdfast-controller", "bench");
-    snapshotter
-        .run_as_leader(lease, LeaderMetrics::default(), shutdown)
-        .await?;
+    let work = move |token| async move { snapshotter.run(token).await };
+    if let Some(result) =
+        leader::run_as_leader(client, lease, LeaderMetrics::default(), shutdown, work).await?
+    {
+        result?;
+    }
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     for line in text.lines().filter(|l| {

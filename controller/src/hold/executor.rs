@@ -19,11 +19,11 @@ use tokio::time::Duration as TokioDuration;
 use super::{
     hooks::{Hooks, WritePoint},
     metrics::{CallMetrics, MetricCall},
-    pods,
+    preflight::{self, Capability, CapabilityVerdict, PreflightReport},
     requests::{CallRequests, ReadRequest, RequestError},
-    resources::{self, WORKLOAD_JOB_UID_LABEL},
 };
-use crate::preflight::{self, Capability, CapabilityVerdict, PreflightReport};
+use crate::pods;
+use crate::resources::{self, WORKLOAD_JOB_UID_LABEL};
 use holdfast_cluster::queues::Queues;
 
 /// How the executor talks to the apiserver.

@@ -11,9 +11,8 @@
 mod executor;
 mod hooks;
 mod metrics;
-pub mod pods;
+pub mod preflight;
 mod requests;
-pub mod resources;
 
 pub use executor::{ExecutorConfig, HoldExecutor, client_without_retry};
 pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};

@@ -432,7 +432,7 @@ mod tests {
             "hold",
         );
         let err = reqs
-            .get(&super::super::resources::trainjob(), "ns", "tj")
+            .get(&crate::resources::trainjob(), "ns", "tj")
             .await
             .expect_err("too late");
         assert!(

@@ -21,7 +21,6 @@
 //! Only the leader may run this: every write assumes it is the only gate. Run it under
 //! [`crate::leader`]; [`run`] does no leader election itself.
 
-mod backoff;
 mod checks;
 mod error;
 mod metrics;
@@ -44,7 +43,8 @@ pub use checks::admission_check_resource;
 pub use error::Error;
 pub use metrics::ReadmissionMetrics;
 
-use crate::hold::{pods::JOBSET_NAME_LABEL, resources};
+use crate::backoff::Backoffs;
+use crate::{pods::JOBSET_NAME_LABEL, resources};
 
 /// How the gate runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,7 +214,7 @@ impl ReadmissionGate {
             metrics: self.metrics.clone(),
             workloads: workloads.clone(),
             checks: check_names,
-            backoff: backoff::Backoffs::new(config.retry_min, config.retry_max),
+            backoff: Backoffs::new(config.retry_min, config.retry_max),
             queues,
             recorder,
             ungated: std::sync::Mutex::default(),
@@ -245,12 +245,14 @@ impl ReadmissionGate {
             ))
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(reconcile::reconcile, reconcile::error_policy, ctx)
+            .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
             .for_each(|outcome| {
                 match outcome {
-                    Ok(_)
-                    | Err(controller::Error::ObjectNotFound(_))
-                    | Err(controller::Error::ReconcilerFailed(..)) => {}
+                    // Deleted: its failures, if any, are forgotten.
+                    Err(controller::Error::ObjectNotFound(trainjob)) => {
+                        ctx.backoff.forget(&trainjob)
+                    }
+                    Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
                     Err(e) => tracing::warn!(error = %e, "readmission controller"),
                 }
                 futures::future::ready(())

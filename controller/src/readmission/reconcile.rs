@@ -28,8 +28,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::{Config, Error, ReadmissionMetrics, backoff::Backoffs, checks::CheckNames};
-use crate::hold::{
+use super::{Config, Error, ReadmissionMetrics, checks::CheckNames};
+use crate::backoff::Backoffs;
+use crate::{
     pods,
     resources::{self, WORKLOAD_JOB_UID_LABEL},
 };
@@ -44,7 +45,9 @@ pub(crate) struct Context {
     pub(crate) metrics: ReadmissionMetrics,
     pub(crate) workloads: Store<DynamicObject>,
     pub(crate) checks: CheckNames,
-    pub(crate) backoff: Backoffs,
+    /// Per TrainJob, keyed as the Controller names it in `ObjectNotFound`, so that a deleted
+    /// TrainJob is forgotten.
+    pub(crate) backoff: Backoffs<ObjectRef<DynamicObject>>,
     pub(crate) queues: Queues,
     pub(crate) recorder: Recorder,
     /// TrainJobs under holdfast's control whose Workload is in a queue without the gate.
@@ -113,14 +116,14 @@ pub(crate) async fn reconcile(
     let ours = ctx.checks.names();
     let cached = serde_json::to_value(&*trainjob)?;
     let cached_workloads = ctx.cached_workloads(&namespace, &uid);
-    let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob());
+    let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob()).erase();
     watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
     if !needs_work(&cached, &cached_workloads, &ours) {
-        ctx.backoff.reset(&key);
+        ctx.backoff.succeeded(&key);
         return Ok(Action::requeue(ctx.config.resync));
     }
     let action = drive(&ctx, &namespace, &name, &uid, &ours).await?;
-    ctx.backoff.reset(&key);
+    ctx.backoff.succeeded(&key);
     Ok(action)
 }
 
@@ -196,8 +199,8 @@ pub(crate) fn error_policy(
     ctx: Arc<Context>,
 ) -> Action {
     ctx.metrics.failed(error.metric_label());
-    let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob());
-    let delay = ctx.backoff.next(&key);
+    let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob()).erase();
+    let delay = ctx.backoff.failed(&key);
     tracing::warn!(
         namespace = trainjob.namespace().unwrap_or_default(),
         name = trainjob.name_any(),

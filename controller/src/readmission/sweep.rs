@@ -20,7 +20,7 @@ use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, reconcile::Context};
-use crate::hold::resources::{self, WORKLOAD_JOB_UID_LABEL};
+use crate::resources::{self, WORKLOAD_JOB_UID_LABEL};
 
 pub(crate) async fn run(
     ctx: Arc<Context>,

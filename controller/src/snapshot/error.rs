@@ -41,9 +41,6 @@ pub enum Error {
     /// An object could not be converted (a bug, not an input problem).
     #[error("converting an object failed: {0}")]
     Convert(#[from] serde_json::Error),
-    /// Leadership was lost while reconciling.
-    #[error(transparent)]
-    Leadership(#[from] crate::leader::LeaderError),
     /// The reconciler is not running (a standby replica, or before start-up).
     #[error("the snapshot reconciler is not running on this replica")]
     NotRunning,
@@ -69,7 +66,6 @@ impl Error {
             Error::Snapshot(e) => e.metric_label(),
             Error::Fault(f) => f.metric_label(),
             Error::Convert(_) => "convert",
-            Error::Leadership(e) => e.metric_label(),
             Error::NotRunning => "not_running",
         }
     }

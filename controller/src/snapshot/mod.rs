@@ -44,9 +44,8 @@
 //!   authorised like every call: it names namespaces and jobs).
 //! - [`resolve_runtime`]: the runtime every later use must see, snapshot first.
 //!
-//! Only the leader writes: run it under [`crate::leader`] ([`Snapshotter::run_as_leader`]).
+//! Only the leader writes: run it under [`crate::leader::run_as_leader`].
 
-mod backoff;
 mod configmaps;
 mod drift;
 mod error;
@@ -80,7 +79,7 @@ pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, Wri
 pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
 pub use trainjobs::{TrainJob, trainjob_resource};
 
-use crate::leader::{self, LeaderMetrics, LeaseConfig};
+use crate::backoff::Backoffs;
 use configmaps::ConfigMapIndex;
 use drift::DriftCache;
 use reconcile::Context;
@@ -194,32 +193,8 @@ impl Snapshotter {
         Ok(report)
     }
 
-    /// Waits for the Lease, then runs the reconciler while holding it. Returns `Ok` after a
-    /// graceful shutdown, [`Error::Leadership`] when the Lease was lost (the process should
-    /// exit: it must not write without the Lease).
-    pub async fn run_as_leader(
-        &self,
-        lease: LeaseConfig,
-        leader_metrics: LeaderMetrics,
-        shutdown: CancellationToken,
-    ) -> Result<(), Error> {
-        let this = self.clone();
-        let outcome = leader::run_as_leader(
-            self.inner.client.clone(),
-            lease,
-            leader_metrics,
-            shutdown,
-            move |token| async move { this.run(token).await },
-        )
-        .await;
-        match outcome {
-            Ok(None) => Ok(()),
-            Ok(Some(result)) => result,
-            Err(lost) => Err(lost.into()),
-        }
-    }
-
-    /// Runs the reconciler until `shutdown` is cancelled. Does no leader election itself.
+    /// Runs the reconciler until `shutdown` is cancelled. Does no leader election itself: run
+    /// it under [`crate::leader::run_as_leader`].
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), Error> {
         // Also when this future is dropped (leadership lost, task aborted).
         let _stopped = Stopped(self);
@@ -303,7 +278,7 @@ impl Snapshotter {
             configmaps: configmaps.clone(),
             runtimes,
             ledger: ledger::Ledger::default(),
-            backoff: backoff::Backoffs::new(config.retry_min, config.retry_max),
+            backoff: Backoffs::new(config.retry_min, config.retry_max),
             trainjobs: trainjobs.clone(),
             renderings: Mutex::default(),
         });
@@ -335,11 +310,12 @@ impl Snapshotter {
             .with_config(controller::Config::default().concurrency(config.concurrency))
             .reconcile_on(retriggered)
             .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(reconcile::reconcile, reconcile::error_policy, ctx)
+            .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
             .for_each(|outcome| {
                 match outcome {
                     Ok(_) => {}
-                    Err(controller::Error::ObjectNotFound(_)) => {}
+                    // Deleted: its failures, if any, are forgotten.
+                    Err(controller::Error::ObjectNotFound(job)) => ctx.backoff.forget(&job),
                     // Logged by the error policy.
                     Err(controller::Error::ReconcilerFailed(..)) => {}
                     Err(e) => tracing::warn!(error = %e, "snapshot controller"),

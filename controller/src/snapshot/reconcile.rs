@@ -32,7 +32,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::backoff::Backoffs;
 use super::configmaps::{ConfigMapIndex, SnapshotMeta};
 use super::events::{Notice, warn};
 use super::kinds::RuntimeKind;
@@ -40,6 +39,7 @@ use super::ledger::{JobKey, Known, Ledger, Refused, digest};
 use super::runtimes::{RuntimeIndex, RuntimeKey};
 use super::trainjobs::{TrainJob, Watched};
 use super::{Config, Error, SnapshotMetrics};
+use crate::backoff::Backoffs;
 
 /// Everything a reconciliation reads from and writes with.
 pub struct Context {
@@ -50,7 +50,9 @@ pub struct Context {
     pub configmaps: ConfigMapIndex,
     pub runtimes: Arc<RuntimeIndex>,
     pub ledger: Ledger,
-    pub backoff: Backoffs,
+    /// Per TrainJob, keyed as the Controller names it in `ObjectNotFound` (erased), so that a
+    /// deleted TrainJob is forgotten.
+    pub backoff: Backoffs<ObjectRef<DynamicObject>>,
     pub trainjobs: Store<Watched>,
     /// The latest rendering of each runtime snapshotted.
     pub renderings: Mutex<HashMap<RuntimeKey, Arc<Rendered>>>,
@@ -76,9 +78,9 @@ pub async fn reconcile(job: Arc<Watched>, ctx: Arc<Context>) -> Result<Action, E
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    let job_ref = ObjectRef::from_obj(job.as_ref());
+    let job_ref = ObjectRef::from_obj(job.as_ref()).erase();
     match &outcome {
-        Ok(_) => ctx.backoff.reset(&job_ref),
+        Ok(_) => ctx.backoff.succeeded(&job_ref),
         Err(e) => ctx.metrics.failure(e.metric_label()),
     }
     outcome
@@ -86,8 +88,8 @@ pub async fn reconcile(job: Arc<Watched>, ctx: Arc<Context>) -> Result<Action, E
 
 /// The error policy: retry the TrainJob with its own exponential backoff.
 pub fn error_policy(job: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Action {
-    let job_ref = ObjectRef::from_obj(job.as_ref());
-    let delay = ctx.backoff.next(&job_ref);
+    let job_ref = ObjectRef::from_obj(job.as_ref()).erase();
+    let delay = ctx.backoff.failed(&job_ref);
     let meta = job.meta();
     let (namespace, trainjob) = (
         meta.namespace.as_deref().unwrap_or_default(),

@@ -7,7 +7,7 @@
 //! hundred bytes per TrainJob. Objects arrive wrapped in a [`DeserializeGuard`]: one that does
 //! not decode (a CRD version this code does not know) is reported, not a failed watch.
 
-use holdfast_core::classify::trainjob_finished;
+use holdfast_core::hold::classify::trainjob_finished;
 use holdfast_core::names;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

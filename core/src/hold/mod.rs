@@ -11,6 +11,7 @@
 //! Workload and Open writes the TrainJob ([`Call::target`]).
 
 mod call;
+pub mod classify;
 mod decide;
 mod error;
 pub mod object;

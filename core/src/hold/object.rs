@@ -5,11 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::classify;
 use super::{HeldObject, HoldError, HoldState};
-use crate::{
-    classify,
-    names::{ANN_ATTEMPT, ANN_OPENED},
-};
+use crate::names::{ANN_ATTEMPT, ANN_OPENED};
 
 /// The value of annotation `key` on `obj`, if present and a string.
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {

@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::classify::{self, ObjectState, Observed};
 use super::{HeldObject, HoldError, HoldState, object};
 use crate::{
-    classify::{self, ObjectState, Observed},
     mode::Mode,
     names::{ANN_HOLD_FOUND, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
 };

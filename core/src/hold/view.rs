@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::classify;
 use super::{Call, HeldObject, HoldError, object};
 use crate::{
-    classify,
     mode::Mode,
     names::{ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
 };

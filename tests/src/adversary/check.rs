@@ -8,7 +8,7 @@
 
 use super::history::{Event, Kind};
 use super::ops::JOB;
-use holdfast_core::classify::trainjob_finished;
+use holdfast_core::hold::classify::trainjob_finished;
 use holdfast_core::hold::{HoldError, Outcome, RejectCause, Status, object};
 use holdfast_core::mode::Mode;
 use holdfast_core::names::{

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::{ControlPlane, Identity, control_plane::APISERVER_REQUEST_TIMEOUT};
 use chrono::{DateTime, Utc};
-use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry, resources};
+use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry};
+use holdfast_controller::resources;
 use holdfast_core::{hold::CallMeta, mode::Mode};
 use kube::{
     api::{Api, DynamicObject, Patch, PatchParams, PostParams},

@@ -47,8 +47,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use hold_support::{annotation, meta, resource_version, settled_audit, suspended};
 use holdfast_core::{
-    classify::ObjectState,
     hold::Outcome,
+    hold::classify::ObjectState,
     names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_REASON},
     readmission::{WaitReason, claimed_attempt},
 };

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hold_support::{annotation, meta, settled_audit};
 use holdfast_core::{
-    classify::ObjectState,
+    hold::classify::ObjectState,
     hold::{Outcome, RejectCause},
     mode::Mode,
     names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_REASON, HOLD_FINALIZER},
@@ -307,9 +307,11 @@ async fn kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_ho
         status.state,
         ObjectState::HeldByUs {
             instance: Some(1),
-            underlying: Some(holdfast_core::classify::Underlying::DeactivatedByKueue {
-                reason: "DeactivatedDueToMaximumExecutionTimeExceeded".into()
-            })
+            underlying: Some(
+                holdfast_core::hold::classify::Underlying::DeactivatedByKueue {
+                    reason: "DeactivatedDueToMaximumExecutionTimeExceeded".into()
+                }
+            )
         }
     );
     f.finish().await;
@@ -513,7 +515,9 @@ async fn kueue_preflight_probes_workload_updates_and_the_readmission_check() {
                 let r = f.exec.preflight(Some((&f.ns, "job"))).await;
                 r.checks
                     .iter()
-                    .all(|c| c.result != holdfast_controller::preflight::CheckResult::NotChecked)
+                    .all(|c| {
+                        c.result != holdfast_controller::hold::preflight::CheckResult::NotChecked
+                    })
                     .then_some(r)
             },
         )
@@ -521,18 +525,18 @@ async fn kueue_preflight_probes_workload_updates_and_the_readmission_check() {
     let failed: Vec<_> = report
         .checks
         .iter()
-        .filter(|c| c.result != holdfast_controller::preflight::CheckResult::Passed)
+        .filter(|c| c.result != holdfast_controller::hold::preflight::CheckResult::Passed)
         .collect();
     assert!(failed.is_empty(), "every probe passes: {failed:#?}");
     assert!(
         report
             .checks
             .iter()
-            .any(|c| c.probe == holdfast_controller::preflight::Probe::ReadmissionCheck)
+            .any(|c| c.probe == holdfast_controller::hold::preflight::Probe::ReadmissionCheck)
     );
     assert!(
         report
-            .check(holdfast_controller::preflight::Gated::Hold)
+            .check(holdfast_controller::hold::preflight::Gated::Hold)
             .is_ok()
     );
     let after = f.workloads("job").await;

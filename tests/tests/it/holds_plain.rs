@@ -784,7 +784,7 @@ async fn refuse_holds_in(cp: &ControlPlane, ns: &str) {
 
 #[tokio::test]
 async fn failed_preflight_makes_hold_and_release_unsupported() {
-    use holdfast_controller::preflight::{CheckResult, Gated, Probe};
+    use holdfast_controller::hold::preflight::{CheckResult, Gated, Probe};
     let cp = ControlPlane::shared();
     let ns = cp.namespace("preflight").await.expect("namespace");
     create_trainjob(cp, &ns, "mnist", false).await;
@@ -850,7 +850,7 @@ async fn failed_preflight_makes_hold_and_release_unsupported() {
 /// `holds_kueue`.)
 #[tokio::test]
 async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
-    use holdfast_controller::hold::resources;
+    use holdfast_controller::resources;
     let cp = ControlPlane::shared();
     let ns = cp.namespace("kueue-io").await.expect("namespace");
     // The chart's kueue-mode roles: the controller updates Workloads.

@@ -17,8 +17,8 @@ use holdfast_tests::kueue_support;
 
 use hold_support::{annotation, meta};
 use holdfast_core::{
-    classify::ObjectState,
     hold::Outcome,
+    hold::classify::ObjectState,
     names::{ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, LABEL_RUNTIME_SNAPSHOT},
 };
 use holdfast_tests::{Identity, kueue};

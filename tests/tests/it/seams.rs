@@ -17,7 +17,7 @@ use std::time::Duration;
 use hold_support::{annotation, meta};
 use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry};
 use holdfast_core::{
-    classify::{ObjectState, Underlying},
+    hold::classify::{ObjectState, Underlying},
     hold::{HoldError, Outcome, RejectCause},
     mode::Mode,
     names::{ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, HOLD_FINALIZER, QUEUE_NAME_LABEL},

@@ -7,10 +7,10 @@
 //! Go program in `tests/cluster/trainer-snapshot`.
 
 use futures::FutureExt;
-use holdfast_controller::leader::{LeaderMetrics, LeaseConfig};
+use holdfast_controller::leader::{self, LeaderError, LeaderMetrics, LeaseConfig};
 use holdfast_controller::snapshot::{
-    self, Config, ReasonLabels, RuntimeLabels, RuntimeOrigin, SnapshotMetrics, Snapshotter,
-    WriterLabels, resolve_runtime,
+    Config, ReasonLabels, RuntimeLabels, RuntimeOrigin, SnapshotMetrics, Snapshotter, WriterLabels,
+    resolve_runtime,
 };
 use holdfast_core::names;
 use holdfast_core::snapshot::Writer;
@@ -690,7 +690,12 @@ async fn losing_the_lease_stops_the_reconciler() {
         .expect("the reconciler stops")
         .expect("joined");
     assert!(
-        matches!(outcome, Err(snapshot::Error::Leadership(_))),
+        matches!(
+            outcome
+                .as_ref()
+                .map_err(|e| e.downcast_ref::<LeaderError>()),
+            Err(Some(LeaderError::Lost { .. }))
+        ),
         "{outcome:?}"
     );
     assert!(!r.readiness.get());
@@ -1153,7 +1158,7 @@ struct Running {
     metrics: SnapshotMetrics,
     readiness: Readiness,
     stop: CancellationToken,
-    task: JoinHandle<Result<(), snapshot::Error>>,
+    task: JoinHandle<anyhow::Result<()>>,
 }
 
 impl Running {
@@ -1195,7 +1200,7 @@ async fn start(cp: &ControlPlane, ns: &str) -> Running {
     let task = tokio::spawn({
         let s = snapshotter.clone();
         let stop = stop.clone();
-        async move { s.run(stop).await }
+        async move { Ok(s.run(stop).await?) }
     });
     wait_for(
         "the reconciler to be ready",
@@ -1227,12 +1232,20 @@ fn start_replica_with(client: kube::Client, ns: &str, lease: LeaseConfig) -> Run
     let readiness = Readiness::default();
     let mut config = test_config(ns);
     config.instance = Some(lease.identity.clone());
-    let snapshotter = Snapshotter::new(client, config, metrics.clone(), readiness.clone());
+    let snapshotter = Snapshotter::new(client.clone(), config, metrics.clone(), readiness.clone());
     let stop = CancellationToken::new();
+    // As the controller runs it: under the Lease, through the production path.
     let task = tokio::spawn({
         let s = snapshotter.clone();
         let stop = stop.clone();
-        async move { s.run_as_leader(lease, LeaderMetrics::default(), stop).await }
+        async move {
+            let work = move |token| async move { s.run(token).await };
+            match leader::run_as_leader(client, lease, LeaderMetrics::default(), stop, work).await {
+                Ok(None) => Ok(()),
+                Ok(Some(result)) => Ok(result?),
+                Err(lost) => Err(lost.into()),
+            }
+        }
     });
     Running {
         snapshotter,

@@ -33,7 +33,8 @@ use kube::core::params::ListParams;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::hold::{CallRequests, HoldExecutor, ReadRequest, resources};
+use super::{CallRequests, HoldExecutor, ReadRequest};
+use crate::resources;
 
 /// What preflight probes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -294,7 +295,7 @@ impl PreflightReport {
                 c.result == CheckResult::NotChecked
                     && c.detail
                         .as_deref()
-                        .is_some_and(|d| d.starts_with(crate::hold::UNREACHABLE))
+                        .is_some_and(|d| d.starts_with(super::UNREACHABLE))
             })
     }
 

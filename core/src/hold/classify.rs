@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{hold::HoldState, mode::Mode};
+use super::HoldState;
+use crate::mode::Mode;
 
 /// The prefix of the Evicted reason Kueue gives a Workload it deactivated for its own
 /// reasons (`DeactivatedDueToRequeuingLimitExceeded`,
