@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod classify;
+pub mod duration;
 pub mod hold;
 pub mod mode;
 pub mod names;
