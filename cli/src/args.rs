@@ -3,6 +3,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
+use holdfast_core::duration;
 
 /// Call holdfast's hold API: place, lift and inspect holds on Kubeflow TrainJobs.
 #[derive(Parser, Debug)]
@@ -36,7 +37,7 @@ pub enum Command {
         #[arg(long)]
         reason: Option<String>,
         /// The call's deadline, from now (e.g. 30s, 500ms, 2m).
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = duration::parse)]
         deadline_in: Duration,
     },
     /// Lift hold INSTANCE, if it is the one in force.
@@ -45,14 +46,14 @@ pub enum Command {
         target: Target,
         #[arg(long)]
         instance: u64,
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = duration::parse)]
         deadline_in: Duration,
     },
     /// Open a TrainJob's start gate.
     Open {
         #[arg(value_parser = parse_target)]
         target: Target,
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = duration::parse)]
         deadline_in: Duration,
     },
     /// Show the hold in force, the opened mark, A and the TrainJob's state.
@@ -92,35 +93,6 @@ pub fn parse_target(s: &str) -> Result<Target, String> {
     }
 }
 
-/// `500ms`, `30s`, `2m`, `1h`, or several run together (`1m30s`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?} is not a duration like 30s, 500ms, 2m or 1m30s");
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(bad());
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
-        let unit = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            _ => return Err(bad()),
-        };
-        total = total.saturating_add(unit);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,17 +108,6 @@ mod tests {
         );
         for bad in ["mnist", "/mnist", "team-a/", "a/b/c"] {
             assert!(parse_target(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn durations_have_units() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        for bad in ["", "30", "s", "3x", "-1s", "1.5s"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }
 
@@ -179,5 +140,21 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["holdfast", "release", "team-a/mnist"]).is_err());
+        let open = |deadline: &str| {
+            Cli::try_parse_from([
+                "holdfast",
+                "open",
+                "team-a/mnist",
+                "--deadline-in",
+                deadline,
+            ])
+            .map(|cli| match cli.command {
+                Command::Open { deadline_in, .. } => deadline_in,
+                other => panic!("{other:?}"),
+            })
+        };
+        assert_eq!(open("1m30s").ok(), Some(Duration::from_secs(90)));
+        assert_eq!(open("500ms").ok(), Some(Duration::from_millis(500)));
+        assert!(open("30").is_err());
     }
 }

@@ -1,7 +1,18 @@
-//! Command-line flags (each also an environment variable).
+//! Command-line flags (each also an environment variable), and the configuration each part
+//! gets from them ([`Args::configs`]). With the wiring, the only module that knows the
+//! command line: every part is given its own configuration, never the flags.
 
+use crate::certs::{CertConfig, CertsError, ServingSecret};
+use crate::hold::ExecutorConfig;
+use crate::leader::{self, LeaseConfig};
+use crate::{readmission, snapshot};
+use holdfast_certs::RotationPolicy;
+use holdfast_core::duration;
 use holdfast_core::mode::Mode;
-use std::{net::SocketAddr, path::PathBuf};
+use holdfast_core::snapshot::RuntimeResources;
+use holdfast_serve::{AdminArgs, ClientArgs, LogArgs, TlsArgs};
+use std::net::SocketAddr;
+use std::time::Duration;
 
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
@@ -14,25 +25,20 @@ pub struct Args {
     #[arg(long, env = "HOLDFAST_MODE", default_value = "plain")]
     pub mode: Mode,
     #[command(flatten)]
-    pub log: holdfast_serve::LogArgs,
-    /// Path to a kubeconfig; in-cluster configuration when absent.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    pub log: LogArgs,
+    #[command(flatten)]
+    pub client: ClientArgs,
     /// Address of the hold API (HTTPS).
     #[arg(long, env = "HOLDFAST_API_ADDR", default_value = "0.0.0.0:8443")]
     pub api_addr: SocketAddr,
-    /// Address of the admin endpoints: /livez, /readyz, /metrics (plain HTTP).
-    #[arg(long, env = "HOLDFAST_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
-    pub admin_addr: SocketAddr,
-    /// TLS certificate (PEM chain) of the hold API; re-read when it changes.
-    #[arg(long, env = "HOLDFAST_TLS_CERT")]
-    pub tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM) of the hold API.
-    #[arg(long, env = "HOLDFAST_TLS_KEY")]
-    pub tls_key: Option<PathBuf>,
-    /// The apiserver's --request-timeout, in seconds; CallBound is this plus a margin.
-    #[arg(long, env = "HOLDFAST_APISERVER_REQUEST_TIMEOUT", default_value_t = 60)]
-    pub apiserver_request_timeout_secs: u64,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// The hold API's certificate; without both files the API is not served.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// The apiserver's --request-timeout (e.g. 60s); CallBound is this plus a margin.
+    #[arg(long, env = "HOLDFAST_APISERVER_REQUEST_TIMEOUT", default_value = "60s", value_parser = duration::parse)]
+    pub apiserver_request_timeout: Duration,
     /// Namespace of the leader-election Lease.
     #[arg(
         long,
@@ -45,7 +51,7 @@ pub struct Args {
     pub identity: Option<String>,
     /// Webhook certificate management (`--cert-*`).
     #[command(flatten)]
-    pub certs: crate::certs::CertArgs,
+    pub certs: CertArgs,
     /// Name of the leader-election Lease (in --lease-namespace).
     #[arg(
         long,
@@ -53,27 +59,300 @@ pub struct Args {
         default_value = "holdfast-controller"
     )]
     pub lease_name: String,
-    /// Seconds a standby waits after the Lease last changed before taking it over; the
-    /// leader renews every third of it and gives up after two thirds without a renewal.
-    #[arg(long, env = "HOLDFAST_LEASE_DURATION_SECS", default_value_t = 15)]
-    pub lease_duration_secs: u64,
+    /// How long a standby waits after the Lease last changed before taking it over (at
+    /// least 3s); the leader renews every third of it and gives up after two thirds without
+    /// a renewal.
+    #[arg(long, env = "HOLDFAST_LEASE_DURATION", default_value = "15s", value_parser = duration::parse)]
+    pub lease_duration: Duration,
     /// Watch TrainJobs (and their snapshots) in this namespace only; all when absent.
     #[arg(long, env = "HOLDFAST_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
     /// At most this many TrainJobs are snapshotted at once.
     #[arg(long, env = "HOLDFAST_SNAPSHOT_CONCURRENCY", default_value_t = 8)]
     pub snapshot_concurrency: u16,
-    /// Hold calls act as though their deadline were this many milliseconds earlier, so that
+    /// Hold calls act as though their deadline were this much earlier (e.g. 50ms), so that
     /// every request reaches the apiserver before the deadline, not merely leaves before it.
-    #[arg(long, env = "HOLDFAST_HOLD_TRANSIT_MARGIN_MS", default_value_t = 50)]
-    pub hold_transit_margin_ms: u64,
+    #[arg(long, env = "HOLDFAST_HOLD_TRANSIT_MARGIN", default_value = "50ms", value_parser = duration::parse)]
+    pub hold_transit_margin: Duration,
     /// Runtime kinds besides Trainer's TrainingRuntime and ClusterTrainingRuntime, as
     /// `group/plural` (e.g. `slurm.example.com/slurmruntimes`), comma-separated: only these
     /// are read, watched and snapshotted (the chart passes `runtimes.extra`).
     #[arg(long, env = "HOLDFAST_EXTRA_RUNTIME_RESOURCES", value_delimiter = ',')]
     pub extra_runtime_resources: Vec<String>,
-    /// Seconds between preflight probes (the capability of each call is probed again this
+    /// Time between preflight probes (the capability of each call is probed again this
     /// often; a call trusts a probe at most twice this old, and probes itself otherwise).
-    #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL_SECS", default_value_t = 30)]
-    pub preflight_interval_secs: u64,
+    #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL", default_value = "30s", value_parser = duration::parse)]
+    pub preflight_interval: Duration,
+}
+
+/// Who provides the serving certificates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CertMode {
+    /// The controller makes a CA and serving certificates, keeps them in Secrets, injects the
+    /// caBundle and rotates them.
+    #[value(name = "self-managed")]
+    SelfManaged,
+    /// Someone else does (cert-manager, or a Secret the user supplies); nothing is done here.
+    External,
+}
+
+/// The certificate flags of the controller (each also an environment variable).
+#[derive(clap::Args, Debug, Clone)]
+pub struct CertArgs {
+    /// self-managed: make, store and rotate the webhook's and the hold API's certificates;
+    /// external: they come from cert-manager or a user-supplied Secret.
+    #[arg(
+        long = "cert-mode",
+        env = "HOLDFAST_CERT_MODE",
+        value_enum,
+        default_value = "external"
+    )]
+    pub cert_mode: CertMode,
+    /// Namespace of the certificate Secrets (holdfast's own).
+    #[arg(
+        long,
+        env = "HOLDFAST_CERT_NAMESPACE",
+        default_value = "holdfast-system"
+    )]
+    pub cert_namespace: String,
+    /// Secret holding the CA (certificate, key, trust bundle).
+    #[arg(long, env = "HOLDFAST_CERT_CA_SECRET", default_value = "holdfast-ca")]
+    pub cert_ca_secret: String,
+    /// Secret holding the webhook's serving certificate.
+    #[arg(
+        long,
+        env = "HOLDFAST_CERT_WEBHOOK_SECRET",
+        default_value = "holdfast-webhook-tls"
+    )]
+    pub cert_webhook_secret: String,
+    /// DNS names (or IP addresses) of the webhook's serving certificate, comma-separated.
+    #[arg(long, env = "HOLDFAST_CERT_WEBHOOK_DNS_NAMES", value_delimiter = ',')]
+    pub cert_webhook_dns_names: Vec<String>,
+    /// Secret holding the hold API's serving certificate (empty: none is made).
+    #[arg(long, env = "HOLDFAST_CERT_API_SECRET", default_value = "")]
+    pub cert_api_secret: String,
+    /// DNS names (or IP addresses) of the hold API's serving certificate, comma-separated.
+    #[arg(long, env = "HOLDFAST_CERT_API_DNS_NAMES", value_delimiter = ',')]
+    pub cert_api_dns_names: Vec<String>,
+    /// MutatingWebhookConfigurations whose caBundle is kept equal to the trust bundle.
+    #[arg(long, env = "HOLDFAST_CERT_MUTATING_WEBHOOKS", value_delimiter = ',')]
+    pub cert_mutating_webhooks: Vec<String>,
+    /// ValidatingWebhookConfigurations whose caBundle is kept equal to the trust bundle.
+    #[arg(long, env = "HOLDFAST_CERT_VALIDATING_WEBHOOKS", value_delimiter = ',')]
+    pub cert_validating_webhooks: Vec<String>,
+    /// Validity of a new CA (e.g. 26280h); it is rotated at two thirds of its life.
+    #[arg(long, env = "HOLDFAST_CERT_CA_VALIDITY", default_value = "26280h", value_parser = duration::parse)]
+    pub cert_ca_validity: Duration,
+    /// Validity of a new serving certificate (e.g. 2160h); re-issued at two thirds of its life.
+    #[arg(long, env = "HOLDFAST_CERT_SERVING_VALIDITY", default_value = "2160h", value_parser = duration::parse)]
+    pub cert_serving_validity: Duration,
+    /// How often the Secrets and the caBundles are checked at most.
+    #[arg(long, env = "HOLDFAST_CERT_CHECK_INTERVAL", default_value = "30s", value_parser = duration::parse)]
+    pub cert_check_interval: Duration,
+}
+
+/// The configuration of each part, as the flags ask for it.
+#[derive(Clone, Debug)]
+pub struct Configs {
+    pub executor: ExecutorConfig,
+    /// How often the hold executor's capability is probed again.
+    pub preflight_interval: Duration,
+    pub snapshot: snapshot::Config,
+    pub readmission: readmission::Config,
+    pub lease: LeaseConfig,
+    /// `None` in external certificate mode.
+    pub certs: Option<CertConfig>,
+}
+
+impl Args {
+    /// Each part's configuration; an error names the flag that is wrong.
+    pub fn configs(&self) -> anyhow::Result<Configs> {
+        let preflight_interval = self.preflight_interval.max(Duration::from_secs(1));
+        let runtime_resources = RuntimeResources::with_extra(&self.extra_runtime_resources)
+            .map_err(|e| anyhow::anyhow!("--extra-runtime-resources: {e}"))?;
+        let identity = self
+            .identity
+            .clone()
+            .unwrap_or_else(leader::default_identity);
+        Ok(Configs {
+            executor: ExecutorConfig {
+                apiserver_request_timeout: self.apiserver_request_timeout,
+                transit_margin: self.hold_transit_margin,
+                preflight_max_age: preflight_interval * 2,
+                ..ExecutorConfig::default()
+            },
+            preflight_interval,
+            snapshot: snapshot::Config {
+                namespace: self.watch_namespace.clone(),
+                concurrency: self.snapshot_concurrency.max(1),
+                instance: self.identity.clone(),
+                runtime_resources,
+                ..snapshot::Config::default()
+            },
+            readmission: readmission::Config {
+                namespace: self.watch_namespace.clone(),
+                ..readmission::Config::default()
+            },
+            lease: LeaseConfig::new(&self.lease_namespace, &self.lease_name, identity)
+                .with_lease_duration(self.lease_duration.max(Duration::from_secs(3))),
+            certs: self.certs.config()?,
+        })
+    }
+}
+
+impl CertArgs {
+    /// What certificate management is to do; `None` in external mode.
+    pub fn config(&self) -> Result<Option<CertConfig>, CertsError> {
+        if self.cert_mode == CertMode::External {
+            return Ok(None);
+        }
+        let mut serving = Vec::new();
+        if self.cert_webhook_dns_names.is_empty() {
+            return Err(CertsError::Config(
+                "--cert-webhook-dns-names is required with --cert-mode self-managed".into(),
+            ));
+        }
+        serving.push(ServingSecret {
+            name: self.cert_webhook_secret.clone(),
+            dns_names: self.cert_webhook_dns_names.clone(),
+        });
+        if !self.cert_api_secret.is_empty() {
+            if self.cert_api_dns_names.is_empty() {
+                return Err(CertsError::Config(
+                    "--cert-api-dns-names is required when --cert-api-secret is set".into(),
+                ));
+            }
+            serving.push(ServingSecret {
+                name: self.cert_api_secret.clone(),
+                dns_names: self.cert_api_dns_names.clone(),
+            });
+        }
+        let policy =
+            RotationPolicy::from_validities(self.cert_ca_validity, self.cert_serving_validity);
+        policy.check()?;
+        Ok(Some(CertConfig {
+            namespace: self.cert_namespace.clone(),
+            ca_secret: self.cert_ca_secret.clone(),
+            ca_common_name: format!("holdfast-ca.{}", self.cert_namespace),
+            serving,
+            mutating_webhooks: self.cert_mutating_webhooks.clone(),
+            validating_webhooks: self.cert_validating_webhooks.clone(),
+            policy,
+            check_interval: self.cert_check_interval.max(Duration::from_secs(1)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use holdfast_certs::CertError;
+
+    fn parse(args: &[&str]) -> Args {
+        let argv = std::iter::once("holdfast-controller").chain(args.iter().copied());
+        Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn defaults_make_the_documented_configuration() {
+        let c = parse(&["--identity=replica-0"]).configs().expect("configs");
+        assert_eq!(
+            c.executor.apiserver_request_timeout,
+            Duration::from_secs(60)
+        );
+        assert_eq!(c.executor.transit_margin, Duration::from_millis(50));
+        assert_eq!(c.preflight_interval, Duration::from_secs(30));
+        assert_eq!(c.executor.preflight_max_age, Duration::from_secs(60));
+        assert_eq!(c.lease.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.lease.renew_deadline, Duration::from_secs(10));
+        assert_eq!(c.lease.identity, "replica-0");
+        assert_eq!(c.lease.namespace, "holdfast-system");
+        assert_eq!(c.lease.name, "holdfast-controller");
+        assert_eq!(c.snapshot.concurrency, 8);
+        assert_eq!(c.snapshot.instance.as_deref(), Some("replica-0"));
+        assert_eq!(c.snapshot.namespace, None);
+        assert!(c.certs.is_none());
+    }
+
+    #[test]
+    fn durations_are_one_format_and_floors_hold() {
+        let c = parse(&[
+            "--apiserver-request-timeout=1m30s",
+            "--hold-transit-margin=20ms",
+            "--lease-duration=1s",
+            "--preflight-interval=0s",
+            "--snapshot-concurrency=0",
+            "--watch-namespace=team-a",
+        ])
+        .configs()
+        .expect("configs");
+        assert_eq!(
+            c.executor.apiserver_request_timeout,
+            Duration::from_secs(90)
+        );
+        assert_eq!(c.executor.transit_margin, Duration::from_millis(20));
+        assert_eq!(c.lease.lease_duration, Duration::from_secs(3));
+        assert_eq!(c.preflight_interval, Duration::from_secs(1));
+        assert_eq!(c.snapshot.concurrency, 1);
+        assert_eq!(c.snapshot.namespace.as_deref(), Some("team-a"));
+        assert_eq!(c.readmission.namespace.as_deref(), Some("team-a"));
+        for bad in [
+            "--lease-duration=15",
+            "--hold-transit-margin=50",
+            "--apiserver-request-timeout=1.5m",
+        ] {
+            let err = Args::try_parse_from(["holdfast-controller", bad]).expect_err(bad);
+            assert!(
+                err.to_string().contains("is not a duration"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(
+            parse(&["--extra-runtime-resources=nogroup"])
+                .configs()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn external_mode_manages_no_certificates() {
+        assert!(parse(&[]).certs.config().expect("config").is_none());
+    }
+
+    #[test]
+    fn self_managed_mode_needs_names_and_a_policy_that_fits() {
+        let config = |args: &[&str]| parse(args).certs.config();
+        assert!(matches!(
+            config(&["--cert-mode", "self-managed"]),
+            Err(CertsError::Config(_))
+        ));
+        let c = config(&[
+            "--cert-mode=self-managed",
+            "--cert-webhook-dns-names=hook.ns.svc,hook.ns.svc.cluster.local",
+            "--cert-api-secret=api-tls",
+            "--cert-api-dns-names=api.ns.svc",
+            "--cert-validating-webhooks=v1,v2",
+        ])
+        .expect("config")
+        .expect("self-managed");
+        assert_eq!(c.serving.len(), 2);
+        assert_eq!(
+            c.serving[0].dns_names,
+            ["hook.ns.svc", "hook.ns.svc.cluster.local"]
+        );
+        assert_eq!(c.validating_webhooks, ["v1", "v2"]);
+        assert_eq!(c.policy, RotationPolicy::default());
+        assert_eq!(c.check_interval, Duration::from_secs(30));
+        // A serving certificate longer-lived than the CA's renewal window is refused.
+        assert!(matches!(
+            config(&[
+                "--cert-mode=self-managed",
+                "--cert-webhook-dns-names=h",
+                "--cert-ca-validity=30d",
+                "--cert-serving-validity=20d",
+            ]),
+            Err(CertsError::Cert(CertError::Policy(_)))
+        ));
+    }
 }

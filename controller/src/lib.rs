@@ -26,7 +26,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     rt.block_on(async move {
         tracing::info!(mode = %args.mode, "holdfast-controller starting");
         let shutdown = tokio_util::sync::CancellationToken::new();
-        wiring::cancel_on_signal(shutdown.clone());
+        holdfast_serve::shutdown::cancel_on_signal(shutdown.clone());
         wiring::serve(args, shutdown).await
     })
 }

@@ -10,18 +10,21 @@
 //!   without it.
 //!
 //! Ready means: the API serves and, on the leader, the reconciler's watches have synced.
+//!
+//! Only here (and in [`crate::args`]) are the flags known: each part is given its own
+//! configuration, made by [`Args::configs`].
 
 use crate::api::{self, ApiState, KubeAuth};
-use crate::hold::{CallMetrics, ExecutorConfig, HoldExecutor, client_without_retry};
-use crate::leader::{self, LeaderMetrics, LeaseConfig};
+use crate::args::{Args, Configs};
+use crate::certs;
+use crate::hold::{CallMetrics, HoldExecutor, client_without_retry};
+use crate::leader::{self, LeaderMetrics};
 use crate::metrics::Metrics;
-use crate::readmission::{self, ReadmissionGate, ReadmissionMetrics};
-use crate::snapshot::{self, Snapshotter};
-use crate::{Args, certs};
+use crate::readmission::{ReadmissionGate, ReadmissionMetrics};
+use crate::snapshot::Snapshotter;
 use anyhow::Context;
 use holdfast_core::mode::Mode;
-use holdfast_serve::{CertFiles, Readiness, admin_router};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use holdfast_serve::{Readiness, admin_router};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,41 +34,17 @@ use tokio_util::sync::CancellationToken;
 /// How long to wait for a Secret volume to be filled with the API's certificate.
 const CERT_FILES_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Build the kube client configuration: the kubeconfig file if given, else in-cluster.
-pub async fn kube_config(args: &Args) -> anyhow::Result<kube::Config> {
-    match &args.kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Ok(kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?)
-        }
-        None => Ok(kube::Config::infer().await?),
-    }
-}
-
-/// Cancel `token` on SIGTERM or SIGINT.
-pub fn cancel_on_signal(token: CancellationToken) {
-    tokio::spawn(async move {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term => {}
-        }
-        tracing::info!("signal received; shutting down");
-        token.cancel();
-    });
-}
-
 /// Run every part until `shutdown` is cancelled or one of them fails.
 pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let config = kube_config(&args).await?;
+    let Configs {
+        executor: executor_config,
+        preflight_interval,
+        snapshot: snapshot_config,
+        readmission: readmission_config,
+        lease,
+        certs: cert_config,
+    } = args.configs()?;
+    let config = args.client.config().await?;
     let client = kube::Client::try_from(config.clone())?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -78,36 +57,33 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let api_up = Arc::new(AtomicBool::new(false));
     let mut tasks = tokio::task::JoinSet::new();
 
-    if let Some(cert_config) = certs::CertConfig::from_args(&args.certs)? {
+    if let Some(cert_config) = cert_config {
         tasks.spawn(certs::run(client.clone(), cert_config, shutdown.clone()));
     }
 
-    let executor = HoldExecutor::new(
-        client_without_retry(config)?,
-        args.mode,
-        ExecutorConfig::from_args(&args),
-    )
-    .with_metrics(call_metrics);
+    let executor = HoldExecutor::new(client_without_retry(config)?, args.mode, executor_config)
+        .with_metrics(call_metrics);
     let report = executor.preflight(None).await;
     tracing::info!(preflight = %report.body(), "preflight");
     tasks.spawn(reprobe(
         executor.clone(),
-        Duration::from_secs(args.preflight_interval_secs.max(1)),
+        preflight_interval,
         shutdown.clone(),
     ));
 
     let snapshots = Snapshotter::new(
         client.clone(),
-        snapshot::Config::from_args(&args)?,
+        snapshot_config,
         metrics.snapshots.clone(),
         reconciler_ready.clone(),
     );
 
+    let admin_addr = args.admin.admin_addr;
     let admin = admin_router(Arc::new(registry), ready.clone());
-    let admin_listener = tokio::net::TcpListener::bind(args.admin_addr)
+    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
         .await
-        .with_context(|| format!("binding the admin port {}", args.admin_addr))?;
-    tracing::info!(addr = %args.admin_addr, "admin port listening");
+        .with_context(|| format!("binding the admin port {admin_addr}"))?;
+    tracing::info!(addr = %admin_addr, "admin port listening");
     tasks.spawn({
         let shutdown = shutdown.clone();
         async move {
@@ -119,13 +95,18 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         }
     });
 
-    match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            if !certs::wait_for_files(&[cert.as_path(), key.as_path()], CERT_FILES_TIMEOUT).await {
+    match args.tls.files() {
+        Some(files) => {
+            if !certs::wait_for_files(
+                &[files.cert.as_path(), files.key.as_path()],
+                CERT_FILES_TIMEOUT,
+            )
+            .await
+            {
                 anyhow::bail!(
                     "the hold API's certificate ({}, {}) did not appear within {CERT_FILES_TIMEOUT:?}",
-                    cert.display(),
-                    key.display()
+                    files.cert.display(),
+                    files.key.display()
                 );
             }
             let router = api::router(ApiState {
@@ -133,10 +114,6 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
                 auth: KubeAuth::new(client.clone()),
                 snapshots: Some(snapshots.clone()),
             });
-            let files = CertFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            };
             let server = holdfast_serve::TlsServer::bind(args.api_addr, files).await?;
             tracing::info!(addr = %server.local_addr()?, "hold API listening");
             api_up.store(true, Ordering::SeqCst);
@@ -147,7 +124,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
                 }
             });
         }
-        _ => {
+        None => {
             tracing::warn!("no --tls-cert/--tls-key: the hold API is not served");
             api_up.store(true, Ordering::SeqCst);
         }
@@ -163,14 +140,8 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     ));
 
     // The writers: only under the Lease.
-    let lease = LeaseConfig::from_args(&args);
-    let gate = (args.mode == Mode::Kueue).then(|| {
-        ReadmissionGate::new(
-            client.clone(),
-            readmission::Config::from_args(&args),
-            gate_metrics,
-        )
-    });
+    let gate = (args.mode == Mode::Kueue)
+        .then(|| ReadmissionGate::new(client.clone(), readmission_config, gate_metrics));
     let outcome = leader::run_as_leader(
         client.clone(),
         lease,

@@ -2,6 +2,7 @@
 //! as pure functions of what was read. Nothing here performs I/O.
 #![forbid(unsafe_code)]
 
+pub mod duration;
 pub mod hold;
 pub mod mode;
 pub mod names;

@@ -18,6 +18,32 @@ pub struct CertFiles {
     pub key: PathBuf,
 }
 
+/// The serving-certificate flags, flattened into each binary's `Args` (the webhook's gives
+/// them defaults, the paths its chart mounts; the controller serves its API only when both
+/// are given).
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsArgs {
+    /// TLS certificate (PEM chain) of the HTTPS port; re-read when the file's contents change.
+    #[arg(long, env = "HOLDFAST_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of the HTTPS port.
+    #[arg(long, env = "HOLDFAST_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The certificate and key files, when both are given.
+    pub fn files(&self) -> Option<CertFiles> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// Why a pair was not loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -156,6 +182,7 @@ impl ResolvesServerCert for ReloadingResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
     use holdfast_certs::CertificateAuthority;
 
     fn write_pair(dir: &Path, ca: &CertificateAuthority) -> CertFiles {
@@ -216,5 +243,23 @@ mod tests {
             ReloadingResolver::load(files),
             Err(LoadError::NoCertificate { .. })
         ));
+    }
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        tls: TlsArgs,
+    }
+
+    #[test]
+    fn files_only_when_both_are_given() {
+        let files = |args: &[&str]| Flags::try_parse_from(args).map(|f| f.tls.files());
+        assert!(files(&["x"]).expect("parse").is_none());
+        assert!(files(&["x", "--tls-cert=c.pem"]).expect("parse").is_none());
+        let both = files(&["x", "--tls-cert=c.pem", "--tls-key=k.pem"])
+            .expect("parse")
+            .expect("both");
+        assert_eq!(both.cert, Path::new("c.pem"));
+        assert_eq!(both.key, Path::new("k.pem"));
     }
 }

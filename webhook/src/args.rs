@@ -1,47 +1,42 @@
-//! Command-line flags (each also an environment variable).
-
-use holdfast_core::mode::Mode;
-use holdfast_core::policy::Identities;
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+//! Command-line flags (each also an environment variable), and what they make: the
+//! identities, limits and connection bounds the server is given. With `lib.rs`, the only
+//! module that knows the command line.
 
 use crate::review::Limits;
-use holdfast_serve::ConnectionLimits;
+use crate::server::{ConnectionOptions, ServeOptions};
+use holdfast_core::duration;
+use holdfast_core::mode::Mode;
+use holdfast_core::policy::Identities;
+use holdfast_serve::{AdminArgs, ClientArgs, ConnectionLimits, LogArgs, TlsArgs};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
     name = "holdfast-webhook",
     version,
-    about = "holdfast's mutating and validating admission webhook"
+    about = "holdfast's mutating and validating admission webhook",
+    // The shared flags, with the webhook's own defaults: its admin port, and the certificate
+    // where the chart mounts it.
+    mut_arg("admin_addr", |a| a.default_value("0.0.0.0:9091")),
+    mut_arg("tls_cert", |a| a.default_value("/etc/holdfast/tls/tls.crt")),
+    mut_arg("tls_key", |a| a.default_value("/etc/holdfast/tls/tls.key")),
 )]
 pub struct Args {
     /// plain or kueue: decides which spec.suspend / spec.active edits are refused.
     #[arg(long, env = "HOLDFAST_MODE", default_value = "plain")]
     pub mode: Mode,
     #[command(flatten)]
-    pub log: holdfast_serve::LogArgs,
-    /// Path to a kubeconfig (used to read runtimes at admission); in-cluster when absent.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    pub log: LogArgs,
+    /// The client reads runtimes and Workloads at admission.
+    #[command(flatten)]
+    pub client: ClientArgs,
     /// Address of the admission endpoints /mutate and /validate (HTTPS only).
     #[arg(long, env = "HOLDFAST_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
     pub addr: SocketAddr,
-    /// Address of the admin endpoints: /livez, /readyz, /metrics (plain HTTP).
-    #[arg(long, env = "HOLDFAST_ADMIN_ADDR", default_value = "0.0.0.0:9091")]
-    pub admin_addr: SocketAddr,
-    /// TLS certificate (PEM chain); re-read when the file's contents change.
-    #[arg(
-        long,
-        env = "HOLDFAST_TLS_CERT",
-        default_value = "/etc/holdfast/tls/tls.crt"
-    )]
-    pub tls_cert: PathBuf,
-    /// TLS private key (PEM).
-    #[arg(
-        long,
-        env = "HOLDFAST_TLS_KEY",
-        default_value = "/etc/holdfast/tls/tls.key"
-    )]
-    pub tls_key: PathBuf,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Identities (user names) allowed to write controller-owned state.
     #[arg(
         long,
@@ -88,14 +83,10 @@ pub struct Args {
     /// timeoutSeconds, then applies its failurePolicy).
     #[arg(long, env = "HOLDFAST_MAX_CONCURRENT", default_value_t = Limits::DEFAULT.max_concurrent)]
     pub max_concurrent: usize,
-    /// Longest time for a request body to arrive, in milliseconds; a slower one gets 408 and
-    /// its connection is closed. The apiserver sends a review in one write.
-    #[arg(
-        long,
-        env = "HOLDFAST_BODY_READ_TIMEOUT_MS",
-        default_value_t = Limits::DEFAULT.body_read_timeout.as_millis() as u64
-    )]
-    pub body_read_timeout_ms: u64,
+    /// Longest time for a request body to arrive (e.g. 2s); a slower one gets 408 and its
+    /// connection is closed. The apiserver sends a review in one write.
+    #[arg(long, env = "HOLDFAST_BODY_READ_TIMEOUT", default_value = "2s", value_parser = duration::parse)]
+    pub body_read_timeout: Duration,
     /// Open connections to the admission port, in all; more are closed at accept.
     #[arg(
         long,
@@ -111,35 +102,27 @@ pub struct Args {
         default_value_t = ConnectionLimits::DEFAULT.max_connections_per_source
     )]
     pub max_connections_per_ip: usize,
-    /// A connection with no request in flight for this long is closed, in milliseconds.
-    #[arg(
-        long,
-        env = "HOLDFAST_IDLE_TIMEOUT_MS",
-        default_value_t = ConnectionLimits::DEFAULT.idle_timeout.as_millis() as u64
-    )]
-    pub idle_timeout_ms: u64,
+    /// A connection with no request in flight for this long (e.g. 60s) is closed.
+    #[arg(long, env = "HOLDFAST_IDLE_TIMEOUT", default_value = "60s", value_parser = duration::parse)]
+    pub idle_timeout: Duration,
     /// Require TLS client certificates signed by a CA in this PEM file (re-read when its
     /// contents change): a client without one fails the handshake. Give the apiserver a
     /// client certificate for the webhook in its admission configuration (see the chart's
     /// README).
     #[arg(long, env = "HOLDFAST_CLIENT_CA_FILE")]
     pub client_ca_file: Option<PathBuf>,
-    /// Longest time one admission may take, body read included, in milliseconds (keep it
-    /// below the webhook configurations' timeoutSeconds).
-    #[arg(long, env = "HOLDFAST_REQUEST_TIMEOUT_MS", default_value_t = 4000)]
-    pub request_timeout_ms: u64,
-    /// Longest time the runtime lookup at TrainJob admission may take, in milliseconds; on
-    /// timeout no admitted-runtime-resource-version is recorded.
-    #[arg(
-        long,
-        env = "HOLDFAST_RUNTIME_LOOKUP_TIMEOUT_MS",
-        default_value_t = 2000
-    )]
-    pub runtime_lookup_timeout_ms: u64,
-    /// On SIGTERM, how long to go on serving (not ready) before closing the listener, in
-    /// milliseconds: the apiserver sends admissions until it sees the endpoint removed.
-    #[arg(long, env = "HOLDFAST_SHUTDOWN_DELAY_MS", default_value_t = 5000)]
-    pub shutdown_delay_ms: u64,
+    /// Longest time one admission may take, body read included (e.g. 4s; keep it below the
+    /// webhook configurations' timeoutSeconds).
+    #[arg(long, env = "HOLDFAST_REQUEST_TIMEOUT", default_value = "4s", value_parser = duration::parse)]
+    pub request_timeout: Duration,
+    /// Longest time the runtime lookup at TrainJob admission may take (e.g. 2s); on timeout
+    /// no admitted-runtime-resource-version is recorded.
+    #[arg(long, env = "HOLDFAST_RUNTIME_LOOKUP_TIMEOUT", default_value = "2s", value_parser = duration::parse)]
+    pub runtime_lookup_timeout: Duration,
+    /// On SIGTERM, how long to go on serving (not ready) before closing the listener (e.g.
+    /// 5s): the apiserver sends admissions until it sees the endpoint removed.
+    #[arg(long, env = "HOLDFAST_SHUTDOWN_DELAY", default_value = "5s", value_parser = duration::parse)]
+    pub shutdown_delay: Duration,
 }
 
 impl Args {
@@ -164,19 +147,89 @@ impl Args {
         Limits {
             max_body_bytes: self.max_body_bytes,
             max_concurrent: self.max_concurrent.max(1),
-            request_timeout: Duration::from_millis(self.request_timeout_ms),
-            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
-            runtime_lookup_timeout: Duration::from_millis(self.runtime_lookup_timeout_ms),
+            request_timeout: self.request_timeout,
+            body_read_timeout: self.body_read_timeout,
+            runtime_lookup_timeout: self.runtime_lookup_timeout,
         }
     }
 
-    /// The bounds on connections to the admission port.
-    pub fn connection_limits(&self) -> ConnectionLimits {
-        ConnectionLimits {
-            max_connections: self.max_connections.max(1),
-            max_connections_per_source: self.max_connections_per_ip.max(1),
-            idle_timeout: Duration::from_millis(self.idle_timeout_ms.max(1)),
-            ..ConnectionLimits::DEFAULT
+    /// Where to listen, and the serving certificate.
+    pub fn serve_options(&self) -> anyhow::Result<ServeOptions> {
+        Ok(ServeOptions {
+            addr: self.addr,
+            admin_addr: self.admin.admin_addr,
+            cert: self
+                .tls
+                .files()
+                .ok_or_else(|| anyhow::anyhow!("the webhook needs --tls-cert and --tls-key"))?,
+        })
+    }
+
+    /// The bounds on connections to the admission port, and client certificates.
+    pub fn connection_options(&self) -> ConnectionOptions {
+        ConnectionOptions {
+            limits: ConnectionLimits {
+                max_connections: self.max_connections.max(1),
+                max_connections_per_source: self.max_connections_per_ip.max(1),
+                idle_timeout: self.idle_timeout.max(Duration::from_millis(1)),
+                ..ConnectionLimits::DEFAULT
+            },
+            client_ca: self.client_ca_file.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Args {
+        let argv = std::iter::once("holdfast-webhook").chain(args.iter().copied());
+        Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn defaults_are_the_documented_limits_and_paths() {
+        let args = parse(&[]);
+        assert_eq!(args.limits(), Limits::DEFAULT);
+        assert_eq!(args.shutdown_delay, Duration::from_secs(5));
+        let connections = args.connection_options();
+        assert_eq!(connections.limits, ConnectionLimits::DEFAULT);
+        assert_eq!(connections.client_ca, None);
+        let serve = args.serve_options().expect("serve options");
+        assert_eq!(serve.admin_addr.to_string(), "0.0.0.0:9091");
+        assert_eq!(serve.addr.to_string(), "0.0.0.0:9443");
+        assert_eq!(
+            serve.cert.cert,
+            std::path::Path::new("/etc/holdfast/tls/tls.crt")
+        );
+        assert_eq!(
+            serve.cert.key,
+            std::path::Path::new("/etc/holdfast/tls/tls.key")
+        );
+    }
+
+    #[test]
+    fn durations_are_one_format() {
+        let args = parse(&[
+            "--request-timeout=800ms",
+            "--body-read-timeout=1s",
+            "--runtime-lookup-timeout=1500ms",
+            "--idle-timeout=0s",
+            "--shutdown-delay=0s",
+        ]);
+        let limits = args.limits();
+        assert_eq!(limits.request_timeout, Duration::from_millis(800));
+        assert_eq!(limits.body_read_timeout, Duration::from_secs(1));
+        assert_eq!(limits.runtime_lookup_timeout, Duration::from_millis(1500));
+        assert_eq!(
+            args.connection_options().limits.idle_timeout,
+            Duration::from_millis(1)
+        );
+        assert_eq!(args.shutdown_delay, Duration::ZERO);
+        let err = Args::try_parse_from(["holdfast-webhook", "--request-timeout=4000"])
+            .expect_err("a bare number");
+        assert!(err.to_string().contains("is not a duration"), "{err}");
     }
 }

@@ -30,11 +30,12 @@ pub use server::{ConnectionOptions, RunningWebhook, ServeOptions};
 use metrics::Metrics;
 use prometheus_client::registry::Registry;
 use runtime_lookup::KubeRuntimeLookup;
-use std::path::Path;
 use std::sync::Arc;
 
 /// Serve until SIGTERM or SIGINT, then drain.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    args.log.init();
+    holdfast_serve::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -43,7 +44,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 async fn serve(args: Args) -> anyhow::Result<()> {
     tracing::info!(mode = %args.mode, "holdfast-webhook starting");
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let options = args.serve_options()?;
+    let connections = args.connection_options();
+    let client = args.client.client().await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let queues = (args.mode == holdfast_core::mode::Mode::Kueue)
@@ -62,34 +65,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_queues(queues)
         .with_workload_holds(Arc::new(workload_holds::KubeWorkloadHolds::new(client))),
     );
-    let options = ServeOptions {
-        addr: args.addr,
-        admin_addr: args.admin_addr,
-        cert: CertFiles {
-            cert: args.tls_cert.clone(),
-            key: args.tls_key.clone(),
-        },
-    };
-    let connections = ConnectionOptions {
-        limits: args.connection_limits(),
-        client_ca: args.client_ca_file.clone(),
-    };
     let hook = RunningWebhook::start_with(options, connections, admission, registry).await?;
-    server::shutdown_signal().await;
-    tracing::info!("shutdown requested");
-    hook.stop_after(std::time::Duration::from_millis(args.shutdown_delay_ms))
-        .await
-}
-
-/// A client from `kubeconfig`, else from the environment (in-cluster or `~/.kube/config`).
-pub async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    holdfast_serve::shutdown::signal().await;
+    hook.stop_after(args.shutdown_delay).await
 }

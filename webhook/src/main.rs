@@ -9,8 +9,6 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    holdfast_serve::install_crypto_provider();
     let args = holdfast_webhook::Args::parse();
-    args.log.init();
     holdfast_webhook::run(args)
 }

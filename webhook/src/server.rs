@@ -6,7 +6,7 @@
 //!
 //! `/readyz` turns true once the serving certificate is loaded (binding fails otherwise) and
 //! false again as soon as shutdown begins. On SIGTERM the webhook keeps serving for the
-//! shutdown delay (`--shutdown-delay-ms`, 5 s) so the endpoint is taken out of the Service
+//! shutdown delay (`--shutdown-delay`, 5 s) so the endpoint is taken out of the Service
 //! before the listener closes; in-flight admissions then get [`holdfast_serve::tls::DRAIN`]
 //! (15 s) to finish. The pod's `terminationGracePeriodSeconds` must exceed both together.
 
@@ -153,29 +153,5 @@ impl RunningWebhook {
         admin??;
         tracing::info!("holdfast-webhook stopped");
         Ok(())
-    }
-}
-
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; waiting for SIGINT only");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -74,13 +74,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
-{{/* timeouts.apiserverRequest in whole seconds (accepts 60, "60", "60s", "1m"). */}}
-{{- define "holdfast.apiserverRequestSeconds" -}}
+{{/* timeouts.apiserverRequest as a duration the controller parses: a number of seconds
+gets its unit ("60" -> "60s"); "60s" and "1m" are passed as they are. */}}
+{{- define "holdfast.apiserverRequestTimeout" -}}
 {{- $t := toString .Values.timeouts.apiserverRequest -}}
-{{- if hasSuffix "m" $t -}}
-{{- mul (trimSuffix "m" $t | atoi) 60 -}}
+{{- if regexMatch "^[0-9]+$" $t -}}
+{{- printf "%ss" $t -}}
 {{- else -}}
-{{- trimSuffix "s" $t | atoi -}}
+{{- $t -}}
 {{- end -}}
 {{- end -}}
 

@@ -63,18 +63,6 @@ impl Default for ExecutorConfig {
     }
 }
 
-impl ExecutorConfig {
-    /// The configuration the controller's flags ask for.
-    pub fn from_args(args: &crate::Args) -> Self {
-        ExecutorConfig {
-            apiserver_request_timeout: Duration::from_secs(args.apiserver_request_timeout_secs),
-            transit_margin: Duration::from_millis(args.hold_transit_margin_ms),
-            preflight_max_age: Duration::from_secs(args.preflight_interval_secs.max(1) * 2),
-            ..ExecutorConfig::default()
-        }
-    }
-}
-
 /// A kube client for the executor: kube's own retry of 429/503/504 is off, because it would
 /// resend a request without checking the call's deadline. The executor decides itself what
 /// to send again.

@@ -10,7 +10,7 @@
 //!
 //! The capability fails closed and is never decided once for good ([`Capability`]): a probe
 //! that failed *or could not be made* makes the calls it gates answer `Unsupported` with the
-//! reason; the controller probes again on a timer (`--preflight-interval-secs`), and a call
+//! reason; the controller probes again on a timer (`--preflight-interval`), and a call
 //! probes again itself (all but the dry-run hold: its own write is that) when the last probe
 //! is older than twice the interval or did not pass. Every replica probes the same cluster
 //! this way, so replicas agree within one interval, and a refusal is never based on a probe

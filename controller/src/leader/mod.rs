@@ -94,21 +94,14 @@ impl LeaseConfig {
         self
     }
 
-    /// The Lease the command-line flags name; the identity defaults to the host name (the
-    /// pod name in a cluster).
-    pub fn from_args(args: &crate::Args) -> Self {
-        let identity = args.identity.clone().unwrap_or_else(default_identity);
-        LeaseConfig::new(&args.lease_namespace, &args.lease_name, identity)
-            .with_lease_duration(Duration::from_secs(args.lease_duration_secs.max(3)))
-    }
-
     fn lease_seconds(&self) -> i32 {
         i32::try_from(self.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)
     }
 }
 
-/// The host name (a pod's name), else a name unique to this process.
-fn default_identity() -> String {
+/// The host name (a pod's name), else a name unique to this process: the identity of a
+/// replica that is given none.
+pub fn default_identity() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())

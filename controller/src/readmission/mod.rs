@@ -79,16 +79,6 @@ impl Default for Config {
     }
 }
 
-impl Config {
-    /// The configuration the command-line flags ask for.
-    pub fn from_args(args: &crate::Args) -> Self {
-        Config {
-            namespace: args.watch_namespace.clone(),
-            ..Config::default()
-        }
-    }
-}
-
 /// The readmission gate. Cheap to clone.
 #[derive(Clone)]
 pub struct ReadmissionGate {

@@ -127,22 +127,6 @@ impl Default for Config {
     }
 }
 
-impl Config {
-    /// The configuration the command-line flags ask for.
-    pub fn from_args(args: &crate::Args) -> anyhow::Result<Self> {
-        Ok(Config {
-            namespace: args.watch_namespace.clone(),
-            concurrency: args.snapshot_concurrency.max(1),
-            instance: args.identity.clone(),
-            runtime_resources: holdfast_core::snapshot::RuntimeResources::with_extra(
-                &args.extra_runtime_resources,
-            )
-            .map_err(anyhow::Error::msg)?,
-            ..Config::default()
-        })
-    }
-}
-
 /// The snapshot reconciler: run it, and ask it about drift. Cheap to clone.
 #[derive(Clone)]
 pub struct Snapshotter {

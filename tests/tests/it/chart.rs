@@ -12,7 +12,7 @@
 //! but their own operators' schemas are not checked here.
 
 use holdfast_certs::{CertificateAuthority, CertificateInfo};
-use holdfast_controller::certs::{self, CertArgs, CertConfig, Injection};
+use holdfast_controller::certs::{self, CertConfig, Injection};
 use holdfast_tests::helm::{self, Helm, Install};
 use holdfast_tests::objects::{
     cluster_training_runtime, create_dynamic, ctr_resource, trainjob, trainjob_resource,
@@ -266,7 +266,7 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
         assert_eq!(env["HOLDFAST_MODE"], combo.mode);
         // Its limits (README, "Flood protection"), and no client certificates by default.
         assert_eq!(env["HOLDFAST_MAX_CONCURRENT"], "64");
-        assert_eq!(env["HOLDFAST_BODY_READ_TIMEOUT_MS"], "2000");
+        assert_eq!(env["HOLDFAST_BODY_READ_TIMEOUT"], "2s");
         assert_eq!(env["HOLDFAST_MAX_CONNECTIONS"], "512");
         assert_eq!(env["HOLDFAST_MAX_CONNECTIONS_PER_IP"], "32");
         assert!(!env.contains_key("HOLDFAST_CLIENT_CA_FILE"), "{combo:?}");
@@ -300,7 +300,13 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
         assert!(env["HOLDFAST_KUEUE_USERS"].contains("kueue-controller-manager"));
         let controller = find(&docs, "Deployment", "-controller");
         let cenv = env_of(controller);
-        assert_eq!(cenv["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "60");
+        assert_eq!(cenv["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "60s");
+        // Every variable either Deployment sets is a flag of its binary, and parses.
+        let webhook_args = webhook_args_from_rendered(&docs);
+        assert_eq!(webhook_args.limits(), holdfast_webhook::Limits::DEFAULT);
+        controller_args_from_rendered(&docs)
+            .configs()
+            .unwrap_or_else(|e| panic!("{combo:?}: the controller's flags: {e:#}"));
         assert_eq!(
             cenv["HOLDFAST_CERT_MODE"],
             if combo.certs == "self-managed" {
@@ -394,8 +400,8 @@ fn a_wrong_value_fails_at_install_with_a_message_naming_it() {
             "/webhook/limits/maxConnections",
         ),
         (
-            "webhook.limits.bodyReadTimeoutMs=60000",
-            "/webhook/limits/bodyReadTimeoutMs",
+            "webhook.limits.bodyReadTimeout=60s",
+            "/webhook/limits/bodyReadTimeout",
         ),
         // Client certificates need the CA's Secret or ConfigMap.
         ("webhook.clientAuth.enabled=true", "/webhook/clientAuth"),
@@ -422,14 +428,16 @@ fn a_wrong_value_fails_at_install_with_a_message_naming_it() {
         .set("certs.selfManaged.servingValidity=30d");
     let docs = helm.render(&ok).expect("valid values");
     let env = env_of(find(&docs, "Deployment", "-controller"));
-    assert_eq!(env["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "90");
+    assert_eq!(env["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "90s");
     let ok = Install::new("holdfast", "holdfast-system").set("timeouts.apiserverRequest=2m");
     let env = env_of(find(
         &helm.render(&ok).expect("2m"),
         "Deployment",
         "-controller",
     ));
-    assert_eq!(env["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "120");
+    assert_eq!(env["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "2m");
+    let args = controller_args_from_rendered(&helm.render(&ok).expect("2m"));
+    assert_eq!(args.apiserver_request_timeout, Duration::from_secs(120));
 }
 
 /// The non-default values of the NetworkPolicy and of client certificates render as the
@@ -1385,27 +1393,53 @@ async fn controller_missing_one_verb_takes_no_snapshot_and_its_log_names_the_per
     ctl.kill();
 }
 
-/// The controller's certificate flags, exactly as the rendered Deployment passes them.
+/// A rendered Deployment's environment as its binary's command line: each variable the
+/// chart sets becomes the flag that reads it (a variable no flag reads fails the test).
+/// `RUST_LOG` is the log filter, and an empty value comes from a `fieldRef`.
+fn argv_from_env(command: &clap::Command, deployment: &Value) -> Vec<String> {
+    let name = command.get_name().to_owned();
+    let mut argv = vec![name.clone()];
+    for (var, value) in env_of(deployment) {
+        if var == "RUST_LOG" || value.is_empty() {
+            continue;
+        }
+        let flag = command
+            .get_arguments()
+            .find(|a| a.get_env() == Some(std::ffi::OsStr::new(&var)))
+            .and_then(|a| a.get_long())
+            .unwrap_or_else(|| panic!("the chart sets {var}, which no flag of {name} reads"));
+        argv.push(format!("--{flag}={value}"));
+    }
+    argv
+}
+
+/// The controller's flags, exactly as the rendered Deployment passes them.
+fn controller_args_from_rendered(docs: &[Value]) -> holdfast_controller::Args {
+    use clap::{CommandFactory, Parser};
+    let argv = argv_from_env(
+        &holdfast_controller::Args::command(),
+        find(docs, "Deployment", "-controller"),
+    );
+    holdfast_controller::Args::try_parse_from(&argv)
+        .unwrap_or_else(|e| panic!("the chart's controller variables do not parse: {e}"))
+}
+
+/// The webhook's flags, exactly as the rendered Deployment passes them.
+fn webhook_args_from_rendered(docs: &[Value]) -> holdfast_webhook::Args {
+    use clap::{CommandFactory, Parser};
+    let argv = argv_from_env(
+        &holdfast_webhook::Args::command(),
+        find(docs, "Deployment", "-webhook"),
+    );
+    holdfast_webhook::Args::try_parse_from(&argv)
+        .unwrap_or_else(|e| panic!("the chart's webhook variables do not parse: {e}"))
+}
+
+/// The controller's certificate configuration, as the rendered Deployment asks for it.
 fn cert_config_from_rendered(docs: &[Value]) -> CertConfig {
-    #[derive(clap::Parser)]
-    struct Flags {
-        #[command(flatten)]
-        certs: CertArgs,
-    }
-    use clap::Parser;
-    let env = env_of(find(docs, "Deployment", "-controller"));
-    let mut argv = vec!["holdfast-controller".to_string()];
-    for (k, v) in env.iter().filter(|(k, _)| k.starts_with("HOLDFAST_CERT_")) {
-        let flag = k
-            .trim_start_matches("HOLDFAST_")
-            .to_ascii_lowercase()
-            .replace('_', "-");
-        argv.push(format!("--{flag}={v}"));
-    }
-    let flags = Flags::try_parse_from(&argv).unwrap_or_else(|e| {
-        panic!("the chart's HOLDFAST_CERT_* variables are not the controller's flags: {e}")
-    });
-    CertConfig::from_args(&flags.certs)
+    controller_args_from_rendered(docs)
+        .certs
+        .config()
         .expect("config")
         .expect("self-managed")
 }

@@ -100,7 +100,7 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
             &cp,
             &ns,
             &format!("kill-{round}"),
-            &["--snapshot-concurrency=1", "--lease-duration-secs=3"],
+            &["--snapshot-concurrency=1", "--lease-duration=3s"],
         );
         if round == KILLS {
             // The last one is left to finish.
@@ -224,13 +224,8 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
 
     let admin_port = holdfast_tests::control_plane::free_port().expect("port");
     // A Lease long enough (renewal given up after 10 s) to outlast the outage.
-    let mut ctrl = start_plain_controller(
-        &cp,
-        &ns,
-        "outage",
-        admin_port,
-        &["--lease-duration-secs=15"],
-    );
+    let mut ctrl =
+        start_plain_controller(&cp, &ns, "outage", admin_port, &["--lease-duration=15s"]);
     wait_readyz(&mut ctrl, admin_port, true, Duration::from_secs(60)).await;
     // And the webhook, registered for this namespace.
     let (cert, key) = serving_cert(&cp, "outage");
@@ -497,7 +492,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
         cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
     .await;
-    let lease_args = ["--lease-duration-secs=3"];
+    let lease_args = ["--lease-duration=3s"];
     let mut a = start_controller(&cp, &ns, "pause-a", &lease_args);
     let mut b = start_controller(&cp, &ns, "pause-b", &lease_args);
     create_dynamic(
@@ -658,7 +653,7 @@ async fn a_controller_that_cannot_lead_says_so_in_its_log_metrics_and_readiness(
         &ns,
         "cannot-lead",
         port,
-        &[lease_flag.as_str(), "--lease-duration-secs=3"],
+        &[lease_flag.as_str(), "--lease-duration=3s"],
     );
     wait_for("the cannot-lead gauge", Duration::from_secs(60), || async {
         admin_metrics(port)

@@ -87,13 +87,8 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
     // The controller, with a Lease long enough that the freeze does not cost it leadership:
     // the relist must happen inside this one process.
     let admin_port = holdfast_tests::control_plane::free_port().expect("port");
-    let mut ctrl = start_plain_controller(
-        &cp,
-        &ns,
-        "compact",
-        admin_port,
-        &["--lease-duration-secs=600"],
-    );
+    let mut ctrl =
+        start_plain_controller(&cp, &ns, "compact", admin_port, &["--lease-duration=600s"]);
     wait_readyz(&mut ctrl, admin_port, true, Duration::from_secs(60)).await;
     create_trainjobs(&admin, &ns, &runtime_name, &old).await;
     let all_old: BTreeSet<String> = old.iter().map(|j| names::snapshot_name(j)).collect();

@@ -112,7 +112,7 @@ async fn overloaded_webhook_past_its_timeout_is_failed_closed_and_the_client_is_
         "faults-overload-short",
         1,
         // Below the registration's timeoutSeconds, as the flag asks.
-        &["--request-timeout-ms=800"],
+        &["--request-timeout=800ms"],
         true,
     )
     .await;
