@@ -37,10 +37,8 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_created_with_the_right_structure_and_owner_reference() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-structure").await.expect("namespace");
-    let admin = admin(cp).await;
-    let runtime = create_runtime(&admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let Scene { cp, ns, admin } = Scene::new("snap-structure").await;
+    let runtime = torch_runtime(&admin, &ns).await;
     let r = start(cp, &ns).await;
     let job = create_trainjob(&admin, &ns, "mnist", ctr_ref(&runtime), None).await;
 
@@ -160,9 +158,7 @@ async fn readiness_is_true_only_while_the_watches_are_synced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn updating_the_runtime_leaves_the_snapshot_and_the_resolved_runtime_unchanged() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-update").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-update").await;
     let name = format!("torch-{ns}");
     let runtime = create_runtime(&admin, &name, "pytorch/pytorch:2.10.0").await;
     let r = start(cp, &ns).await;
@@ -219,9 +215,7 @@ async fn updating_the_runtime_leaves_the_snapshot_and_the_resolved_runtime_uncha
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drifted_trainjobs_are_listed_and_counted() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-drift").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-drift").await;
     let name = format!("torch-{ns}");
     let runtime = create_runtime(&admin, &name, "pytorch/pytorch:2.10.0").await;
     let r = start(cp, &ns).await;
@@ -279,9 +273,7 @@ async fn drifted_trainjobs_are_listed_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_runtime_leaves_the_snapshot() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-delrt").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-delrt").await;
     let name = format!("torch-{ns}");
     let runtime = create_runtime(&admin, &name, "pytorch/pytorch:2.10.0").await;
     let r = start(cp, &ns).await;
@@ -323,10 +315,8 @@ async fn deleting_the_runtime_leaves_the_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_trainjob_garbage_collects_the_snapshot() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-gc").await.expect("namespace");
-    let admin = admin(cp).await;
-    let runtime = create_runtime(&admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let Scene { cp, ns, admin } = Scene::new("snap-gc").await;
+    let runtime = torch_runtime(&admin, &ns).await;
     let r = start(cp, &ns).await;
     create_trainjob(&admin, &ns, "short-lived", ctr_ref(&runtime), None).await;
     wait_snapshot(&admin, &ns, "short-lived").await;
@@ -350,9 +340,7 @@ async fn deleting_the_trainjob_garbage_collects_the_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainjob_recreated_under_the_same_name_gets_its_own_snapshot() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-again").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-again").await;
     let name = format!("torch-{ns}");
     let runtime = create_runtime(&admin, &name, "pytorch/pytorch:2.10.0").await;
     let r = start(cp, &ns).await;
@@ -402,10 +390,8 @@ async fn a_trainjob_recreated_under_the_same_name_gets_its_own_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migration_of_pre_existing_trainjobs() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-migrate").await.expect("namespace");
-    let admin = admin(cp).await;
-    let runtime = create_runtime(&admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let Scene { cp, ns, admin } = Scene::new("snap-migrate").await;
+    let runtime = torch_runtime(&admin, &ns).await;
     // TrainJobs from before holdfast ran: three unfinished, two finished.
     for job in ["old-1", "old-2", "old-3", "done", "broken"] {
         create_trainjob(&admin, &ns, job, ctr_ref(&runtime), None).await;
@@ -431,10 +417,8 @@ async fn migration_of_pre_existing_trainjobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_trainjobs_get_no_snapshot() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-finished").await.expect("namespace");
-    let admin = admin(cp).await;
-    let runtime = create_runtime(&admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let Scene { cp, ns, admin } = Scene::new("snap-finished").await;
+    let runtime = torch_runtime(&admin, &ns).await;
     create_trainjob(&admin, &ns, "completed", ctr_ref(&runtime), None).await;
     finish(&admin, &ns, "completed", "Complete").await;
     create_trainjob(&admin, &ns, "failed", ctr_ref(&runtime), None).await;
@@ -455,11 +439,9 @@ async fn finished_trainjobs_get_no_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn squatted_name_is_refused_with_a_warning_event() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-squat").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-squat").await;
     let user = cp.client(Identity::User).await.expect("user");
-    let runtime = create_runtime(&admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let runtime = torch_runtime(&admin, &ns).await;
     let squatter_cm = ConfigMap {
         metadata: kube::api::ObjectMeta {
             name: Some("mine-runtime-snapshot".into()),
@@ -528,9 +510,7 @@ async fn squatted_name_is_refused_with_a_warning_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_runtime_is_retried_then_snapshotted_once_it_appears() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-missing").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-missing").await;
     let name = format!("later-{ns}");
     let r = start(cp, &ns).await;
     create_trainjob(&admin, &ns, "early", json!({"name": name}), None).await;
@@ -599,10 +579,8 @@ async fn unknown_runtime_kind_is_snapshotted_via_discovery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_one_writer() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-replicas").await.expect("namespace");
-    let admin = admin(cp).await;
-    let runtime = create_runtime(&admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let Scene { cp, ns, admin } = Scene::new("snap-replicas").await;
+    let runtime = torch_runtime(&admin, &ns).await;
     let jobs: Vec<String> = (1..=5).map(|i| format!("job-{i}")).collect();
     for job in &jobs {
         create_trainjob(&admin, &ns, job, ctr_ref(&runtime), None).await;
@@ -661,10 +639,8 @@ async fn two_replicas_one_writer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_lease_stops_the_reconciler() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-lease").await.expect("namespace");
-    let admin = admin(cp).await;
-    let runtime = create_runtime(&admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let Scene { cp, ns, admin } = Scene::new("snap-lease").await;
+    let runtime = torch_runtime(&admin, &ns).await;
     let lease = LeaseConfig::new(&ns, "holdfast-controller", "replica-a")
         .with_lease_duration(Duration::from_secs(6));
     let r = start_replica(cp, &ns, Identity::Controller, lease).await;
@@ -709,10 +685,8 @@ async fn losing_the_lease_stops_the_reconciler() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trainer_written_snapshot_is_accepted() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-trainer").await.expect("namespace");
-    let admin = admin(cp).await;
-    let runtime = create_runtime(&admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await;
+    let Scene { cp, ns, admin } = Scene::new("snap-trainer").await;
+    let runtime = torch_runtime(&admin, &ns).await;
     let job = create_trainjob(&admin, &ns, "by-trainer", ctr_ref(&runtime), None).await;
     // Trainer v2.3.0's own createRuntimeSnapshot, as Trainer's service account.
     let wrote = trainer::run(cp, Identity::Trainer, &ns, "by-trainer", "write").await;
@@ -865,9 +839,7 @@ async fn snapshot_parsed_back_exactly_as_trainers_reader_does() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_race_is_flagged() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-race").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-race").await;
     let name = format!("torch-{ns}");
     let runtime = create_runtime(&admin, &name, "pytorch/pytorch:2.10.0").await;
     let admitted = runtime.metadata.resource_version.clone().expect("rv");
@@ -903,9 +875,7 @@ async fn admission_race_is_flagged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_runtime_gets_a_clear_event() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-large").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-large").await;
     let name = format!("huge-{ns}");
     let mut big = runtime_json(&name, "pytorch/pytorch:2.10.0");
     big["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
@@ -939,9 +909,7 @@ async fn oversized_runtime_gets_a_clear_event() {
 /// what is a runtime, no snapshot, and no request about it beyond the event.
 #[tokio::test]
 async fn a_runtime_ref_to_a_kind_that_is_no_runtime_is_never_read_or_watched() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("snap-notruntime").await.expect("namespace");
-    let admin = admin(cp).await;
+    let Scene { cp, ns, admin } = Scene::new("snap-notruntime").await;
     let r = start(cp, &ns).await;
     for (job, group, kind) in [("pods", "", "Pod"), ("maps", "", "ConfigMap")] {
         create_trainjob(
@@ -1040,6 +1008,27 @@ fn slurm() -> ApiResource {
         "SlurmRuntime",
         "slurmruntimes",
     )
+}
+
+/// A test's world: the control plane of this topic, a namespace of its own, and the admin.
+struct Scene {
+    cp: &'static ControlPlane,
+    ns: String,
+    admin: kube::Client,
+}
+
+impl Scene {
+    async fn new(prefix: &str) -> Scene {
+        let cp = ControlPlane::shared();
+        let ns = cp.namespace(prefix).await.expect("namespace");
+        let admin = admin(cp).await;
+        Scene { cp, ns, admin }
+    }
+}
+
+/// The test's ClusterTrainingRuntime, `torch-{ns}`, at the usual image.
+async fn torch_runtime(admin: &kube::Client, ns: &str) -> DynamicObject {
+    create_runtime(admin, &format!("torch-{ns}"), "pytorch/pytorch:2.10.0").await
 }
 
 async fn admin(cp: &ControlPlane) -> kube::Client {
