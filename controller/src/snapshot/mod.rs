@@ -77,7 +77,7 @@ pub use health::Health;
 pub use kinds::{RuntimeKind, RuntimeKinds};
 pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, WriterLabels};
 pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
-pub use trainjobs::{TrainJob, trainjob_resource};
+pub use trainjobs::TrainJob;
 
 use crate::backoff::Backoffs;
 use configmaps::ConfigMapIndex;

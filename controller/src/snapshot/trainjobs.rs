@@ -11,7 +11,7 @@ use holdfast_core::hold::classify::trainjob_finished;
 use holdfast_core::names;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{ApiResource, DeserializeGuard, GroupVersionKind};
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::ObjectRef;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -89,18 +89,6 @@ impl kube::Resource for TrainJob {
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
-}
-
-/// The TrainJob resource (`trainer.kubeflow.org/v1alpha1`, `trainjobs`).
-pub fn trainjob_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            names::TRAINER_GROUP,
-            names::TRAINER_VERSION,
-            names::TRAINJOB_KIND,
-        ),
-        "trainjobs",
-    )
 }
 
 /// A reference to a TrainJob.
