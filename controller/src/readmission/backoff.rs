@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
-use rand::Rng;
+use rand::RngExt;
 
 pub(crate) struct Backoffs {
     min: Duration,

@@ -3,7 +3,7 @@
 //! under a thousand of them) do not retry together. A success resets the TrainJob's count.
 
 use super::trainjobs::JobRef;
-use rand::Rng;
+use rand::RngExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;

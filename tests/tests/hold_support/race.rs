@@ -34,7 +34,7 @@ use jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 
 use super::*;
-use rand::Rng;
+use rand::RngExt;
 use serde_json::Value;
 
 const CALLERS: usize = 8;
