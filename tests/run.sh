@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Every check and every test: formatting, clippy, all unit and integration tests, then the
-# demo's walk-through. The integration tests run against a real local control plane (etcd,
-# kube-apiserver, kube-controller-manager, Kueue) built from Go modules on first use and
-# cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}; later runs start it in seconds. Tier 3 (a
-# real node, tests/tests/it/node.rs) runs last, in a network namespace of its own.
+# Every check and every test: formatting, clippy, the dependency checks, all unit and
+# integration tests, then the demo's walk-through. The integration tests run against a real
+# local control plane (etcd, kube-apiserver, kube-controller-manager, Kueue) built from Go
+# modules on first use and cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}; later runs start
+# it in seconds. Tier 3 (a real node, tests/tests/it/node.rs) runs last, in a network namespace
+# of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -18,6 +19,24 @@ echo "== fmt"
 cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== dependencies (unused ones: cargo-machete; licences, duplicates, sources: cargo deny)"
+# Each tool is built once from the crate registry into the cache, pinned (a cold build took
+# about 8 min for cargo-machete and 30 min for cargo-deny on two busy cores); later runs
+# find it there at once.
+tool() { # tool NAME VERSION: prints the path of NAME's binary, installing it if missing
+  local root="${HOLDFAST_CACHE:-$HOME/.cache/holdfast}/tools/$1-$2"
+  if [ ! -x "$root/bin/$1" ]; then
+    cargo install --locked --quiet --root "$root" "$1" --version "$2" >&2
+  fi
+  echo "$root/bin/$1"
+}
+machete=$(tool cargo-machete 0.9.2)
+"$machete"
+deny=$(tool cargo-deny 0.20.2)
+# deny.toml says what passes; duplicate versions only warn. Advisories are left out: they
+# need the RustSec database fetched over the network (`cargo deny fetch`), which a machine
+# without it cannot do. Run `cargo deny check advisories` where the network is reachable.
+"$deny" --locked check --hide-inclusion-graph licenses bans sources
 echo "== build (the fault tests and the demo run the real binaries)"
 cargo build --workspace --bins --locked
 echo "== tests"

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use chrono::{SecondsFormat, Utc};
+use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::args::{Command, Target};
@@ -19,9 +19,13 @@ fn call_path(t: &Target, call: &str) -> String {
     format!("/v1/namespaces/{}/trainjobs/{}/{call}", t.namespace, t.name)
 }
 
+/// `within` from now, in UTC with milliseconds (`2026-11-29T12:00:00.000Z`); the last
+/// representable instant if that is beyond it.
 fn deadline(within: Duration) -> String {
-    let within = chrono::Duration::from_std(within).unwrap_or(chrono::Duration::MAX);
-    (Utc::now() + within).to_rfc3339_opts(SecondsFormat::Millis, true)
+    let at = Timestamp::now()
+        .saturating_add(within)
+        .unwrap_or(Timestamp::MAX);
+    format!("{at:.3}")
 }
 
 impl ApiRequest {
@@ -131,11 +135,15 @@ mod tests {
         let body = req.body.expect("body");
         assert_eq!(body["instance"], 3);
         assert_eq!(body["reason"], "node lost");
-        let deadline =
-            chrono::DateTime::parse_from_rfc3339(body["deadline"].as_str().expect("deadline"))
-                .expect("RFC 3339");
-        let left = deadline.with_timezone(&Utc) - Utc::now();
-        assert!(left > chrono::Duration::seconds(25) && left <= chrono::Duration::seconds(30));
+        let written = body["deadline"].as_str().expect("deadline");
+        assert_eq!(written.len(), "2026-11-29T12:00:00.000Z".len(), "{written}");
+        assert!(written.ends_with('Z'), "{written}");
+        let deadline: Timestamp = written.parse().expect("RFC 3339");
+        let left = deadline.duration_since(Timestamp::now());
+        assert!(
+            left > jiff::SignedDuration::from_secs(25)
+                && left <= jiff::SignedDuration::from_secs(30)
+        );
 
         let req = ApiRequest::of(&Command::Open {
             target: target(),

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use rand::Rng;
+use rand::RngExt;
 
 /// How a schedule runs: from `min`, doubling, up to `max`.
 #[derive(Clone, Copy, Debug, PartialEq)]

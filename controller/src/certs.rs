@@ -150,7 +150,8 @@ fn data_str<'a>(s: &'a Secret, key: &str) -> Option<&'a str> {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    // A SystemTime beyond jiff's range (year 9999) cannot come from a certificate we made.
+    holdfast_core::rfc3339::seconds(jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::MAX))
 }
 
 /// `existing` updated (or a new Secret) with exactly `data`, our labels and annotation.

@@ -8,4 +8,5 @@ pub mod mode;
 pub mod names;
 pub mod policy;
 pub mod readmission;
+pub mod rfc3339;
 pub mod snapshot;

@@ -240,14 +240,14 @@ async fn api_end_to_end(
         raw.replace(JOB, &PostParams::default(), &tj).await?;
         let took_raw = t.elapsed();
 
-        let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
-        let body = json!({"instance": i + 1, "deadline": deadline.to_rfc3339(), "reason": "bench"});
+        let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(30);
+        let body = json!({"instance": i + 1, "deadline": deadline.to_string(), "reason": "bench"});
         let t = Instant::now();
         let (code, answer) = api.post(&format!("{base}/hold"), Some(token), &body).await;
         let took_hold = t.elapsed();
         anyhow::ensure!(code == 200, "API hold {}: {code} {answer}", i + 1);
 
-        let body = json!({"instance": i + 1, "deadline": deadline.to_rfc3339()});
+        let body = json!({"instance": i + 1, "deadline": deadline.to_string()});
         let t = Instant::now();
         let (code, answer) = api
             .post(&format!("{base}/release"), Some(token), &body)

@@ -173,7 +173,7 @@ async fn main() -> anyhow::Result<()> {
     let alice = client_without_retries(cp, Identity::User).await;
     let raw_tjs = trainjobs(&alice, &ns);
     let raw_pods = Api::namespaced(alice.clone(), &ns);
-    let deadline = (chrono::Utc::now() + chrono::Duration::seconds(600)).to_rfc3339();
+    let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600)).to_string();
     let alice_name = Identity::User.username();
     let controller = Identity::Controller.username();
 

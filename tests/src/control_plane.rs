@@ -82,7 +82,7 @@ pub fn free_port() -> anyhow::Result<u16> {
 }
 
 fn random_token() -> String {
-    use rand::Rng;
+    use rand::RngExt;
     let mut rng = rand::rng();
     (0..32)
         .map(|_| format!("{:x}", rng.random_range(0..16u8)))

@@ -8,8 +8,8 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use chrono::Utc;
 use holdfast_core::hold::{CallKind, CallMeta, CallRequest, ErrorBody, HoldError};
+use jiff::Timestamp;
 use serde::Deserialize;
 
 use super::auth::{Access, KubeAuth, Refusal, bearer_token, check_names};
@@ -88,8 +88,8 @@ async fn hold_call(
             return error_response(StatusCode::PAYLOAD_TOO_LARGE, &e.body());
         }
     };
-    let meta =
-        CallRequest::from_json(&body).and_then(|req| CallMeta::validate(kind, req, Utc::now()));
+    let meta = CallRequest::from_json(&body)
+        .and_then(|req| CallMeta::validate(kind, req, Timestamp::now()));
     let meta = match meta {
         Ok(m) => m,
         Err(e) => {

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use holdfast_core::{
     hold::{
         Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView, HoldError, Outcome,
@@ -12,6 +11,7 @@ use holdfast_core::{
     mode::Mode,
     readmission::{Selected, owned_by, select_workload},
 };
+use jiff::Timestamp;
 use kube::core::params::ListParams;
 use serde_json::Value;
 use tokio::time::Duration as TokioDuration;
@@ -223,7 +223,7 @@ impl HoldExecutor {
         reqs: &mut CallRequests<'_>,
     ) -> Result<Outcome, HoldError> {
         resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
-        let call = Call::new(kind, meta, Utc::now())?;
+        let call = Call::new(kind, meta, Timestamp::now())?;
         reqs.time_left()?;
         self.ensure_capable(kind).await?;
         let mut attempts = Attempts::new();
@@ -436,9 +436,9 @@ impl HoldExecutor {
     pub(crate) fn read_meta(&self) -> CallMeta {
         CallMeta {
             instance: None,
-            deadline: Utc::now()
-                + chrono::Duration::from_std(self.config.read_timeout)
-                    .unwrap_or(chrono::Duration::seconds(10)),
+            deadline: Timestamp::now()
+                .saturating_add(self.config.read_timeout)
+                .unwrap_or(Timestamp::MAX),
             reason: None,
         }
     }

@@ -24,11 +24,12 @@ use std::{
     time::Instant,
 };
 
-use chrono::{SecondsFormat, Utc};
 use holdfast_core::{
     hold::{Call, CallKind, Decision, HeldView, HoldError, apply, decide},
     mode::Mode,
+    rfc3339,
 };
+use jiff::Timestamp;
 use kube::core::params::ListParams;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -265,7 +266,7 @@ impl PreflightReport {
             mode,
             call_bound_seconds: call_bound.as_secs_f64(),
             apiserver_request_timeout_seconds: request_timeout.as_secs_f64(),
-            checked_at: Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
+            checked_at: rfc3339::seconds(Timestamp::now()),
             checks,
             calls,
             ungated_cluster_queues: Vec::new(),
@@ -663,7 +664,7 @@ async fn round_trip(
     let call = Call::Hold {
         instance,
         reason: Some("holdfast preflight (dry run)".to_owned()),
-        placed_at: Utc::now(),
+        placed_at: Timestamp::now(),
     };
     let view = match HeldView::read(&call, mode, &trainjob, workload.as_ref(), false) {
         Ok(v) => v,

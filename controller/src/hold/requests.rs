@@ -17,9 +17,12 @@ use std::{
     time::Duration,
 };
 
-use chrono::{DateTime, SecondsFormat, Utc};
-use holdfast_core::hold::{CallMeta, HoldError};
+use holdfast_core::{
+    hold::{CallMeta, HoldError},
+    rfc3339,
+};
 use http::{HeaderValue, Uri, header::USER_AGENT};
+use jiff::Timestamp;
 use kube::core::{
     ApiResource, DynamicObject, Resource,
     params::{GetParams, ListParams, PostParams},
@@ -182,16 +185,13 @@ impl<'a> CallRequests<'a> {
     /// The deadline check made before every request: the time left before the deadline less
     /// the transit margin, or `DeadlinePassed`.
     pub fn time_left(&self) -> Result<Duration, HoldError> {
-        let now = Utc::now();
-        let left = self.meta.time_left(now)?;
+        let left = self.meta.time_left(Timestamp::now())?;
         match left.checked_sub(self.margin).filter(|d| !d.is_zero()) {
             Some(usable) => Ok(usable),
             None => Err(HoldError::deadline_passed(format!(
                 "only {left:?} left before the call's deadline {}, within the {:?} a request \
                  needs to reach the apiserver",
-                self.meta
-                    .deadline
-                    .to_rfc3339_opts(SecondsFormat::AutoSi, true),
+                rfc3339::auto(self.meta.deadline),
                 self.margin
             ))),
         }
@@ -316,22 +316,20 @@ impl CallRequests<'_> {
 }
 
 /// `{agent} ({label}; call={id}; deadline={RFC 3339 with fraction})`.
-pub fn user_agent(agent: &str, label: &str, id: u64, deadline: DateTime<Utc>) -> String {
+pub fn user_agent(agent: &str, label: &str, id: u64, deadline: Timestamp) -> String {
     format!(
         "{agent} ({label}; call={id}; deadline={})",
-        deadline.to_rfc3339_opts(SecondsFormat::Nanos, true)
+        rfc3339::nanos(deadline)
     )
 }
 
 /// The call's deadline, read back from a User-Agent written by [`user_agent`] (as the audit
 /// log shows it).
-pub fn deadline_in_user_agent(ua: &str) -> Option<DateTime<Utc>> {
+pub fn deadline_in_user_agent(ua: &str) -> Option<Timestamp> {
     let start = ua.find("deadline=")? + "deadline=".len();
     let rest = &ua[start..];
     let end = rest.find([')', ';']).unwrap_or(rest.len());
-    DateTime::parse_from_rfc3339(&rest[..end])
-        .ok()
-        .map(|d| d.with_timezone(&Utc))
+    rfc3339::parse(&rest[..end]).ok()
 }
 
 /// `uri` with `timeout=<left, in ms, at least 1>` added to its query: the apiserver's own
@@ -373,9 +371,7 @@ mod tests {
 
     #[test]
     fn the_user_agent_carries_the_deadline() {
-        let d = DateTime::parse_from_rfc3339("2026-11-29T12:00:00.123456789Z")
-            .expect("time")
-            .with_timezone(&Utc);
+        let d = rfc3339::parse("2026-11-29T12:00:00.123456789Z").expect("time");
         let ua = user_agent("holdfast-controller/0.1.0", "hold", 7, d);
         assert_eq!(
             ua,
@@ -421,7 +417,7 @@ mod tests {
         .expect("client");
         let meta = CallMeta {
             instance: Some(1),
-            deadline: Utc::now() + chrono::Duration::milliseconds(5),
+            deadline: Timestamp::now() + jiff::SignedDuration::from_millis(5),
             reason: None,
         };
         let mut reqs = CallRequests::new(

@@ -6,9 +6,10 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{SecondsFormat, Utc};
 use futures::channel::mpsc::UnboundedSender;
 use holdfast_core::readmission::{activate_check, is_our_check};
+use holdfast_core::rfc3339;
+use jiff::Timestamp;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
@@ -62,7 +63,7 @@ pub(crate) async fn reconcile(
     if !is_our_check(&value) {
         return Ok(Action::await_change());
     }
-    let now = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+    let now = rfc3339::seconds(Timestamp::now());
     if !activate_check(&mut value, &now) {
         return Ok(Action::await_change());
     }

@@ -11,7 +11,6 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{SecondsFormat, Utc};
 use holdfast_core::{
     hold::{Write, apply},
     mode::Mode,
@@ -20,7 +19,9 @@ use holdfast_core::{
         TransferStep, WaitReason, WorkloadView, check_message, decide_gate, decide_transfer,
         raise_attempt, set_checks,
     },
+    rfc3339,
 };
+use jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -357,7 +358,7 @@ async fn step(
             };
             gate = decide_gate(&tj, view, &views, pods);
         }
-        let now = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        let now = rfc3339::seconds(Timestamp::now());
         let (state, message, label) = match gate {
             GateStep::Idle | GateStep::LookForPods | GateStep::Wait { message: None, .. } => {
                 continue;

@@ -3,11 +3,12 @@
 
 use std::{fmt, time::Duration};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::HoldError;
 use crate::mode::Mode;
+use crate::rfc3339;
 
 /// The longest `reason` a Hold may carry, in bytes. It is stored in an annotation, and
 /// annotations share a 256 KiB budget with everyone else's.
@@ -86,7 +87,7 @@ pub struct CallMeta {
     /// The hold instance; `None` for Open, which has none.
     pub instance: Option<u64>,
     /// Checked before every request to the apiserver, and the request's own deadline.
-    pub deadline: DateTime<Utc>,
+    pub deadline: Timestamp,
     pub reason: Option<String>,
 }
 
@@ -102,16 +103,14 @@ impl CallMeta {
     pub fn validate(
         kind: CallKind,
         req: CallRequest,
-        now: DateTime<Utc>,
+        now: Timestamp,
     ) -> Result<CallMeta, HoldError> {
         let raw = req
             .deadline
             .ok_or_else(|| HoldError::invalid(format!("{kind}: deadline is required")))?;
-        let deadline = DateTime::parse_from_rfc3339(&raw)
-            .map_err(|e| {
-                HoldError::invalid(format!("{kind}: deadline {raw:?} is not RFC 3339: {e}"))
-            })?
-            .with_timezone(&Utc);
+        let deadline = rfc3339::parse(&raw).map_err(|e| {
+            HoldError::invalid(format!("{kind}: deadline {raw:?} is not RFC 3339: {e}"))
+        })?;
         let instance = match kind {
             CallKind::Open => None,
             CallKind::Hold | CallKind::Release => Some(
@@ -139,22 +138,21 @@ impl CallMeta {
 
     /// `Rejected { cause: DeadlinePassed }` once `now` has reached the deadline. The executor
     /// calls this immediately before it sends each request.
-    pub fn check_deadline(&self, now: DateTime<Utc>) -> Result<(), HoldError> {
+    pub fn check_deadline(&self, now: Timestamp) -> Result<(), HoldError> {
         self.time_left(now).map(|_| ())
     }
 
     /// The time left before the deadline, to be used as the next request's timeout, or
     /// `Rejected { cause: DeadlinePassed }` if there is none.
-    pub fn time_left(&self, now: DateTime<Utc>) -> Result<Duration, HoldError> {
-        (self.deadline - now)
-            .to_std()
+    pub fn time_left(&self, now: Timestamp) -> Result<Duration, HoldError> {
+        Duration::try_from(self.deadline.duration_since(now))
             .ok()
             .filter(|d| !d.is_zero())
             .ok_or_else(|| {
                 HoldError::deadline_passed(format!(
                     "the call's deadline {} has passed (now {})",
-                    self.deadline.to_rfc3339_opts(SecondsFormat::AutoSi, true),
-                    now.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+                    rfc3339::auto(self.deadline),
+                    rfc3339::auto(now),
                 ))
             })
     }
@@ -168,7 +166,7 @@ pub enum Call {
         instance: u64,
         reason: Option<String>,
         /// Written as `holdfast.dev/hold-placed-at`: when the call was accepted.
-        placed_at: DateTime<Utc>,
+        placed_at: Timestamp,
     },
     /// Lift hold `instance`, if it is the one in force.
     Release { instance: u64 },
@@ -178,7 +176,7 @@ pub enum Call {
 
 impl Call {
     /// The call `meta` describes. `now` becomes a Hold's `placed_at`.
-    pub fn new(kind: CallKind, meta: &CallMeta, now: DateTime<Utc>) -> Result<Call, HoldError> {
+    pub fn new(kind: CallKind, meta: &CallMeta, now: Timestamp) -> Result<Call, HoldError> {
         let instance = || {
             meta.instance
                 .ok_or_else(|| HoldError::invalid(format!("{kind}: instance is required")))
@@ -215,7 +213,7 @@ impl Call {
 pub fn parse_call(
     kind: CallKind,
     body: &[u8],
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Result<(Call, CallMeta), HoldError> {
     let meta = CallMeta::validate(kind, CallRequest::from_json(body)?, now)?;
     let call = Call::new(kind, &meta, now)?;
@@ -241,10 +239,8 @@ mod tests {
     use super::*;
     use crate::hold::RejectCause;
 
-    fn t(s: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(s)
-            .expect("test time")
-            .with_timezone(&Utc)
+    fn t(s: &str) -> Timestamp {
+        rfc3339::parse(s).expect("test time")
     }
 
     const NOW: &str = "2026-11-29T11:00:00Z";

@@ -1,6 +1,5 @@
 //! The hold state machine: `(call, read) → write | done | error`, and the retry budget.
 
-use chrono::SecondsFormat;
 use serde::{Deserialize, Serialize};
 
 use super::{Call, CallKind, HeldView, HoldError, Seen, Write};
@@ -110,7 +109,7 @@ pub fn decide(call: &Call, read: &HeldView, after_conflict: Option<Seen>) -> Dec
         } => decide_hold(
             *instance,
             reason.as_deref(),
-            &placed_at.to_rfc3339_opts(SecondsFormat::Secs, true),
+            &crate::rfc3339::seconds(*placed_at),
             read,
             after_conflict,
         ),

@@ -2,7 +2,7 @@
 //! tables of `decide` cases, then the same rules run through the executor loop against a
 //! simulated apiserver, then a property over interleaved calls.
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use serde_json::json;
 
 use super::sim::Sim;
@@ -23,10 +23,8 @@ const HOLD_KEYS: [&str; 4] = [
     ANN_HOLD_FOUND,
 ];
 
-fn now() -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339("2026-11-29T11:00:00Z")
-        .expect("test time")
-        .with_timezone(&Utc)
+fn now() -> Timestamp {
+    crate::rfc3339::parse("2026-11-29T11:00:00Z").expect("test time")
 }
 
 fn hold(instance: u64) -> Call {

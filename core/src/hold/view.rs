@@ -219,7 +219,7 @@ mod tests {
         Call::Hold {
             instance: 1,
             reason: None,
-            placed_at: chrono::DateTime::UNIX_EPOCH,
+            placed_at: jiff::Timestamp::UNIX_EPOCH,
         }
     }
 

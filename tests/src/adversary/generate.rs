@@ -4,7 +4,7 @@
 use super::ops::*;
 use holdfast_core::mode::Mode;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 /// The seed of sequence `index` of a run seeded `base` in `mode`: each sequence can be
 /// regenerated on its own from the seed the run prints.

@@ -11,7 +11,6 @@ use super::ops::*;
 use super::world::{self, SERVICE_ACCOUNT, World, runtime_names, runtime_spec};
 use crate::{ControlPlane, Identity};
 use anyhow::Context;
-use chrono::Utc;
 use futures::FutureExt;
 use holdfast_controller::hold::{
     ExecutorConfig, HoldExecutor, Hooks, WritePoint, client_without_retry,
@@ -19,6 +18,7 @@ use holdfast_controller::hold::{
 use holdfast_core::hold::CallMeta;
 use holdfast_core::mode::Mode;
 use holdfast_core::names::{LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
@@ -634,7 +634,7 @@ impl Ctx<'_> {
                 conditions.retain(|c| c["type"] != "DeactivationTarget");
                 conditions.push(json!({"type": "DeactivationTarget", "status": "True",
                     "reason": reason, "message": "the adversary plays Kueue",
-                    "lastTransitionTime": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)}));
+                    "lastTransitionTime": holdfast_core::rfc3339::seconds(Timestamp::now())}));
                 done(
                     self.api(self.c.kueue.clone(), &Self::wl_ar())
                         .patch_status(
@@ -701,7 +701,7 @@ impl Ctx<'_> {
         let rv_before = fresh_rv(&admin, &ns).await;
         let meta = CallMeta {
             instance,
-            deadline: Utc::now() + chrono::Duration::milliseconds(timing.deadline_ms),
+            deadline: Timestamp::now() + jiff::SignedDuration::from_millis(timing.deadline_ms),
             reason: Some(format!("adversary step {step}")),
         };
         let index = {

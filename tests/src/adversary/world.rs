@@ -329,7 +329,7 @@ pub fn runtime_names(ns: &str) -> (String, String) {
 }
 
 fn random_suffix() -> String {
-    use rand::Rng;
+    use rand::RngExt;
     let mut rng = rand::rng();
     (0..8)
         .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)]))

@@ -7,10 +7,10 @@ pub mod race;
 use std::time::Duration;
 
 use crate::{ControlPlane, Identity, control_plane::APISERVER_REQUEST_TIMEOUT};
-use chrono::{DateTime, Utc};
 use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry};
 use holdfast_controller::resources;
 use holdfast_core::{hold::CallMeta, mode::Mode};
+use jiff::Timestamp;
 use kube::{
     api::{Api, DynamicObject, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
@@ -47,7 +47,7 @@ pub async fn executor(cp: &ControlPlane) -> HoldExecutor {
 pub fn meta(instance: Option<u64>, within: Duration) -> CallMeta {
     CallMeta {
         instance,
-        deadline: Utc::now() + chrono::Duration::from_std(within).expect("duration"),
+        deadline: Timestamp::now() + within,
         reason: None,
     }
 }
@@ -139,7 +139,7 @@ pub fn resource_version(obj: &Value) -> String {
 /// moves). `step` must differ from the last one written.
 pub async fn write_status(trainer: &kube::Client, ns: &str, name: &str, step: u64) {
     let patch = json!({"status": {"trainerStatus": {
-        "lastUpdatedTime": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "lastUpdatedTime": holdfast_core::rfc3339::seconds(Timestamp::now()),
         "progressPercentage": step % 101,
         "metrics": [{"name": "step", "value": step.to_string()}]
     }}});
@@ -183,14 +183,12 @@ pub fn resource(e: &Value) -> &str {
         .unwrap_or_default()
 }
 
-pub fn received_at(e: &Value) -> DateTime<Utc> {
+pub fn received_at(e: &Value) -> Timestamp {
     let t = e
         .get("requestReceivedTimestamp")
         .and_then(Value::as_str)
         .expect("requestReceivedTimestamp");
-    DateTime::parse_from_rfc3339(t)
-        .expect("RFC 3339")
-        .with_timezone(&Utc)
+    holdfast_core::rfc3339::parse(t).expect("RFC 3339")
 }
 
 pub fn user_agent(e: &Value) -> &str {

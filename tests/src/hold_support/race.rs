@@ -23,7 +23,6 @@ use std::{
 };
 
 use crate::{ControlPlane, Identity};
-use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, deadline_in_user_agent};
 use holdfast_core::{
@@ -31,10 +30,11 @@ use holdfast_core::{
     mode::Mode,
     names::ANN_HOLD_INSTANCE,
 };
+use jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 
 use super::*;
-use rand::Rng;
+use rand::RngExt;
 use serde_json::Value;
 
 const CALLERS: usize = 8;
@@ -188,7 +188,7 @@ pub async fn run(
                 // The call is issued with its deadline, then delayed on its way.
                 let m = CallMeta {
                     instance: Some(instance),
-                    deadline: Utc::now() + chrono::Duration::from_std(within).expect("dur"),
+                    deadline: Timestamp::now() + within,
                     reason: Some("race".into()),
                 };
                 tokio::time::sleep(delay).await;
@@ -281,7 +281,7 @@ pub async fn run(
     let events = settled_audit(cp).await;
     let requests = controller_requests(&events, ns);
     let mut late = 0usize;
-    let mut max_commit_after = chrono::Duration::zero();
+    let mut max_commit_after = SignedDuration::ZERO;
     let mut conflicts = 0usize;
     let mut in_run = 0usize;
     for e in &requests {
@@ -304,9 +304,9 @@ pub async fn run(
         if let Some(done) = e
             .get("stageTimestamp")
             .and_then(Value::as_str)
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .and_then(|t| holdfast_core::rfc3339::parse(t).ok())
         {
-            max_commit_after = max_commit_after.max(done.with_timezone(&Utc) - deadline);
+            max_commit_after = max_commit_after.max(done.duration_since(deadline));
         }
     }
     // Requests the hold calls made (the executor's User-Agent) that do not name a deadline.
@@ -334,7 +334,7 @@ pub async fn run(
         versions.len(),
         placed.len(),
         lifted.len(),
-        max_commit_after.num_milliseconds(),
+        max_commit_after.as_millis(),
         violations.len()
     );
     for (label, n) in &outcomes {

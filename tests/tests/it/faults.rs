@@ -328,13 +328,13 @@ async fn hold_call_whose_deadline_passes_during_an_outage_sends_nothing_after_it
     let result = tokio::time::timeout(Duration::from_secs(30), exec.hold(&ns, "mnist", m))
         .await
         .expect("the hold call returned within 30 s");
-    let returned = chrono::Utc::now();
+    let returned = jiff::Timestamp::now();
     match &result {
         Err(e @ HoldError::Rejected { .. }) => println!("the call ended: {e}"),
         other => panic!("expected Rejected, got {other:?}"),
     }
     assert!(
-        returned < deadline + chrono::Duration::seconds(5),
+        returned < deadline + jiff::SignedDuration::from_secs(5),
         "returned at {returned}, deadline {deadline}"
     );
 

@@ -65,7 +65,7 @@ async fn hold_lands_with_all_annotations_in_one_update() {
 
     let mut m = meta(Some(3), MINUTE);
     m.reason = Some("node lost".into());
-    let before = chrono::Utc::now();
+    let before = jiff::Timestamp::now();
     let outcome = exec.hold(&ns, "mnist", m).await.expect("hold");
     assert_eq!(outcome, Outcome::Held);
 
@@ -74,8 +74,8 @@ async fn hold_lands_with_all_annotations_in_one_update() {
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("3"));
     assert_eq!(annotation(&tj, ANN_HOLD_REASON), Some("node lost"));
     let placed = annotation(&tj, ANN_HOLD_PLACED_AT).expect("placed-at");
-    let placed = chrono::DateTime::parse_from_rfc3339(placed).expect("RFC 3339");
-    assert!(placed.timestamp() >= before.timestamp() - 1, "{placed}");
+    let placed = holdfast_core::rfc3339::parse(placed).expect("RFC 3339");
+    assert!(placed.as_second() >= before.as_second() - 1, "{placed}");
 
     let events = settled_audit(cp).await;
     let mine = on_trainjob(&events, &ns, "mnist");
@@ -268,7 +268,7 @@ async fn call_past_its_deadline_sends_nothing() {
 
     // A call whose deadline has passed sends nothing at all.
     let mut m = meta(Some(1), MINUTE);
-    m.deadline = chrono::Utc::now() - chrono::Duration::seconds(1);
+    m.deadline = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1);
     let err = exec.hold(&ns, "expired", m).await.expect_err("too late");
     assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
 
@@ -283,7 +283,7 @@ async fn call_past_its_deadline_sends_nothing() {
         .await
         .expect_err("the deadline passed");
     assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
-    assert!(chrono::Utc::now() > deadline);
+    assert!(jiff::Timestamp::now() > deadline);
 
     let events = settled_audit(cp).await;
     assert!(
@@ -474,7 +474,7 @@ async fn api_refuses_anonymous_and_unauthorised_callers() {
     let metrics = exec.metrics().clone();
     let api = start_api(cp, exec).await;
     let path = format!("/v1/namespaces/{ns}/trainjobs/mnist/hold");
-    let body = json!({"instance": 1, "deadline": (chrono::Utc::now() + chrono::Duration::minutes(5)).to_rfc3339(), "reason": "node lost"});
+    let body = json!({"instance": 1, "deadline": (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string(), "reason": "node lost"});
     let before = read_trainjob(cp, &ns, "mnist").await;
 
     let (status, answer) = api.post(&path, None, &body).await;
@@ -558,7 +558,7 @@ async fn api_hold_and_release_round_trip() {
     .await;
     let alice = cp.token(Identity::User);
     let base = format!("/v1/namespaces/{ns}/trainjobs/mnist");
-    let deadline = (chrono::Utc::now() + chrono::Duration::minutes(5)).to_rfc3339();
+    let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string();
 
     let (status, answer) = api
         .post(

@@ -722,7 +722,7 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
     );
     let meta = |instance: Option<u64>| CallMeta {
         instance,
-        deadline: chrono::Utc::now() + chrono::Duration::seconds(60),
+        deadline: jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60),
         reason: None,
     };
 
