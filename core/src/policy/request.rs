@@ -86,7 +86,7 @@ fn opt_str<'a>(
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(bad(
             field,
-            format!("is {}, expected a string", super::fields::type_name(other)),
+            format!("is {}, expected a string", super::object::type_name(other)),
         )),
     }
 }
@@ -101,7 +101,7 @@ fn opt_object<'a>(
         Some(Value::Object(o)) => Ok(Some(o)),
         Some(other) => Err(bad(
             field,
-            format!("is {}, expected an object", super::fields::type_name(other)),
+            format!("is {}, expected an object", super::object::type_name(other)),
         )),
     }
 }
@@ -115,9 +115,9 @@ fn opt_object<'a>(
 /// `oldObject` (`null` = absent; any JSON, judged by the policy), `dryRun`.
 ///
 /// Of `object` and `oldObject` only the members the policy reads are kept ([`prune_object`]:
-/// name, labels, annotations and finalizers; data, binaryData, immutable; spec.suspend,
-/// spec.active and spec.runtimeRef); the rest of the body is checked as JSON (and UTF-8) and
-/// dropped unread, which is most of what an admission would otherwise cost.
+/// the field list the rules read through, `policy::object::FIELDS`); the rest of the body is
+/// checked as JSON (and UTF-8) and dropped unread, which is most of what an admission would
+/// otherwise cost.
 pub fn decode_review(bytes: &[u8]) -> Result<(String, AdmissionInput), DecodeError> {
     let no_uid = |problem| DecodeError { uid: None, problem };
     let text = std::str::from_utf8(bytes).map_err(|e| no_uid(Problem::NotJson(e.to_string())))?;
@@ -133,7 +133,7 @@ fn decode_generally(text: &str) -> Result<(String, AdmissionInput), DecodeError>
     let review =
         pruned::parse(text, pruned::REVIEW).map_err(|e| no_uid(Problem::NotJson(e.to_string())))?;
     let Value::Object(mut review) = review else {
-        return Err(no_uid(Problem::NotAnObject(super::fields::type_name(
+        return Err(no_uid(Problem::NotAnObject(super::object::type_name(
             &review,
         ))));
     };
@@ -153,7 +153,7 @@ fn decode_generally(text: &str) -> Result<(String, AdmissionInput), DecodeError>
                 "request",
                 format!(
                     "is {}, expected an object",
-                    super::fields::type_name(&other)
+                    super::object::type_name(&other)
                 ),
             )));
         }
@@ -208,7 +208,7 @@ fn decode_request(request: &mut Map<String, Value>) -> Result<AdmissionInput, Pr
         Some(other) => {
             return Err(bad(
                 "request.userInfo.groups",
-                format!("is {}, expected a list", super::fields::type_name(other)),
+                format!("is {}, expected a list", super::object::type_name(other)),
             ));
         }
     };
@@ -218,7 +218,7 @@ fn decode_request(request: &mut Map<String, Value>) -> Result<AdmissionInput, Pr
         Some(other) => {
             return Err(bad(
                 "request.dryRun",
-                format!("is {}, expected a boolean", super::fields::type_name(other)),
+                format!("is {}, expected a boolean", super::object::type_name(other)),
             ));
         }
     };

@@ -262,9 +262,10 @@ fn base64_matches_rfc_4648_vectors() {
 #[test]
 fn decoded_review_runs_through_the_policy() {
     let (uid, input) = decode(&review_json()).unwrap();
-    let patch = crate::policy::mutate(&input, &who(), crate::mode::Mode::Plain, None);
-    assert_eq!(patch.len(), 1, "the dropped hold-instance is restored");
-    let r = response(&uid, &Verdict::Allow, &patch);
+    let m = crate::policy::mutate(&input, &who(), crate::mode::Mode::Plain, None);
+    assert_eq!(m.patch.len(), 1, "the dropped hold-instance is restored");
+    assert_eq!(m.restored, ["holdfast.dev/hold-instance"]);
+    let r = response(&uid, &Verdict::Allow, &m.patch);
     assert_eq!(r["response"]["patchType"], json!("JSONPatch"));
 }
 
