@@ -32,6 +32,8 @@
 //!    [`mutate`] (never a denial), at `/validate` the verdict of [`validate`] (never a
 //!    patch). A dry run gets exactly the answer the real request would get; the only I/O is
 //!    the runtime read below, which has no side effect.
+//! 8. **The answer**: kube's `AdmissionResponse`, made from the decision as it is and written
+//!    as the apiserver writes one ([`answer`]).
 //!
 //! Connections themselves (how many, from where, how long idle, client certificates) are
 //! bounded by the TLS server, `holdfast_serve::tls`.
@@ -45,6 +47,8 @@
 //! When `/mutate` restores controller annotations a non-controller update dropped, or closes
 //! the start gate, the answer carries the [`Mutation`]'s `warnings` (kubectl prints them).
 
+pub mod answer;
+
 use crate::error::WebhookError;
 use crate::metrics::{Endpoint, LookupResult, Metrics, Outcome};
 use crate::runtime_lookup::RuntimeLookup;
@@ -57,7 +61,7 @@ use axum::routing::post;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use holdfast_core::mode::Mode;
-use holdfast_core::policy::request::{decode_review, error_response, response};
+use holdfast_core::policy::request::decode_review;
 use holdfast_core::policy::{
     AdmissionInput, Identities, Mutation, QueueProblem, Verdict, mutate, queue_check,
     queue_verdict, runtime_to_record, unsuspend_check, unsuspend_verdict, validate,
@@ -67,7 +71,7 @@ use holdfast_core::snapshot::{RuntimeRef, SnapshotError};
 use holdfast_serve::ConnectionHandle;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde_json::{Value, json};
+use kube::core::admission::AdmissionResponse;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -325,7 +329,7 @@ impl Policy {
         let (uid, input) = match decode_review(&d.body) {
             Ok(decoded) => decoded,
             Err(e) => {
-                let Some(answer) = error_response(&e) else {
+                let Some(answer) = answer::malformed(&e) else {
                     return Err(WebhookError::Malformed(e));
                 };
                 tracing::warn!(endpoint = endpoint.as_str(), uid = ?e.uid, error = %e, "malformed AdmissionReview refused");
@@ -341,7 +345,7 @@ impl Policy {
         json_ok(&answer)
     }
 
-    async fn validate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
+    async fn validate_review(&self, uid: &str, input: &AdmissionInput) -> AdmissionResponse {
         let mut verdict = validate(input, &self.identities, self.mode);
         if verdict.is_allowed()
             && let Some(check) = queue_check(input, &self.identities, self.mode)
@@ -402,16 +406,15 @@ impl Policy {
             Some(input.operation),
             Outcome::of(&verdict, false),
         );
-        response(uid, &verdict, &[])
+        answer::judged(uid, &verdict)
     }
 
-    async fn mutate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
+    async fn mutate_review(&self, uid: &str, input: &AdmissionInput) -> AdmissionResponse {
         let admitted = match runtime_to_record(input) {
             Some(named) => self.admitted_runtime_version(input, named).await,
             None => None,
         };
         let mutation: Mutation = mutate(input, &self.identities, self.mode, admitted.as_deref());
-        let mut review = response(uid, &Verdict::Allow, &mutation.patch);
         if !mutation.warnings.is_empty() {
             tracing::info!(
                 uid,
@@ -422,9 +425,6 @@ impl Policy {
                 warnings = ?mutation.warnings,
                 "admission patched"
             );
-            if let Some(r) = review.get_mut("response").and_then(Value::as_object_mut) {
-                r.insert("warnings".to_owned(), json!(mutation.warnings));
-            }
         }
         self.metrics.admission(
             Endpoint::Mutate,
@@ -432,7 +432,7 @@ impl Policy {
             Some(input.operation),
             Outcome::of(&Verdict::Allow, !mutation.is_empty()),
         );
-        review
+        answer::mutated(uid, mutation)
     }
 
     /// The resourceVersion of the runtime the TrainJob being created names, if it can be read.
@@ -484,8 +484,8 @@ async fn validate_endpoint(State(a): State<Arc<Admission>>, req: Request) -> Res
     a.admit(Endpoint::Validate, req).await
 }
 
-fn json_ok(answer: &Value) -> Result<Response, WebhookError> {
-    let bytes = serde_json::to_vec(answer).map_err(|e| WebhookError::Encode(e.to_string()))?;
+fn json_ok(answer: &AdmissionResponse) -> Result<Response, WebhookError> {
+    let bytes = answer::to_json(answer).map_err(|e| WebhookError::Encode(e.to_string()))?;
     Ok((
         StatusCode::OK,
         [(

@@ -1,12 +1,11 @@
-//! AdmissionReview v1 on the wire, without kube's types: [`decode_review`] turns the request
-//! body into an [`AdmissionInput`] with a clear error for anything malformed, [`response`]
-//! builds the answer. The webhook server may equally decode with kube's
-//! `AdmissionReview<DynamicObject>` and convert; these exist so that the policy's whole path
-//! from bytes to answer is pure and fuzzed.
+//! AdmissionReview v1 requests on the wire: [`decode_review`] turns the request body into an
+//! [`AdmissionInput`], with a clear error for anything malformed, reading only what the policy
+//! reads. It is pure and fuzzed (`policy_fuzz`). The answer is the webhook server's: it
+//! builds kube's `AdmissionResponse` from the [`Verdict`](super::Verdict) or
+//! [`Mutation`](super::Mutation) the policy decided.
 
-use super::{AdmissionInput, Operation, Resource, UserInfo, Verdict};
-use json_patch::PatchOperation;
-use serde_json::{Map, Value, json};
+use super::{AdmissionInput, Operation, Resource, UserInfo};
+use serde_json::{Map, Value};
 
 mod pruned;
 mod wire;
@@ -25,8 +24,8 @@ const QUOTE_MAX: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("malformed AdmissionReview: {problem}")]
 pub struct DecodeError {
-    /// `request.uid`, when it could be read: the answer can then name the request
-    /// ([`error_response`]); without it only an HTTP 400 is possible.
+    /// `request.uid`, when it could be read: the answer can then name the request (an
+    /// AdmissionReview refusing it, status 400); without it only an HTTP 400 is possible.
     pub uid: Option<String>,
     pub problem: Problem,
 }
@@ -237,62 +236,8 @@ fn decode_request(request: &mut Map<String, Value>) -> Result<AdmissionInput, Pr
     })
 }
 
-fn review(response: Value) -> Value {
-    json!({ "apiVersion": API_VERSION, "kind": KIND, "response": response })
-}
-
-fn refusal(uid: &str, code: u16, reason: &str, message: &str, field: Option<&str>) -> Value {
-    let mut status = json!({
-        "status": "Failure",
-        "code": code,
-        "reason": reason,
-        "message": message,
-    });
-    if let (Some(field), Some(s)) = (field, status.as_object_mut()) {
-        s.insert(
-            "details".to_owned(),
-            json!({ "causes": [{ "reason": "FieldValueForbidden", "field": field, "message": message }] }),
-        );
-    }
-    review(json!({ "uid": uid, "allowed": false, "status": status }))
-}
-
-/// The AdmissionReview v1 answer to request `uid`.
-///
-/// Allow: `allowed: true`, plus `patchType: JSONPatch` and the base64 patch when `patch` is
-/// not empty. Deny: `allowed: false`, `status` 403 `Forbidden` with the verdict's message and
-/// the field as the cause; a patch is never sent with a denial.
-pub fn response(uid: &str, verdict: &Verdict, patch: &[PatchOperation]) -> Value {
-    match verdict {
-        Verdict::Deny { field, message } => refusal(uid, 403, "Forbidden", message, Some(field)),
-        Verdict::Allow if patch.is_empty() => review(json!({ "uid": uid, "allowed": true })),
-        Verdict::Allow => match serde_json::to_vec(patch) {
-            Ok(bytes) => review(json!({
-                "uid": uid,
-                "allowed": true,
-                "patchType": "JSONPatch",
-                "patch": base64(&bytes),
-            })),
-            Err(e) => refusal(
-                uid,
-                500,
-                "InternalError",
-                &format!("holdfast could not encode its patch: {e}"),
-                None,
-            ),
-        },
-    }
-}
-
-/// The answer to a malformed review whose uid could be read: `allowed: false`, 400
-/// `BadRequest` with the problem. `None` when there is no uid to answer to; the server then
-/// answers HTTP 400 with the error's text.
-pub fn error_response(err: &DecodeError) -> Option<Value> {
-    let uid = err.uid.as_deref()?;
-    Some(refusal(uid, 400, "BadRequest", &err.to_string(), None))
-}
-
-/// Standard base64 with padding (RFC 4648 §4), as `AdmissionResponse.patch` wants.
+/// Standard base64 with padding (RFC 4648 §4), as the JSON encoding of a Kubernetes `[]byte`
+/// (`AdmissionResponse.patch`, a `caBundle`) wants.
 pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let sextet = |n: u32, shift: u32| char::from(ALPHABET[((n >> shift) & 63) as usize]);
