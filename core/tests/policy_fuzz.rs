@@ -8,9 +8,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use holdfast_core::mode::Mode;
-use holdfast_core::policy::request::{decode_review, error_response, prune_object, response};
+use holdfast_core::policy::request::{decode_review, prune_object};
 use holdfast_core::policy::{
-    AdmissionInput, Identities, Operation, Resource, UserInfo, Verdict, mutate, validate,
+    AdmissionInput, Identities, Operation, QueueProblem, Resource, UserInfo, Verdict, mutate,
+    queue_check, queue_verdict, runtime_to_record, unsuspend_check, unsuspend_verdict, validate,
 };
 use json_patch::PatchOperation;
 use proptest::prelude::*;
@@ -479,12 +480,14 @@ fn metadata() -> BoxedStrategy<Value> {
         member(Just(
             json!([{"manager": "kubectl", "fieldsV1": {"f:metadata": {"f:annotations": {}}}}]),
         )),
+        member(select(&["u", "v"][..]).prop_map(|u| json!(u))),
     )
         .prop_map(
-            |(name, annotations, labels, owners, finalizers, managed_fields)| {
+            |(name, annotations, labels, owners, finalizers, managed_fields, uid)| {
                 let mut m = Map::new();
                 for (k, v) in [
                     ("name", name),
+                    ("uid", uid),
                     ("annotations", annotations),
                     ("labels", labels),
                     ("ownerReferences", owners),
@@ -528,15 +531,20 @@ fn kube_object() -> BoxedStrategy<Value> {
                 bool_member(),
                 bool_member(),
                 member(select(&["q", "other"][..]).prop_map(|q| json!(q))),
+                member(prop_oneof![
+                    Just(json!({"name": "torch"})),
+                    Just(json!({"name": "torch", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"})),
+                    Just(json!({"kind": 7})),
+                ]),
             )
-                .prop_map(|(suspend, active, queue)| {
+                .prop_map(|(suspend, active, queue, runtime)| {
                     let mut spec = Map::new();
-                    spec.insert("runtimeRef".into(), json!({"name": "torch"}));
                     spec.insert("trainer".into(), json!({"numNodes": 2}));
                     for (k, v) in [
                         ("suspend", suspend),
                         ("active", active),
                         ("queueName", queue),
+                        ("runtimeRef", runtime),
                     ] {
                         if let Some(v) = v {
                             spec.insert(k.into(), v);
@@ -618,6 +626,8 @@ enum Edit {
     SetSpec(&'static str, Option<Value>),
     /// `spec.suspend`/`spec.active` turned from true to false or back.
     Flip(&'static str),
+    /// The whole `spec` replaced (by garbage: a spec no patch can go into).
+    ReplaceSpec(Value),
     SetData(Option<Value>),
     DropOwners,
     SetOwners(Value),
@@ -637,6 +647,7 @@ fn edit() -> BoxedStrategy<Edit> {
         1 => owners().prop_map(Edit::SetOwners),
         1 => member(finalizers()).prop_map(Edit::SetFinalizers),
         4 => select(&["suspend", "active"][..]).prop_map(Edit::Flip),
+        1 => garbage().prop_map(Edit::ReplaceSpec),
         1 => member(Just(json!({"runtime": "kind: Evil\n"}))).prop_map(Edit::SetData),
         1 => Just(Edit::DropOwners),
         1 => any_object().prop_map(Edit::Replace),
@@ -697,6 +708,11 @@ fn apply_edit(v: &mut Value, e: &Edit) {
             if let Some(s) = child(v, "spec") {
                 let now = s.get(*k) == Some(&Value::Bool(true));
                 s.insert((*k).to_owned(), Value::Bool(!now));
+            }
+        }
+        Edit::ReplaceSpec(spec) => {
+            if let Some(o) = v.as_object_mut() {
+                o.insert("spec".into(), spec.clone());
             }
         }
         Edit::SetData(d) => {
@@ -855,13 +871,14 @@ fn check(case: Case) {
         admitted_rv,
     } = &case;
 
-    let patch = mutate(input, &who, *mode, admitted_rv.as_deref());
+    let mutation = mutate(input, &who, *mode, admitted_rv.as_deref());
+    let patch = &mutation.patch;
     let mut post = input.clone();
     if !patch.is_empty() {
         let mut object = input.object.clone().expect("a patch needs an object");
-        json_patch::patch(&mut object, &patch)
+        json_patch::patch(&mut object, patch)
             .unwrap_or_else(|e| panic!("patch {patch:?} does not apply to {object}: {e}"));
-        added_values_are_not_invented(&case, &patch, &object);
+        added_values_are_not_invented(&case, patch, &object);
         post.object = Some(object);
     }
 
@@ -879,20 +896,45 @@ fn check(case: Case) {
             ),
             Some(_) => false,
         });
+        let mut dropped = Vec::new();
         if let (Some(o), Some(n), true) = (
             obj(input.old_object.as_ref()),
             obj(post.object.as_ref()),
             restorable,
         ) {
             let after = our_annotations(n);
+            let before: Vec<&String> = obj(input.object.as_ref())
+                .and_then(annotations_of)
+                .map(|a| a.keys().collect())
+                .unwrap_or_default();
             for (k, v) in our_annotations(o) {
                 assert!(
                     after.contains_key(&k),
                     "{k}={v} was not restored by {patch:?}"
                 );
+                if !before.contains(&&k) {
+                    dropped.push(k);
+                }
             }
         }
+        // What mutate says it restored is what the update dropped and the patch put back.
+        assert_eq!(mutation.restored, dropped, "{mutation:?}");
+        let told = dropped.iter().any(|k| k != ADMITTED);
+        assert_eq!(
+            mutation
+                .warnings
+                .iter()
+                .any(|w| w.contains("kept annotation")),
+            told,
+            "{mutation:?}"
+        );
+        for k in dropped.iter().filter(|k| *k != ADMITTED) {
+            assert!(mutation.warnings[0].contains(k.as_str()), "{mutation:?}");
+        }
+    } else {
+        assert!(mutation.restored.is_empty(), "{mutation:?}");
     }
+    let mut gate_closed = false;
     if input.operation == Operation::Create
         && input.resource == Resource::TrainJob
         && input.subresource.is_none()
@@ -917,8 +959,19 @@ fn check(case: Case) {
                 suspended(n),
                 "managed TrainJob left unsuspended by {patch:?}"
             );
+            gate_closed = !obj(input.object.as_ref()).is_some_and(suspended);
         }
     }
+    // What mutate says about the start gate is what the patch did to it.
+    assert_eq!(mutation.gate_closed, gate_closed, "{mutation:?}");
+    assert_eq!(
+        mutation
+            .warnings
+            .iter()
+            .any(|w| w.contains("spec.suspend: true")),
+        gate_closed,
+        "{mutation:?}"
+    );
     if matches!(input.resource, Resource::ConfigMap | Resource::Other { .. })
         || input.subresource.is_some()
     {
@@ -941,10 +994,6 @@ fn check(case: Case) {
     if let Verdict::Deny { field, message } = &verdict {
         assert!(!field.is_empty() && !message.is_empty());
     }
-
-    let answer = response("uid-1", &verdict, &patch);
-    assert_eq!(answer["response"]["uid"], json!("uid-1"));
-    assert_eq!(answer["response"]["allowed"], json!(verdict.is_allowed()));
 }
 
 /// The AdmissionReview the apiserver would send for `i`.
@@ -1053,28 +1102,28 @@ proptest! {
         prop_assert_eq!(decoded, expected);
     }
 
-    /// What `decode_review` drops of the objects never changes a decision: the patch, the
-    /// verdict before it and the verdict after it are the same on the pruned objects as on the
-    /// whole ones.
+    /// What `decode_review` drops of the objects never changes a decision: every public
+    /// decision of the policy (the mutation, the verdict before and after it, the queue and
+    /// unsuspend checks and their verdicts, the runtime to record, the name in messages) is
+    /// the same on the pruned objects as on the whole ones.
     #[test]
-    fn pruned_objects_get_the_same_patch_and_verdicts(case in case()) {
-        let who = who();
+    fn pruned_objects_get_the_same_decisions(case in case()) {
         let whole = &case.input;
         let mut pruned = whole.clone();
         pruned.object = pruned.object.as_ref().map(prune_object);
         pruned.old_object = pruned.old_object.as_ref().map(prune_object);
         let rv = case.admitted_rv.as_deref();
-        let patch = mutate(whole, &who, case.mode, rv);
-        prop_assert_eq!(&mutate(&pruned, &who, case.mode, rv), &patch);
-        prop_assert_eq!(validate(&pruned, &who, case.mode), validate(whole, &who, case.mode));
-        if !patch.is_empty() {
+        let mutation = mutate(whole, &who(), case.mode, rv);
+        prop_assert_eq!(&mutate(&pruned, &who(), case.mode, rv), &mutation);
+        same_decisions(whole, &pruned, case.mode)?;
+        if !mutation.is_empty() {
             let (mut w, mut p) = (whole.clone(), pruned.clone());
             for i in [&mut w, &mut p] {
                 let mut o = i.object.clone().expect("a patch needs an object");
-                json_patch::patch(&mut o, &patch).unwrap();
+                json_patch::patch(&mut o, &mutation.patch).unwrap();
                 i.object = Some(o);
             }
-            prop_assert_eq!(validate(&p, &who, case.mode), validate(&w, &who, case.mode));
+            same_decisions(&w, &p, case.mode)?;
         }
     }
 }
@@ -1117,15 +1166,54 @@ fn run_everything(bytes: &[u8]) {
     match decode_review(bytes) {
         Ok((uid, input)) => {
             for mode in [Mode::Plain, Mode::Kueue] {
-                let patch = mutate(&input, &who, mode, Some("1"));
-                let verdict = validate(&input, &who, mode);
-                let _ = response(&uid, &verdict, &patch);
+                let _ = mutate(&input, &who, mode, Some("1"));
+                let _ = validate(&input, &who, mode);
+                let _ = (
+                    queue_check(&input, &who, mode),
+                    unsuspend_check(&input, mode),
+                );
             }
+            let _ = (uid, runtime_to_record(&input));
         }
         Err(e) => {
-            let _ = error_response(&e);
+            assert!(!e.to_string().is_empty());
         }
     }
+}
+
+/// The validating side's decisions, and what the webhook reads for them, agree on `whole` and
+/// `pruned` (the same request with its objects pruned).
+fn same_decisions(
+    whole: &AdmissionInput,
+    pruned: &AdmissionInput,
+    mode: Mode,
+) -> Result<(), TestCaseError> {
+    let who = who();
+    prop_assert_eq!(validate(pruned, &who, mode), validate(whole, &who, mode));
+    let check = queue_check(whole, &who, mode);
+    prop_assert_eq!(&queue_check(pruned, &who, mode), &check);
+    if let Some(check) = &check {
+        for problem in [
+            None,
+            Some(QueueProblem::Ungated("u")),
+            Some(QueueProblem::Unresolved("r")),
+        ] {
+            prop_assert_eq!(
+                queue_verdict(pruned, check, problem),
+                queue_verdict(whole, check, problem)
+            );
+        }
+    }
+    prop_assert_eq!(unsuspend_check(pruned, mode), unsuspend_check(whole, mode));
+    for found in [Ok(None), Ok(Some("h".to_owned())), Err("e".to_owned())] {
+        prop_assert_eq!(
+            unsuspend_verdict(pruned, found.clone()),
+            unsuspend_verdict(whole, found)
+        );
+    }
+    prop_assert_eq!(runtime_to_record(pruned), runtime_to_record(whole));
+    prop_assert_eq!(pruned.object_ref(), whole.object_ref());
+    Ok(())
 }
 
 #[test]
@@ -1148,7 +1236,7 @@ fn oracle_covers_every_rule() {
     let mut kueue_suspend_flips_allowed = 0;
     for _ in 0..40_000 {
         let c = strategy.new_tree(&mut runner).unwrap().current();
-        let patch = mutate(&c.input, &who, c.mode, c.admitted_rv.as_deref());
+        let patch = mutate(&c.input, &who, c.mode, c.admitted_rv.as_deref()).patch;
         let mut post = c.input.clone();
         if let (false, Some(mut o)) = (patch.is_empty(), post.object.clone()) {
             json_patch::patch(&mut o, &patch).unwrap();

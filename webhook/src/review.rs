@@ -28,25 +28,26 @@
 //!    clear error: an AdmissionReview with `allowed: false` and status 400 naming the problem
 //!    when its `request.uid` could be read (so the apiserver shows the message), else an HTTP
 //!    `400` with a `v1 Status` body.
-//! 7. **The decision**, by `holdfast_core::policy`: at `/mutate` the JSON patch of [`mutate`]
-//!    (never a denial), at `/validate` the verdict of [`validate`] (never a patch). A dry run
-//!    gets exactly the answer the real request would get; the only I/O is the runtime read
-//!    below, which has no side effect.
+//! 7. **The decision**, by `holdfast_core::policy`: at `/mutate` the [`Mutation`] of
+//!    [`mutate`] (never a denial), at `/validate` the verdict of [`validate`] (never a
+//!    patch). A dry run gets exactly the answer the real request would get; the only I/O is
+//!    the runtime read below, which has no side effect.
+//! 8. **The answer**: kube's `AdmissionResponse`, made from the decision as it is and written
+//!    as the apiserver writes one ([`answer`]).
 //!
 //! Connections themselves (how many, from where, how long idle, client certificates) are
 //! bounded by the TLS server, `holdfast_serve::tls`.
 //!
 //! At a TrainJob's CREATE, `/mutate` reads the runtime its `spec.runtimeRef` names
-//! ([`RuntimeLookup`], bounded by [`Limits::runtime_lookup_timeout`]) and records its
-//! resourceVersion as `holdfast.dev/admitted-runtime-resource-version`. A runtime that is
+//! ([`runtime_to_record`]; [`RuntimeLookup`], bounded by [`Limits::runtime_lookup_timeout`])
+//! and records its resourceVersion as `holdfast.dev/admitted-runtime-resource-version`. A runtime that is
 //! missing, unreadable or slow to read gets no annotation, and the TrainJob is admitted: the
 //! snapshot is still taken later and the controller flags what it cannot prove.
 //!
 //! When `/mutate` restores controller annotations a non-controller update dropped, or closes
-//! the start gate, the answer carries a `warnings` entry saying so (kubectl prints it): the
-//! apiserver presents a PATCH that removes an annotation and a whole-object replace that
-//! omits it identically, so an explicit removal is undone, not refused, and the warning is how
-//! its author learns that.
+//! the start gate, the answer carries the [`Mutation`]'s `warnings` (kubectl prints them).
+
+pub mod answer;
 
 use crate::error::WebhookError;
 use crate::metrics::{Endpoint, LookupResult, Metrics, Outcome};
@@ -60,19 +61,17 @@ use axum::routing::post;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use holdfast_core::mode::Mode;
-use holdfast_core::names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION;
-use holdfast_core::policy::request::{decode_review, error_response, response};
+use holdfast_core::policy::request::decode_review;
 use holdfast_core::policy::{
-    AdmissionInput, Identities, Operation, QueueProblem, Resource, Verdict, mutate, queue_check,
-    queue_verdict, unsuspend_check, unsuspend_verdict, validate,
+    AdmissionInput, Identities, Mutation, QueueProblem, Verdict, mutate, queue_check,
+    queue_verdict, runtime_to_record, unsuspend_check, unsuspend_verdict, validate,
 };
 use holdfast_core::readmission::queues::QueueGate;
-use holdfast_core::snapshot::runtime_ref;
+use holdfast_core::snapshot::{RuntimeRef, SnapshotError};
 use holdfast_serve::ConnectionHandle;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use json_patch::PatchOperation;
-use serde_json::{Value, json};
+use kube::core::admission::AdmissionResponse;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -330,23 +329,23 @@ impl Policy {
         let (uid, input) = match decode_review(&d.body) {
             Ok(decoded) => decoded,
             Err(e) => {
-                let Some(review) = error_response(&e) else {
+                let Some(answer) = answer::malformed(&e) else {
                     return Err(WebhookError::Malformed(e));
                 };
                 tracing::warn!(endpoint = endpoint.as_str(), uid = ?e.uid, error = %e, "malformed AdmissionReview refused");
                 self.metrics
                     .admission(endpoint, None, None, Outcome::Invalid);
-                return json_ok(&review);
+                return json_ok(&answer);
             }
         };
-        let review = match endpoint {
+        let answer = match endpoint {
             Endpoint::Mutate => self.mutate_review(&uid, &input).await,
             Endpoint::Validate => self.validate_review(&uid, &input).await,
         };
-        json_ok(&review)
+        json_ok(&answer)
     }
 
-    async fn validate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
+    async fn validate_review(&self, uid: &str, input: &AdmissionInput) -> AdmissionResponse {
         let mut verdict = validate(input, &self.identities, self.mode);
         if verdict.is_allowed()
             && let Some(check) = queue_check(input, &self.identities, self.mode)
@@ -407,48 +406,42 @@ impl Policy {
             Some(input.operation),
             Outcome::of(&verdict, false),
         );
-        response(uid, &verdict, &[])
+        answer::judged(uid, &verdict)
     }
 
-    async fn mutate_review(&self, uid: &str, input: &AdmissionInput) -> Value {
-        let admitted = if input.resource == Resource::TrainJob
-            && input.operation == Operation::Create
-            && input.subresource.is_none()
-        {
-            self.admitted_runtime_version(input).await
-        } else {
-            None
+    async fn mutate_review(&self, uid: &str, input: &AdmissionInput) -> AdmissionResponse {
+        let admitted = match runtime_to_record(input) {
+            Some(named) => self.admitted_runtime_version(input, named).await,
+            None => None,
         };
-        let patch = mutate(input, &self.identities, self.mode, admitted.as_deref());
-        let mut review = response(uid, &Verdict::Allow, &patch);
-        let warnings = warnings(input, &patch);
-        if !warnings.is_empty() {
+        let mutation: Mutation = mutate(input, &self.identities, self.mode, admitted.as_deref());
+        if !mutation.warnings.is_empty() {
             tracing::info!(
                 uid,
                 kind = input.resource.kind(),
                 operation = %input.operation,
                 object = %input.object_ref(),
                 user = %input.user.username,
-                warnings = ?warnings,
+                warnings = ?mutation.warnings,
                 "admission patched"
             );
-            if let Some(r) = review.get_mut("response").and_then(Value::as_object_mut) {
-                r.insert("warnings".to_owned(), json!(warnings));
-            }
         }
         self.metrics.admission(
             Endpoint::Mutate,
             Some(&input.resource),
             Some(input.operation),
-            Outcome::of(&Verdict::Allow, !patch.is_empty()),
+            Outcome::of(&Verdict::Allow, !mutation.is_empty()),
         );
-        review
+        answer::mutated(uid, mutation)
     }
 
     /// The resourceVersion of the runtime the TrainJob being created names, if it can be read.
-    async fn admitted_runtime_version(&self, input: &AdmissionInput) -> Option<String> {
-        let object = input.object.as_ref()?;
-        let runtime = match runtime_ref(object) {
+    async fn admitted_runtime_version(
+        &self,
+        input: &AdmissionInput,
+        named: Result<RuntimeRef, SnapshotError>,
+    ) -> Option<String> {
+        let runtime = match named {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!(object = %input.object_ref(), error = %e, "no runtime to look up");
@@ -491,8 +484,8 @@ async fn validate_endpoint(State(a): State<Arc<Admission>>, req: Request) -> Res
     a.admit(Endpoint::Validate, req).await
 }
 
-fn json_ok(review: &Value) -> Result<Response, WebhookError> {
-    let bytes = serde_json::to_vec(review).map_err(|e| WebhookError::Encode(e.to_string()))?;
+fn json_ok(answer: &AdmissionResponse) -> Result<Response, WebhookError> {
+    let bytes = answer::to_json(answer).map_err(|e| WebhookError::Encode(e.to_string()))?;
     Ok((
         StatusCode::OK,
         [(
@@ -539,63 +532,6 @@ async fn read_body(req: Request, limit: usize) -> Result<Bytes, WebhookError> {
         }
         Err(e) => Err(WebhookError::Body(e.to_string())),
     }
-}
-
-/// Decodes one JSON pointer token (RFC 6901).
-fn unescape(token: &str) -> String {
-    token.replace("~1", "/").replace("~0", "~")
-}
-
-/// What the user should be told about `patch`: annotations restored, a start gate closed.
-/// The admitted runtime version is set silently (it is not the user's to write).
-fn warnings(input: &AdmissionInput, patch: &[PatchOperation]) -> Vec<String> {
-    let mut restored: Vec<String> = Vec::new();
-    let mut gate_closed = false;
-    for op in patch {
-        let PatchOperation::Add(add) = op else {
-            continue;
-        };
-        let path = add.path.to_string();
-        let tokens: Vec<String> = path.split('/').skip(1).map(unescape).collect();
-        let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
-        let added: Vec<String> = match tokens.as_slice() {
-            ["spec"] | ["spec", "suspend"] => {
-                gate_closed = true;
-                Vec::new()
-            }
-            ["metadata", "annotations", key] => vec![(*key).to_owned()],
-            ["metadata", "annotations"] => keys(&add.value),
-            ["metadata"] => add.value.get("annotations").map(keys).unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        restored.extend(
-            added
-                .into_iter()
-                .filter(|k| k != ANN_ADMITTED_RUNTIME_RESOURCE_VERSION),
-        );
-    }
-    let mut out = Vec::new();
-    if !restored.is_empty() && input.operation == Operation::Update {
-        out.push(format!(
-            "holdfast kept annotation(s) {} on {} {}: this update removed them, and they are written only by the holdfast controller",
-            restored.join(", "),
-            input.resource.kind(),
-            input.object_ref()
-        ));
-    }
-    if gate_closed {
-        out.push(format!(
-            "holdfast set spec.suspend: true on TrainJob {}: a TrainJob labelled holdfast.dev/managed=true starts at its closed start gate, opened by the holdfast controller",
-            input.object_ref()
-        ));
-    }
-    out
-}
-
-fn keys(v: &Value) -> Vec<String> {
-    v.as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

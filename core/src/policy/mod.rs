@@ -2,9 +2,13 @@
 //!
 //! Everything here is a pure function of one admission request (operation, resource, user,
 //! old and new object), the configured identities and the [`Mode`](crate::mode::Mode). The
-//! webhook server decodes an `AdmissionReview` (with kube's types or with
-//! [`request::decode_review`]) into an [`AdmissionInput`], asks [`mutate`] for a patch at the
-//! mutating endpoint and [`validate`] for a verdict at the validating endpoint.
+//! webhook server decodes an `AdmissionReview` (with [`request::decode_review`]) into an
+//! [`AdmissionInput`], asks [`mutate`] for a [`Mutation`] (the patch, and what it did) at the
+//! mutating endpoint and [`validate`] for a [`Verdict`] at the validating endpoint, and
+//! answers with what they decided.
+//!
+//! The rules read the objects only through the field list of `object`, which is also what
+//! the decoding keeps of them: a rule cannot read what the decoding dropped.
 //!
 //! The rules are SPEC.md's "The webhook"; where SPEC is silent the decision is written next to
 //! the code that makes it. In short:
@@ -38,13 +42,14 @@ pub mod request;
 
 mod fields;
 mod mutate;
+mod object;
 mod validate;
 
 #[cfg(test)]
 mod testkit;
 
 pub use identities::Identities;
-pub use mutate::mutate;
+pub use mutate::{Mutation, mutate, runtime_to_record};
 pub use validate::{
     QueueCheck, QueueProblem, UnsuspendCheck, queue_check, queue_verdict, unsuspend_check,
     unsuspend_verdict, validate,
@@ -181,8 +186,7 @@ impl AdmissionInput {
         let name = if self.name.is_empty() {
             [self.object.as_ref(), self.old_object.as_ref()]
                 .into_iter()
-                .flatten()
-                .find_map(fields::name)
+                .find_map(|v| object::Doc::of(v).object().and_then(fields::object_name))
                 .unwrap_or("<unnamed>")
         } else {
             self.name.as_str()

@@ -1,12 +1,11 @@
-//! AdmissionReview v1 on the wire, without kube's types: [`decode_review`] turns the request
-//! body into an [`AdmissionInput`] with a clear error for anything malformed, [`response`]
-//! builds the answer. The webhook server may equally decode with kube's
-//! `AdmissionReview<DynamicObject>` and convert; these exist so that the policy's whole path
-//! from bytes to answer is pure and fuzzed.
+//! AdmissionReview v1 requests on the wire: [`decode_review`] turns the request body into an
+//! [`AdmissionInput`], with a clear error for anything malformed, reading only what the policy
+//! reads. It is pure and fuzzed (`policy_fuzz`). The answer is the webhook server's: it
+//! builds kube's `AdmissionResponse` from the [`Verdict`](super::Verdict) or
+//! [`Mutation`](super::Mutation) the policy decided.
 
-use super::{AdmissionInput, Operation, Resource, UserInfo, Verdict};
-use json_patch::PatchOperation;
-use serde_json::{Map, Value, json};
+use super::{AdmissionInput, Operation, Resource, UserInfo};
+use serde_json::{Map, Value};
 
 mod pruned;
 mod wire;
@@ -25,8 +24,8 @@ const QUOTE_MAX: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("malformed AdmissionReview: {problem}")]
 pub struct DecodeError {
-    /// `request.uid`, when it could be read: the answer can then name the request
-    /// ([`error_response`]); without it only an HTTP 400 is possible.
+    /// `request.uid`, when it could be read: the answer can then name the request (an
+    /// AdmissionReview refusing it, status 400); without it only an HTTP 400 is possible.
     pub uid: Option<String>,
     pub problem: Problem,
 }
@@ -86,7 +85,7 @@ fn opt_str<'a>(
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(bad(
             field,
-            format!("is {}, expected a string", super::fields::type_name(other)),
+            format!("is {}, expected a string", super::object::type_name(other)),
         )),
     }
 }
@@ -101,7 +100,7 @@ fn opt_object<'a>(
         Some(Value::Object(o)) => Ok(Some(o)),
         Some(other) => Err(bad(
             field,
-            format!("is {}, expected an object", super::fields::type_name(other)),
+            format!("is {}, expected an object", super::object::type_name(other)),
         )),
     }
 }
@@ -115,9 +114,9 @@ fn opt_object<'a>(
 /// `oldObject` (`null` = absent; any JSON, judged by the policy), `dryRun`.
 ///
 /// Of `object` and `oldObject` only the members the policy reads are kept ([`prune_object`]:
-/// name, labels, annotations and finalizers; data, binaryData, immutable; spec.suspend,
-/// spec.active and spec.runtimeRef); the rest of the body is checked as JSON (and UTF-8) and
-/// dropped unread, which is most of what an admission would otherwise cost.
+/// the field list the rules read through, `policy::object::FIELDS`); the rest of the body is
+/// checked as JSON (and UTF-8) and dropped unread, which is most of what an admission would
+/// otherwise cost.
 pub fn decode_review(bytes: &[u8]) -> Result<(String, AdmissionInput), DecodeError> {
     let no_uid = |problem| DecodeError { uid: None, problem };
     let text = std::str::from_utf8(bytes).map_err(|e| no_uid(Problem::NotJson(e.to_string())))?;
@@ -133,7 +132,7 @@ fn decode_generally(text: &str) -> Result<(String, AdmissionInput), DecodeError>
     let review =
         pruned::parse(text, pruned::REVIEW).map_err(|e| no_uid(Problem::NotJson(e.to_string())))?;
     let Value::Object(mut review) = review else {
-        return Err(no_uid(Problem::NotAnObject(super::fields::type_name(
+        return Err(no_uid(Problem::NotAnObject(super::object::type_name(
             &review,
         ))));
     };
@@ -153,7 +152,7 @@ fn decode_generally(text: &str) -> Result<(String, AdmissionInput), DecodeError>
                 "request",
                 format!(
                     "is {}, expected an object",
-                    super::fields::type_name(&other)
+                    super::object::type_name(&other)
                 ),
             )));
         }
@@ -208,7 +207,7 @@ fn decode_request(request: &mut Map<String, Value>) -> Result<AdmissionInput, Pr
         Some(other) => {
             return Err(bad(
                 "request.userInfo.groups",
-                format!("is {}, expected a list", super::fields::type_name(other)),
+                format!("is {}, expected a list", super::object::type_name(other)),
             ));
         }
     };
@@ -218,7 +217,7 @@ fn decode_request(request: &mut Map<String, Value>) -> Result<AdmissionInput, Pr
         Some(other) => {
             return Err(bad(
                 "request.dryRun",
-                format!("is {}, expected a boolean", super::fields::type_name(other)),
+                format!("is {}, expected a boolean", super::object::type_name(other)),
             ));
         }
     };
@@ -237,62 +236,8 @@ fn decode_request(request: &mut Map<String, Value>) -> Result<AdmissionInput, Pr
     })
 }
 
-fn review(response: Value) -> Value {
-    json!({ "apiVersion": API_VERSION, "kind": KIND, "response": response })
-}
-
-fn refusal(uid: &str, code: u16, reason: &str, message: &str, field: Option<&str>) -> Value {
-    let mut status = json!({
-        "status": "Failure",
-        "code": code,
-        "reason": reason,
-        "message": message,
-    });
-    if let (Some(field), Some(s)) = (field, status.as_object_mut()) {
-        s.insert(
-            "details".to_owned(),
-            json!({ "causes": [{ "reason": "FieldValueForbidden", "field": field, "message": message }] }),
-        );
-    }
-    review(json!({ "uid": uid, "allowed": false, "status": status }))
-}
-
-/// The AdmissionReview v1 answer to request `uid`.
-///
-/// Allow: `allowed: true`, plus `patchType: JSONPatch` and the base64 patch when `patch` is
-/// not empty. Deny: `allowed: false`, `status` 403 `Forbidden` with the verdict's message and
-/// the field as the cause; a patch is never sent with a denial.
-pub fn response(uid: &str, verdict: &Verdict, patch: &[PatchOperation]) -> Value {
-    match verdict {
-        Verdict::Deny { field, message } => refusal(uid, 403, "Forbidden", message, Some(field)),
-        Verdict::Allow if patch.is_empty() => review(json!({ "uid": uid, "allowed": true })),
-        Verdict::Allow => match serde_json::to_vec(patch) {
-            Ok(bytes) => review(json!({
-                "uid": uid,
-                "allowed": true,
-                "patchType": "JSONPatch",
-                "patch": base64(&bytes),
-            })),
-            Err(e) => refusal(
-                uid,
-                500,
-                "InternalError",
-                &format!("holdfast could not encode its patch: {e}"),
-                None,
-            ),
-        },
-    }
-}
-
-/// The answer to a malformed review whose uid could be read: `allowed: false`, 400
-/// `BadRequest` with the problem. `None` when there is no uid to answer to; the server then
-/// answers HTTP 400 with the error's text.
-pub fn error_response(err: &DecodeError) -> Option<Value> {
-    let uid = err.uid.as_deref()?;
-    Some(refusal(uid, 400, "BadRequest", &err.to_string(), None))
-}
-
-/// Standard base64 with padding (RFC 4648 §4), as `AdmissionResponse.patch` wants.
+/// Standard base64 with padding (RFC 4648 §4), as the JSON encoding of a Kubernetes `[]byte`
+/// (`AdmissionResponse.patch`, a `caBundle`) wants.
 pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let sextet = |n: u32, shift: u32| char::from(ALPHABET[((n >> shift) & 63) as usize]);

@@ -1,6 +1,7 @@
 //! The validating webhook's verdict.
 
-use super::fields::{self, Doc};
+use super::fields;
+use super::object::{ANNOTATIONS, BINARY_DATA, DATA, Doc, Field, IMMUTABLE, LABELS, Object, UID};
 use super::{AdmissionInput, Identities, Operation, Resource, Verdict};
 use crate::mode::Mode;
 use crate::names::{
@@ -8,7 +9,7 @@ use crate::names::{
     JOB_UID_LABEL, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL,
     QUEUE_NAME_LABEL, SNAPSHOT_SUFFIX,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Decides whether the apiserver may go on with `input`.
 ///
@@ -190,7 +191,7 @@ pub fn unsuspend_check(input: &AdmissionInput, mode: Mode) -> Option<UnsuspendCh
         return None;
     }
     // An empty uid (a malformed stored object) is checked too: the webhook refuses it.
-    let uid = fields::meta(o, "uid")
+    let uid = fields::present(o, UID)
         .and_then(Value::as_str)
         .unwrap_or_default();
     Some(UnsuspendCheck {
@@ -326,10 +327,9 @@ fn snapshot(input: &AdmissionInput, who: &Identities) -> Verdict {
 }
 
 /// Snapshot fields the controller never changes.
-const SNAPSHOT_CONTENT: [&str; 2] = ["data", "binaryData"];
+const SNAPSHOT_CONTENT: [Field; 2] = [DATA, BINARY_DATA];
 /// Snapshot fields the deleters never change.
-const SNAPSHOT_TOP_KEPT_BY_DELETERS: [&str; 3] = ["data", "binaryData", "immutable"];
-const SNAPSHOT_META_KEPT_BY_DELETERS: [&str; 2] = ["labels", "annotations"];
+const SNAPSHOT_KEPT_BY_DELETERS: [Field; 5] = [DATA, BINARY_DATA, IMMUTABLE, LABELS, ANNOTATIONS];
 
 fn snapshot_update(
     input: &AdmissionInput,
@@ -367,10 +367,10 @@ fn snapshot_update(
     if controller {
         if let Some(key) = SNAPSHOT_CONTENT
             .into_iter()
-            .find(|k| fields::top(n, k) != fields::top(o, k))
+            .find(|&f| fields::present(n, f) != fields::present(o, f))
         {
             return Verdict::deny(
-                key,
+                key.to_string(),
                 format!(
                     "{key} of {what}: a runtime snapshot ({evidence}) is never rewritten, not even by the holdfast controller (user {user}); delete the snapshot instead"
                 ),
@@ -378,16 +378,10 @@ fn snapshot_update(
         }
         return Verdict::Allow;
     }
-    let changed_top = SNAPSHOT_TOP_KEPT_BY_DELETERS
+    let changed = SNAPSHOT_KEPT_BY_DELETERS
         .into_iter()
-        .find(|k| fields::top(n, k) != fields::top(o, k))
-        .map(str::to_owned);
-    let changed = changed_top.or_else(|| {
-        SNAPSHOT_META_KEPT_BY_DELETERS
-            .into_iter()
-            .find(|k| fields::meta(n, k) != fields::meta(o, k))
-            .map(|k| format!("metadata.{k}"))
-    });
+        .find(|&f| fields::present(n, f) != fields::present(o, f))
+        .map(|f| f.to_string());
     match changed {
         None => Verdict::Allow,
         Some(field) => Verdict::deny(
@@ -477,7 +471,7 @@ fn deny_unqueued_managed(input: &AdmissionInput, what: &str) -> Verdict {
 /// Whether a non-controller request puts a TrainJob ownerReference on a Workload that the
 /// stored Workload does not already carry: only Kueue creates a TrainJob's Workload, and a
 /// decoy owned by the TrainJob could capture its holds.
-fn new_trainjob_owner(old: Option<&Map<String, Value>>, new: &Map<String, Value>) -> bool {
+fn new_trainjob_owner(old: Option<Object<'_>>, new: Object<'_>) -> bool {
     let before = old.map(fields::trainjob_owners).unwrap_or_default();
     fields::trainjob_owners(new)
         .into_iter()
@@ -488,7 +482,7 @@ fn new_trainjob_owner(old: Option<&Map<String, Value>>, new: &Map<String, Value>
 /// a Workload no longer owned by its TrainJob is not its Workload (SPEC), so a hold call
 /// would find none while the job runs on it. Kueue and the garbage collector (orphaning
 /// deletes) may; nobody else.
-fn lost_trainjob_owner(old: &Map<String, Value>, new: &Map<String, Value>) -> bool {
+fn lost_trainjob_owner(old: Object<'_>, new: Object<'_>) -> bool {
     let after = fields::trainjob_owners(new);
     fields::trainjob_owners(old)
         .into_iter()
@@ -643,8 +637,8 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
 fn annotations_changed(
     input: &AdmissionInput,
     who: &Identities,
-    o: &Map<String, Value>,
-    n: &Map<String, Value>,
+    o: Object<'_>,
+    n: Object<'_>,
 ) -> Option<Verdict> {
     let old = fields::controller_annotations(o);
     let new = fields::controller_annotations(n);
@@ -659,8 +653,8 @@ fn annotations_changed(
 fn start_gate_label(
     input: &AdmissionInput,
     who: &Identities,
-    o: &Map<String, Value>,
-    n: &Map<String, Value>,
+    o: Object<'_>,
+    n: Object<'_>,
 ) -> Option<Verdict> {
     if !(fields::managed(o) && !fields::opened(o) && !fields::managed(n)) {
         return None;
@@ -682,8 +676,8 @@ fn start_gate_label(
 fn kueue_workload_update(
     input: &AdmissionInput,
     who: &Identities,
-    o: &Map<String, Value>,
-    n: &Map<String, Value>,
+    o: Object<'_>,
+    n: Object<'_>,
 ) -> Verdict {
     let user = input.user.username.as_str();
     if !who.is_kueue(user) && new_trainjob_owner(Some(o), n) {
@@ -743,8 +737,8 @@ fn kueue_workload_update(
 fn kueue_trainjob_update(
     input: &AdmissionInput,
     who: &Identities,
-    o: &Map<String, Value>,
-    n: &Map<String, Value>,
+    o: Object<'_>,
+    n: Object<'_>,
 ) -> Verdict {
     let user = input.user.username.as_str();
     let gate_closed = fields::managed(o) && !fields::opened(o);
@@ -782,7 +776,7 @@ fn kueue_trainjob_update(
             ),
         );
     }
-    let unqueued_managed = |v: &Map<String, Value>| fields::managed(v) && !fields::queued(v);
+    let unqueued_managed = |v: Object<'_>| fields::managed(v) && !fields::queued(v);
     if unqueued_managed(n) && !unqueued_managed(o) {
         return deny_unqueued_managed(input, "leave it unqueued");
     }
@@ -792,8 +786,8 @@ fn kueue_trainjob_update(
 fn plain_trainjob_update(
     input: &AdmissionInput,
     who: &Identities,
-    o: &Map<String, Value>,
-    n: &Map<String, Value>,
+    o: Object<'_>,
+    n: Object<'_>,
 ) -> Verdict {
     let user = input.user.username.as_str();
     let unsuspends = fields::suspended(o) && !fields::suspended(n);

@@ -365,7 +365,7 @@ impl Case {
         if !patched {
             return Some(o);
         }
-        let patch = mutate(&self.input(self.new.clone()), &who(), mode, None);
+        let patch = mutate(&self.input(self.new.clone()), &who(), mode, None).patch;
         json_patch::patch(&mut o, &patch).expect("the policy's own patch applies");
         Some(o)
     }

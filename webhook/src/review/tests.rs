@@ -7,6 +7,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use holdfast_core::snapshot::RuntimeRef;
 use http_body_util::BodyExt;
+use serde_json::{Value, json};
 use std::sync::Mutex;
 use tower::ServiceExt;
 
@@ -785,57 +786,4 @@ async fn metrics_count_admissions_by_endpoint_kind_and_verdict() {
     assert!(text.contains("holdfast_webhook_in_flight 0"), "{text}");
     // Nothing unbounded: no object, namespace or user name in any label.
     assert!(!text.contains("mnist") && !text.contains("alice") && !text.contains("team-a"));
-}
-
-#[test]
-fn warnings_name_restored_keys_but_not_the_admitted_version() {
-    use json_patch::AddOperation;
-    use jsonptr::PointerBuf;
-    let input = AdmissionInput {
-        operation: Operation::Update,
-        resource: Resource::Workload,
-        subresource: None,
-        name: "w".into(),
-        namespace: Some("n".into()),
-        user: holdfast_core::policy::UserInfo::new("alice"),
-        object: None,
-        old_object: None,
-        dry_run: false,
-    };
-    let add = |tokens: &[&str], value: Value| {
-        PatchOperation::Add(AddOperation {
-            path: PointerBuf::from_tokens(tokens.iter().copied()),
-            value,
-        })
-    };
-    let w = warnings(
-        &input,
-        &[
-            add(
-                &["metadata", "annotations", "holdfast.dev/opened"],
-                json!("true"),
-            ),
-            add(
-                &[
-                    "metadata",
-                    "annotations",
-                    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION,
-                ],
-                json!("1"),
-            ),
-        ],
-    );
-    assert_eq!(w.len(), 1);
-    assert!(
-        w[0].contains("holdfast.dev/opened") && !w[0].contains("admitted"),
-        "{w:?}"
-    );
-    let w = warnings(
-        &input,
-        &[add(
-            &["metadata"],
-            json!({"annotations": {"holdfast.dev/attempt": "2"}}),
-        )],
-    );
-    assert!(w[0].contains("holdfast.dev/attempt"), "{w:?}");
 }

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
-use super::mutate;
+use super::{Mutation, mutate, runtime_to_record};
 use crate::mode::Mode;
 use crate::names::{
     ANN_ADMITTED_RUNTIME_RESOURCE_VERSION as ADMITTED, ANN_ATTEMPT, ANN_HOLD_INSTANCE,
@@ -20,7 +20,7 @@ const HOLD: [(&str, &str); 3] = [
 
 fn update(resource: Resource, user: &str, old: &Value, new: &Value) -> Vec<PatchOperation> {
     let i = input(resource, Operation::Update, user, Some(old), Some(new));
-    mutate(&i, &who(), Mode::Plain, None)
+    mutate(&i, &who(), Mode::Plain, None).patch
 }
 
 fn create(mode: Mode, new: &Value, rv: Option<&str>) -> Vec<PatchOperation> {
@@ -31,7 +31,7 @@ fn create(mode: Mode, new: &Value, rv: Option<&str>) -> Vec<PatchOperation> {
         None,
         Some(new),
     );
-    mutate(&i, &who(), mode, rv)
+    mutate(&i, &who(), mode, rv).patch
 }
 
 fn anns(v: &Value) -> Value {
@@ -325,6 +325,158 @@ fn garbage_objects_get_no_patch() {
         assert!(
             update(Resource::TrainJob, ALICE, &g, &tj(&[], &[], None)).is_empty(),
             "{g}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What mutate says it did
+
+#[test]
+fn a_restore_names_its_keys_and_warns_without_the_admitted_version() {
+    let old = tj(
+        &[
+            HOLD[0],
+            (ANN_OPENED, "true"),
+            (ADMITTED, "4"),
+            ("team", "x"),
+        ],
+        &[],
+        Some(true),
+    );
+    let replaced = tj(&[("team", "x")], &[], Some(true));
+    let i = input(
+        Resource::Workload,
+        Operation::Update,
+        ALICE,
+        Some(&old),
+        Some(&replaced),
+    );
+    let m = mutate(&i, &who(), Mode::Plain, None);
+    assert_eq!(m.restored, [ADMITTED, ANN_HOLD_INSTANCE, ANN_OPENED]);
+    assert!(!m.gate_closed);
+    assert_eq!(
+        m.warnings,
+        [format!(
+            "holdfast kept annotation(s) {ANN_HOLD_INSTANCE}, {ANN_OPENED} on Workload team-a/mnist: this update removed them, and they are written only by the holdfast controller"
+        )]
+    );
+    // The whole map or the whole metadata put back name their keys alike.
+    for bare in [
+        json!({"metadata": {"name": "mnist"}}),
+        json!({"spec": {"suspend": true}}),
+    ] {
+        let i = input(
+            Resource::TrainJob,
+            Operation::Update,
+            ALICE,
+            Some(&old),
+            Some(&bare),
+        );
+        let m = mutate(&i, &who(), Mode::Plain, None);
+        assert_eq!(m.patch.len(), 1, "{bare}");
+        assert_eq!(m.restored, [ADMITTED, ANN_HOLD_INSTANCE, ANN_OPENED]);
+        assert_eq!(m.warnings.len(), 1);
+    }
+    // Only the admitted version dropped: restored, and nothing to tell.
+    let i = input(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Some(&tj(&[(ADMITTED, "4")], &[], None)),
+        Some(&tj(&[], &[], None)),
+    );
+    let m = mutate(&i, &who(), Mode::Plain, None);
+    assert_eq!(m.restored, [ADMITTED]);
+    assert!(m.warnings.is_empty(), "{m:?}");
+}
+
+#[test]
+fn annotations_that_cannot_be_written_are_not_called_restored() {
+    let old = tj(&HOLD, &[], Some(true));
+    let garbage = with(&old, |v| v["metadata"]["annotations"] = json!([1, 2]));
+    let i = input(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Some(&old),
+        Some(&garbage),
+    );
+    assert_eq!(mutate(&i, &who(), Mode::Plain, None), Mutation::default());
+}
+
+#[test]
+fn closing_the_start_gate_is_said_and_warned_but_the_admitted_version_is_silent() {
+    let job = tj(&[(ADMITTED, "1")], &[MANAGED], None);
+    let i = input(
+        Resource::TrainJob,
+        Operation::Create,
+        ALICE,
+        None,
+        Some(&job),
+    );
+    let m = mutate(&i, &who(), Mode::Plain, Some("5"));
+    assert!(m.gate_closed);
+    assert!(m.restored.is_empty());
+    assert_eq!(
+        m.warnings,
+        [
+            "holdfast set spec.suspend: true on TrainJob team-a/mnist: a TrainJob labelled holdfast.dev/managed=true starts at its closed start gate, opened by the holdfast controller"
+        ]
+    );
+    // Kueue mode, or a spec that is not an object: the gate is not closed here.
+    assert!(!mutate(&i, &who(), Mode::Kueue, Some("5")).gate_closed);
+    let odd = with(&job, |v| v["spec"] = json!([1]));
+    let i = input(
+        Resource::TrainJob,
+        Operation::Create,
+        ALICE,
+        None,
+        Some(&odd),
+    );
+    let m = mutate(&i, &who(), Mode::Plain, Some("5"));
+    assert!(!m.gate_closed && m.warnings.is_empty(), "{m:?}");
+    assert_eq!(m.patch.len(), 1, "the admitted version alone");
+}
+
+#[test]
+fn the_runtime_to_record_is_named_at_a_trainjob_create_only() {
+    let job = tj(&[], &[], None);
+    let at = |resource: Resource, op: Operation, sub: Option<&str>, obj: Option<&Value>| {
+        let mut i = input(resource, op, ALICE, None, obj);
+        i.subresource = sub.map(str::to_owned);
+        runtime_to_record(&i)
+    };
+    let named = at(Resource::TrainJob, Operation::Create, None, Some(&job));
+    assert_eq!(
+        named.unwrap().unwrap(),
+        crate::snapshot::runtime_ref(&job).unwrap()
+    );
+    assert!(at(Resource::TrainJob, Operation::Update, None, Some(&job)).is_none());
+    assert!(at(Resource::Workload, Operation::Create, None, Some(&job)).is_none());
+    assert!(
+        at(
+            Resource::TrainJob,
+            Operation::Create,
+            Some("status"),
+            Some(&job)
+        )
+        .is_none()
+    );
+    assert!(at(Resource::TrainJob, Operation::Create, None, None).is_none());
+    // Whatever the object, the same answer as reading the whole TrainJob.
+    for odd in [
+        json!(1),
+        json!({"spec": 1}),
+        json!({"spec": {}}),
+        json!({"spec": {"runtimeRef": null}}),
+        json!({"spec": {"runtimeRef": {"kind": 1}}}),
+        json!({"spec": {"runtimeRef": {"name": "t", "apiGroup": "g", "kind": "K"}}}),
+    ] {
+        assert_eq!(
+            at(Resource::TrainJob, Operation::Create, None, Some(&odd)),
+            Some(crate::snapshot::runtime_ref(&odd)),
+            "{odd}"
         );
     }
 }

@@ -8,9 +8,11 @@
 //! numbers, same duplicate-key rule: the last one wins), and a member kept with a non-object
 //! value is kept whole, so a type error reads the same as before.
 //!
-//! The members the policy reads are listed once, in [`REVIEW`]; `policy_fuzz` checks that
-//! every verdict and patch on pruned input equals the one on the whole input.
+//! What is kept of an object (`request.object`, `request.oldObject`) is the field list the
+//! rules read through, `policy::object::FIELDS`: no second list to keep in step. `policy_fuzz`
+//! also checks that every decision on pruned input equals the one on the whole input.
 
+use crate::policy::object::FIELDS;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
@@ -24,39 +26,40 @@ pub(crate) enum Shape {
     /// If the value is an object, only these members (each with its own shape); any other
     /// value whole.
     Only(&'static [(&'static str, Shape)]),
+    /// Within an object the policy reads: if the value is an object, only the members on the
+    /// paths of [`FIELDS`] that start with this prefix (the object itself: `&[]`); any other
+    /// value whole.
+    Fields(&'static [&'static str]),
 }
 
-use Shape::{All, Only};
+use Shape::{All, Fields, Only};
 
-/// The members of an object (`request.object`, `request.oldObject`) the policy reads: see
-/// `policy::fields`, `validate` and `mutate`, and `snapshot::runtime_ref` (the webhook's
-/// runtime lookup at a TrainJob's CREATE). A rule that reads another member must add it here.
-pub(super) const OBJECT: Shape = Only(&[
-    (
-        "metadata",
-        Only(&[
-            ("name", All),
-            // The webhook reads a TrainJob's Workloads by it when Kueue unsuspends the job.
-            ("uid", All),
-            ("labels", All),
-            ("annotations", All),
-            ("finalizers", All),
-            ("ownerReferences", All),
-        ]),
-    ),
-    ("data", All),
-    ("binaryData", All),
-    ("immutable", All),
-    (
-        "spec",
-        Only(&[
-            ("suspend", All),
-            ("active", All),
-            ("queueName", All),
-            ("runtimeRef", All),
-        ]),
-    ),
-]);
+/// An object as the policy reads it: the members on the paths of [`FIELDS`].
+pub(super) const OBJECT: Shape = Fields(&[]);
+
+impl Shape {
+    /// The shape member `key` is kept with, if it is kept.
+    fn member(self, key: &str) -> Option<Shape> {
+        match self {
+            All => Some(All),
+            Only(keep) => keep.iter().find(|(name, _)| *name == key).map(|(_, s)| *s),
+            Fields(prefix) => {
+                let depth = prefix.len();
+                let mut kept = None;
+                for path in FIELDS.iter().map(|f| f.path()) {
+                    if path.get(depth).is_some_and(|m| *m == key) && path.starts_with(prefix) {
+                        // No listed path lies inside another (a unit test of the list).
+                        if path.len() == depth + 1 {
+                            return Some(All);
+                        }
+                        kept = Some(Fields(&path[..=depth]));
+                    }
+                }
+                kept
+            }
+        }
+    }
+}
 
 /// The members of an AdmissionReview that `decode_review` reads or checks.
 pub(crate) const REVIEW: Shape = Only(&[
@@ -93,13 +96,10 @@ pub(crate) fn parse(text: &str, shape: Shape) -> Result<Value, serde_json::Error
 /// [`parse`] makes while reading).
 pub(crate) fn prune_value(value: &Value, shape: Shape) -> Value {
     match (shape, value) {
-        (Only(keep), Value::Object(map)) => Value::Object(
+        (All, _) => value.clone(),
+        (_, Value::Object(map)) => Value::Object(
             map.iter()
-                .filter_map(|(k, v)| {
-                    keep.iter()
-                        .find(|(name, _)| name == k)
-                        .map(|(_, s)| (k.clone(), prune_value(v, *s)))
-                })
+                .filter_map(|(k, v)| shape.member(k).map(|s| (k.clone(), prune_value(v, s))))
                 .collect(),
         ),
         _ => value.clone(),
@@ -117,14 +117,14 @@ impl<'de> DeserializeSeed<'de> for Shape {
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         match self {
             All => serde::Deserialize::deserialize(d),
-            Only(keep) => d.deserialize_any(Pruning(keep)),
+            shape => d.deserialize_any(Pruning(shape)),
         }
     }
 }
 
-/// Builds a value as `serde_json::Value` does, except that an object keeps only the listed
-/// members.
-struct Pruning(&'static [(&'static str, Shape)]);
+/// Builds a value as `serde_json::Value` does, except that an object keeps only the members
+/// its shape names.
+struct Pruning(Shape);
 
 impl<'de> Visitor<'de> for Pruning {
     type Value = Value;
@@ -180,9 +180,9 @@ impl<'de> Visitor<'de> for Pruning {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
-            match self.0.iter().find(|(name, _)| *name == key) {
-                Some((_, shape)) => {
-                    let v = map.next_value_seed(*shape)?;
+            match self.0.member(&key) {
+                Some(shape) => {
+                    let v = map.next_value_seed(shape)?;
                     out.insert(key.into_owned(), v);
                 }
                 None => {
@@ -266,6 +266,37 @@ mod tests {
             parse(r#"{"\u0061": 1, "b\u0000": 2}"#, SHAPE).unwrap(),
             json!({"a": 1})
         );
+    }
+
+    #[test]
+    fn an_object_keeps_exactly_the_listed_fields() {
+        let whole = json!({
+            "apiVersion": "v1",
+            "metadata": {"name": "n", "uid": "u", "namespace": "ns", "labels": {"a": "b"},
+                "managedFields": [{"manager": "m"}]},
+            "spec": {"suspend": true, "queueName": "q", "runtimeRef": {"name": "r", "x": 1},
+                "template": {}},
+            "data": {"k": "v"},
+            "status": {},
+        });
+        let kept = json!({
+            "metadata": {"name": "n", "uid": "u", "labels": {"a": "b"}},
+            "spec": {"suspend": true, "queueName": "q", "runtimeRef": {"name": "r", "x": 1}},
+            "data": {"k": "v"},
+        });
+        assert_eq!(prune_value(&whole, OBJECT), kept);
+        assert_eq!(parse(&whole.to_string(), OBJECT).unwrap(), kept);
+        // Every listed field survives, whatever its value.
+        for field in FIELDS {
+            let mut v = json!("x");
+            for member in field.path().iter().rev() {
+                v = json!({ *member: v });
+            }
+            assert_eq!(prune_value(&v, OBJECT), v, "{field}");
+        }
+        // A parent that is not an object is kept whole, so a type error reads the same.
+        let odd = json!({"metadata": [1], "spec": "s"});
+        assert_eq!(prune_value(&odd, OBJECT), odd);
     }
 
     #[test]
