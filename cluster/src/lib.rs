@@ -3,8 +3,12 @@
 //! - [`queues`]: Kueue's LocalQueues, ClusterQueues and AdmissionChecks, so that a hold call
 //!   (controller) and the admission of a managed TrainJob (webhook) can tell whether a
 //!   Workload goes through holdfast's readmission gate.
+//! - [`runtime_kinds`]: the runtime kinds the cluster serves, found by API discovery and
+//!   cached (controller: to snapshot and watch a runtime; webhook: to read one at admission).
 #![forbid(unsafe_code)]
 
 pub mod queues;
+pub mod runtime_kinds;
 
 pub use queues::{Queues, workload_resource};
+pub use runtime_kinds::{KindError, RuntimeKind, RuntimeKinds};

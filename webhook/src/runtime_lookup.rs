@@ -5,11 +5,12 @@
 //! only kinds that are runtimes are looked up ([`RuntimeResources`]: Trainer's two and those
 //! the operator listed): a `runtimeRef` naming `ConfigMap` or an invented kind costs no
 //! request. `spec.runtimeRef`'s apiGroup and kind are resolved to a resource (plural,
-//! preferred version, scope) by API discovery of the group, cached per group — so the cache
-//! is bounded by the operator's list, whatever kinds users write. A group's answer that lacks
-//! a kind is trusted for [`UNKNOWN_KIND_TTL`], so a job naming a kind that does not exist
-//! costs one discovery every half minute, not one per admission. Transient errors are never
-//! cached.
+//! preferred version, scope) by the shared runtime-kind cache ([`RuntimeKinds`]: API
+//! discovery of the group, cached per group, one discovery at a time). A group's answer that
+//! lacks a kind is trusted for [`UNKNOWN_KIND_TTL`], so a job naming a kind that does not
+//! exist costs one discovery every half minute, not one per admission. Transient errors are
+//! never cached. Every name is checked to be a DNS name ([`valid_ref`]) before anything is
+//! looked up, so no other name reaches a request path.
 //!
 //! Only the runtime's metadata is read (`PartialObjectMetadata`), and only its
 //! `resourceVersion` is used. What the webhook may read is bounded by its RBAC: a `runtimeRef`
@@ -18,14 +19,16 @@
 
 use crate::metrics::LookupResult;
 use futures::future::BoxFuture;
+use holdfast_cluster::runtime_kinds::{KindError, RuntimeKinds};
 use holdfast_core::snapshot::{RuntimeRef, RuntimeResources};
 use kube::api::{Api, DynamicObject};
-use kube::discovery::{ApiResource, Scope};
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long a kind the cluster does not serve is remembered as unknown.
+/// How long a kind the cluster does not serve is remembered as unknown. Long, unlike the
+/// controller's: the lookup sits on the admission path of every TrainJob create and update,
+/// under a short timeout, so a job naming an unserved kind must not put a discovery request
+/// into each admission; and a stale answer costs little — the TrainJob is admitted without
+/// the annotation, and the controller snapshots the runtime whatever the webhook saw.
 pub const UNKNOWN_KIND_TTL: Duration = Duration::from_secs(30);
 
 /// Why a runtime's resourceVersion could not be read. A runtime that does not exist is not an
@@ -91,19 +94,10 @@ impl RuntimeLookup for NoRuntimes {
     }
 }
 
-/// One runtime group's kinds, as discovery last listed them.
-#[derive(Clone, Debug)]
-struct GroupKinds {
-    kinds: HashMap<String, (ApiResource, bool)>,
-    /// A kind missing from `kinds` is trusted missing until then.
-    until: Instant,
-}
-
-/// Reads runtimes from the apiserver, resolving kinds by discovery.
+/// Reads runtimes from the apiserver, resolving kinds through the shared cache.
 pub struct KubeRuntimeLookup {
     client: kube::Client,
-    allowed: RuntimeResources,
-    groups: Mutex<HashMap<String, GroupKinds>>,
+    kinds: RuntimeKinds,
 }
 
 impl std::fmt::Debug for KubeRuntimeLookup {
@@ -141,73 +135,9 @@ impl KubeRuntimeLookup {
     /// Looks up the runtimes `allowed` names, and no other kind.
     pub fn new(client: kube::Client, allowed: RuntimeResources) -> Self {
         Self {
+            kinds: RuntimeKinds::new(client.clone(), allowed, UNKNOWN_KIND_TTL),
             client,
-            allowed,
-            groups: Mutex::new(HashMap::new()),
         }
-    }
-
-    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, GroupKinds>> {
-        self.groups
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The cached answer for a kind, if the cache can give one.
-    fn cached(&self, runtime: &RuntimeRef) -> Option<Result<(ApiResource, bool), LookupError>> {
-        let groups = self.groups();
-        let entry = groups.get(&runtime.api_group)?;
-        match entry.kinds.get(&runtime.kind) {
-            Some(found) => Some(Ok(found.clone())),
-            None if Instant::now() < entry.until => Some(Err(LookupError::UnknownKind {
-                group: runtime.api_group.clone(),
-                kind: runtime.kind.clone(),
-            })),
-            None => None,
-        }
-    }
-
-    fn forget(&self, group: &str) {
-        self.groups().remove(group);
-    }
-
-    async fn resolve(&self, runtime: &RuntimeRef) -> Result<(ApiResource, bool), LookupError> {
-        if !self.allowed.has_group(&runtime.api_group) {
-            return Err(LookupError::NotARuntime(
-                self.allowed.refusal(&runtime.api_group, &runtime.kind),
-            ));
-        }
-        if let Some(answer) = self.cached(runtime) {
-            return answer;
-        }
-        let kinds = match kube::discovery::group(&self.client, &runtime.api_group).await {
-            Ok(g) => g
-                .recommended_resources()
-                .into_iter()
-                .filter(|(r, _)| self.allowed.allows(&runtime.api_group, &r.plural))
-                .map(|(r, caps)| (r.kind.clone(), (r, caps.scope == Scope::Namespaced)))
-                .collect(),
-            Err(kube::Error::Discovery(_)) => HashMap::new(),
-            Err(source) => {
-                return Err(LookupError::Api {
-                    runtime: runtime.to_string(),
-                    source,
-                });
-            }
-        };
-        self.groups().insert(
-            runtime.api_group.clone(),
-            GroupKinds {
-                kinds,
-                until: Instant::now() + UNKNOWN_KIND_TTL,
-            },
-        );
-        self.cached(runtime).unwrap_or_else(|| {
-            Err(LookupError::UnknownKind {
-                group: runtime.api_group.clone(),
-                kind: runtime.kind.clone(),
-            })
-        })
     }
 
     async fn read(
@@ -218,14 +148,25 @@ impl KubeRuntimeLookup {
         if !valid_ref(runtime) {
             return Err(LookupError::InvalidRef(runtime.to_string()));
         }
-        let (resource, namespaced) = self.resolve(runtime).await?;
-        let api: Api<DynamicObject> = if namespaced {
+        let kind = self
+            .kinds
+            .resolve(&runtime.api_group, &runtime.kind)
+            .await
+            .map_err(|e| match e {
+                KindError::NotARuntime { message, .. } => LookupError::NotARuntime(message),
+                KindError::NotServed { group, kind } => LookupError::UnknownKind { group, kind },
+                KindError::Discovery { source, .. } => LookupError::Api {
+                    runtime: runtime.to_string(),
+                    source,
+                },
+            })?;
+        let api: Api<DynamicObject> = if kind.namespaced {
             let ns = namespace
                 .filter(|ns| dns_subdomain(ns))
                 .ok_or_else(|| LookupError::NoNamespace(runtime.to_string()))?;
-            Api::namespaced_with(self.client.clone(), ns, &resource)
+            Api::namespaced_with(self.client.clone(), ns, &kind.resource)
         } else {
-            Api::all_with(self.client.clone(), &resource)
+            Api::all_with(self.client.clone(), &kind.resource)
         };
         match api.get_metadata(&runtime.name).await {
             Ok(meta) => Ok(meta.metadata.resource_version),
@@ -238,7 +179,7 @@ impl KubeRuntimeLookup {
                     .as_ref()
                     .is_some_and(|d| d.name == runtime.name);
                 if !names_it {
-                    self.forget(&runtime.api_group);
+                    self.kinds.forget(&runtime.api_group);
                 }
                 Ok(None)
             }

@@ -1,5 +1,6 @@
 //! Why a snapshot reconciliation did not finish, or the reconciler could not run.
 
+use holdfast_cluster::runtime_kinds::KindError;
 use holdfast_core::snapshot::{RuntimeRef, SnapshotError, SnapshotFault};
 
 /// What went wrong. Every variant has a bounded [`Error::metric_label`].
@@ -44,6 +45,24 @@ pub enum Error {
     /// The reconciler is not running (a standby replica, or before start-up).
     #[error("the snapshot reconciler is not running on this replica")]
     NotRunning,
+}
+
+impl From<KindError> for Error {
+    fn from(e: KindError) -> Self {
+        match e {
+            KindError::NotARuntime {
+                group,
+                kind,
+                message,
+            } => Error::NotARuntime {
+                group,
+                kind,
+                message,
+            },
+            KindError::NotServed { group, kind } => Error::KindNotServed { group, kind },
+            KindError::Discovery { group, source } => Error::Discovery { group, source },
+        }
+    }
 }
 
 impl Error {

@@ -13,7 +13,7 @@
 //!   reported, not a stalled watch), driving kube-runtime's `Controller` (bounded
 //!   concurrency, per-TrainJob exponential backoff on errors).
 //! - **Runtimes** ([`runtimes`]): one reflector per runtime kind in use, started the first
-//!   time a TrainJob names the kind. The kind is resolved by API discovery ([`kinds`]), so any
+//!   time a TrainJob names the kind. The kind is resolved by API discovery ([`RuntimeKinds`]), so any
 //!   kind the cluster serves works — a `SlurmRuntime` holdfast has never heard of included.
 //! - **Snapshot ConfigMaps** ([`configmaps`]): a metadata-only watch of ConfigMaps, kept for
 //!   names ending in `-runtime-snapshot`. Not a label selector: Trainer's snapshots and
@@ -51,7 +51,6 @@ mod drift;
 mod error;
 mod events;
 mod health;
-mod kinds;
 mod ledger;
 mod metrics;
 mod migration;
@@ -74,7 +73,7 @@ use tokio_util::sync::CancellationToken;
 pub use drift::{DriftReport, DriftedTrainJob};
 pub use error::Error;
 pub use health::Health;
-pub use kinds::{RuntimeKind, RuntimeKinds};
+pub use holdfast_cluster::runtime_kinds::{RuntimeKind, RuntimeKinds};
 pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, WriterLabels};
 pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
 pub use trainjobs::TrainJob;

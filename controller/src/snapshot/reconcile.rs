@@ -34,12 +34,12 @@ use tokio::time::Instant;
 
 use super::configmaps::{ConfigMapIndex, SnapshotMeta};
 use super::events::{Notice, warn};
-use super::kinds::RuntimeKind;
 use super::ledger::{JobKey, Known, Ledger, Refused, digest};
 use super::runtimes::{RuntimeIndex, RuntimeKey};
 use super::trainjobs::{TrainJob, Watched};
 use super::{Config, Error, SnapshotMetrics};
 use crate::backoff::Backoffs;
+use holdfast_cluster::runtime_kinds::RuntimeKind;
 
 /// Everything a reconciliation reads from and writes with.
 pub struct Context {

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
-use super::kinds::RuntimeKinds;
+use super::runtimes::KIND_MISS_TTL;
+use holdfast_cluster::runtime_kinds::{KindError, RuntimeKinds};
 use holdfast_core::snapshot::RuntimeResources;
 
 /// Where a resolved runtime came from.
@@ -120,11 +121,11 @@ pub async fn resolve_runtime(
         });
     }
 
-    let kind = RuntimeKinds::new(client.clone(), RuntimeResources::default())
+    let kind = RuntimeKinds::new(client.clone(), RuntimeResources::default(), KIND_MISS_TTL)
         .resolve(&reference.api_group, &reference.kind)
         .await
         .map_err(|e| match e {
-            super::Error::Discovery { source, .. } => ResolveError::Kube(source),
+            KindError::Discovery { source, .. } => ResolveError::Kube(source),
             _ => ResolveError::KindNotServed(format!("{}.{}", reference.kind, reference.api_group)),
         })?;
     let api: Api<DynamicObject> = if kind.namespaced {

@@ -18,9 +18,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use super::kinds::{RuntimeKind, RuntimeKinds};
 use super::trainjobs::JobRef;
 use super::{Error, Health};
+use holdfast_cluster::runtime_kinds::{RuntimeKind, RuntimeKinds};
 
 /// The watch's name in metrics.
 pub const WATCH: &str = "runtimes";
@@ -82,6 +82,14 @@ impl KindWatch {
     }
 }
 
+/// How long the snapshotter trusts a runtime group's discovery when it lacks a kind asked
+/// for. Short: a TrainJob created just before its runtime's CRD (or a new version of it) is
+/// served waits, with its reconciliation's backoff, to be snapshotted, and should not wait
+/// on a stale "not served" much longer than the apiserver takes to serve the kind. The cost
+/// stays bounded: only the operator's runtime groups are ever discovered, one discovery at a
+/// time, and a TrainJob whose kind is missing is retried with backoff, not in a loop.
+pub const KIND_MISS_TTL: Duration = Duration::from_secs(2);
+
 /// Every runtime watch, and the TrainJobs waiting for a runtime.
 pub struct RuntimeIndex {
     client: kube::Client,
@@ -104,7 +112,7 @@ impl RuntimeIndex {
         retrigger: UnboundedSender<JobRef>,
     ) -> Self {
         RuntimeIndex {
-            kinds: RuntimeKinds::new(client.clone(), allowed),
+            kinds: RuntimeKinds::new(client.clone(), allowed, KIND_MISS_TTL),
             client,
             namespace,
             health,
@@ -246,7 +254,7 @@ impl RuntimeIndex {
                     {
                         // The kind is gone (CRD removed or version dropped): ask discovery
                         // again on the next use. The watch keeps retrying meanwhile.
-                        kinds.forget(&group, &kind_name);
+                        kinds.forget(&group);
                     }
                     health.optional_error(WATCH, e);
                 }
