@@ -42,8 +42,11 @@ cargo build --workspace --bins --locked
 echo "== tests"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-# The adversary runs on its own below, where its output is shown.
-cargo test --workspace --locked -- --skip generated_sequences_in_ --skip every_sequence_the_adversary 2>&1 | tee "$log"
+# The adversary and the fault group run on their own below: the adversary where its output is
+# shown, the faults one test at a time (each loads the machine with a control plane of its own).
+cargo test --workspace --locked -- --skip generated_sequences_in_ --skip every_sequence_the_adversary --skip faults:: 2>&1 | tee "$log"
+echo "== faults (the real binaries and the control plane under kill -9, outages, floods)"
+cargo test -p holdfast-tests --locked --test it -- faults:: --test-threads 1 2>&1 | tee -a "$log"
 echo "== adversary (generated sequences in both modes, then the corpus; see the README's \"The adversary\")"
 cargo test -p holdfast-tests --locked --test it -- adversary:: --nocapture 2>&1 | tee -a "$log"
 echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"

@@ -18,7 +18,11 @@ use std::time::Duration;
 #[command(
     name = "holdfast-controller",
     version,
-    about = "holdfast's snapshot reconciler, hold executor and hold API"
+    about = "holdfast's snapshot reconciler, hold executor and hold API",
+    // The shared TLS flags serve the hold API here; say so in --help (doc comments on a
+    // flattened field do not reach it).
+    mut_arg("tls_cert", |a| a.help("TLS certificate (PEM chain) of the hold API; re-read when it changes. Without both --tls-cert and --tls-key the hold API is not served")),
+    mut_arg("tls_key", |a| a.help("TLS private key (PEM) of the hold API")),
 )]
 pub struct Args {
     /// plain: holds are spec.suspend on the TrainJob; kueue: holds deactivate the Kueue Workload.
@@ -33,7 +37,6 @@ pub struct Args {
     pub api_addr: SocketAddr,
     #[command(flatten)]
     pub admin: AdminArgs,
-    /// The hold API's certificate; without both files the API is not served.
     #[command(flatten)]
     pub tls: TlsArgs,
     /// The apiserver's --request-timeout (e.g. 60s); CallBound is this plus a margin.

@@ -12,6 +12,11 @@
 //!
 //! backon gives the schedule (an iterator of delays); what it does not give is a keyed map, nor
 //! a symmetric jitter (its own adds up to 100 %), so both are here.
+//!
+//! Not here: the pauses inside one hold call (`hold::executor`: a few milliseconds, doubling to
+//! 0.5–1 s between retries of a read or write within the call). They are not retries of an
+//! object across reconciles but waits inside a call that must end by its deadline, so each is
+//! bounded by the call's remaining time (`CallRequests::pause`) rather than by a schedule.
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -1,4 +1,5 @@
-//! The kinds a hold call reads and writes, as kube `ApiResource`s.
+//! The kinds holds and the readmission gate read and write, as kube `ApiResource`s: the
+//! vocabulary both share, below both.
 
 use holdfast_core::names::{KUEUE_GROUP, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_KIND};
 use kube::core::{ApiResource, GroupVersionKind};

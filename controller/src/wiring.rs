@@ -2,7 +2,7 @@
 //!
 //! - the admin port (`/livez`, `/readyz`, `/metrics`) on every replica;
 //! - the hold API (HTTPS) on every replica: its writes are preconditioned, so any replica
-//!   may serve them, and preflight runs once at start-up;
+//!   may serve them; preflight probes at start-up and again every `--preflight-interval`;
 //! - certificate management (self-managed mode) on every replica (its writes are
 //!   preconditioned too);
 //! - the snapshot reconciler and, in kueue mode, the readmission gate only on the replica

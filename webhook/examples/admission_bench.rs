@@ -14,7 +14,7 @@
 //! the apiserver does: HTTPS POSTs of an AdmissionReview over kept-alive connections, by
 //! default HTTP/1.1 with one connection per concurrent caller; with `--http2` all callers
 //! share one multiplexed HTTP/2 connection, which is how the apiserver was seen calling
-//! webhooks (`tests/tests/faults_webhook.rs`).
+//! webhooks (`tests/tests/it/faults/webhook_server.rs`).
 //!
 //! The review is a typical snapshot ConfigMap UPDATE (object and oldObject of about 2 KiB
 //! each, managedFields included) by the garbage collector, orphaning it: allowed, after the

@@ -1,6 +1,6 @@
 //! holdfast-webhook: the mutating and validating admission server.
 //!
-//! `main` wires; the modules decide:
+//! `main` parses the flags and [`run`] wires; the modules decide:
 //!
 //! - [`review`]: the `/mutate` and `/validate` endpoints: limits, decoding, the policy of
 //!   `holdfast_core::policy`, the answer.
@@ -10,6 +10,7 @@
 //!   renders.
 //! - [`server`]: TLS and admin ports, connection bounds, client certificates, readiness,
 //!   graceful drain.
+//! - [`workload_holds`]: whether a TrainJob's Workload carries a hold (Kueue's unsuspend).
 //! - [`metrics`], [`error`], [`args`].
 #![forbid(unsafe_code)]
 

@@ -22,7 +22,7 @@
 //!    apiserver's client retries such an answer after the second it asks for, for as long as
 //!    the configuration's `timeoutSeconds` lasts; a call still shed then fails, and the
 //!    webhook's `failurePolicy` applies (`Fail`: the write is refused, with "context deadline
-//!    exceeded"). Measured by `tests/tests/faults_webhook.rs`. A permit is held for the
+//!    exceeded"). Measured by `tests/tests/it/faults/webhook_server.rs`. A permit is held for the
 //!    decision alone: decoding (microseconds) and, at a TrainJob CREATE, the runtime read.
 //! 6. **Decoding** with [`decode_review`]. A body that is not an AdmissionReview v1 gets a
 //!    clear error: an AdmissionReview with `allowed: false` and status 400 naming the problem

@@ -1,4 +1,4 @@
-//! What the Kueue-mode tests (`holds_kueue.rs`, `faults_kueue.rs`) share: a fixture with a
+//! What the Kueue-mode tests (`holds_kueue.rs`, `faults/kueue.rs`, `seams.rs`, `outage.rs`) share: a fixture with a
 //! namespace whose queue requires holdfast's readmission AdmissionCheck, a runtime, a
 //! kueue-mode executor acting as the controller and a readmission gate; and helpers that read
 //! Workloads.

@@ -68,6 +68,7 @@ const MANAGED: &str = "holdfast.dev/managed";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_slow_bodies_from_pods_starves_neither_the_holder_nor_admin_writes() {
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-flood").await.expect("namespace");
     let (cert, key) = serving_cert(&cp, "flood");

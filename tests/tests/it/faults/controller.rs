@@ -3,7 +3,7 @@
 //! and restarted under the controller and the webhook, hold calls cut off by an apiserver
 //! crash or outliving their deadline in one, and a paused leader. Each test owns its control
 //! plane, and they run one at a time to keep the suite light on CI. The rest of the group:
-//! `faults_compaction`, `faults_webhook`, `faults_kueue` (`--test it -- faults`).
+//! `faults::compaction`, `faults::webhook_server`, `faults::kueue`, `faults::flood` (`--test it -- faults::`).
 //!
 //! The binaries must be built first (`cargo build -p holdfast-controller -p
 //! holdfast-webhook`; `tests/run.sh` does).
@@ -48,7 +48,7 @@ async fn controller_killed_mid_migration_leaves_every_trainjob_exactly_one_corre
 }
 
 /// The soak variant (issue #8's figures): 5,000 TrainJobs, 10 kills spread over the
-/// migration. `cargo test -p holdfast-tests --test it -- --ignored faults::soak` (README).
+/// migration. `cargo test -p holdfast-tests --test it -- --ignored faults::controller::soak` (README).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak: 5,000 TrainJobs and 10 kills, several minutes; run with --ignored"]
 async fn soak_controller_killed_ten_times_migrating_5000_trainjobs_leaves_exactly_one_correct_snapshot_each()
@@ -62,7 +62,7 @@ async fn soak_controller_killed_ten_times_migrating_5000_trainjobs_leaves_exactl
 async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
     #[allow(non_snake_case)]
     let (JOBS, KILLS) = (jobs, kills);
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-kill").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");
@@ -209,7 +209,7 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
 /// and refuses a plain user's edit of a snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhook() {
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-outage").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");
@@ -316,7 +316,7 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_call_whose_deadline_passes_during_an_outage_sends_nothing_after_it() {
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-hold").await.expect("namespace");
     create_plain_trainjob(&cp, &ns, "mnist", false).await;
@@ -362,7 +362,7 @@ async fn hold_call_whose_deadline_passes_during_an_outage_sends_nothing_after_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_cut_off_by_an_apiserver_crash_is_settled_by_the_instance_rules_on_retry() {
     const ROUNDS: u64 = 6;
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let cp = owned_control_plane().await;
     let exec = executor(&cp).await;
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -480,7 +480,7 @@ async fn hold_cut_off_by_an_apiserver_crash_is_settled_by_the_instance_rules_on_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_again() {
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-pause").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");

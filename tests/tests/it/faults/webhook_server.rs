@@ -32,7 +32,7 @@
 //!   the kill are denied by the webhook itself, with its message, and the survivor's metrics
 //!   count those denials.
 //!
-//! Each test owns its control plane, and they run one at a time (as in `faults.rs`). The
+//! Each test owns its control plane, and they run one at a time (as in the rest of `faults`). The
 //! webhook binary must be built first (`cargo build -p holdfast-webhook`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -72,7 +72,7 @@ const SNAPSHOT_DATA: &str =
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overloaded_webhook_sheds_yet_every_protected_edit_is_refused_and_unrelated_writes_succeed()
 {
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let run = Overload::run("faults-overload", DEFAULT_TIMEOUT_SECONDS, &[], false).await;
     // Without a retry each shed call would fail its own write (a write's calls stop at its
@@ -106,7 +106,7 @@ async fn overloaded_webhook_sheds_yet_every_protected_edit_is_refused_and_unrela
 /// told the webhook call failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overloaded_webhook_past_its_timeout_is_failed_closed_and_the_client_is_told_so() {
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let run = Overload::run(
         "faults-overload-short",
@@ -141,7 +141,7 @@ async fn losing_one_of_two_replicas_under_load_never_lets_a_protected_edit_throu
     const WRITERS: usize = 24;
     const MIN_BEFORE: usize = 60;
     const MIN_AFTER: usize = 60;
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-replica").await.expect("namespace");

@@ -63,6 +63,7 @@ const CHURN_WRITES: usize = 30;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_missed() {
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let cp = owned_control_plane().await;
     let ns = cp.namespace("faults-compact").await.expect("namespace");
     let churn_ns = cp.namespace("faults-churn").await.expect("namespace");

@@ -377,7 +377,7 @@ fn controller_writes<'a>(events: &'a [Value], from: usize, ns: &str) -> Vec<&'a 
 
 #[tokio::test]
 async fn hold_stays_in_force_when_kueue_restarts_during_the_eviction_and_while_held() {
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let mut f = Fixture::start("kqf-hold").await;
     f.create_job("job", json!({})).await;
     f.open_and_run("job").await;
@@ -498,7 +498,7 @@ async fn hold_stays_in_force_when_kueue_restarts_during_the_eviction_and_while_h
 
 #[tokio::test]
 async fn release_passes_the_gate_exactly_once_when_kueue_restarts_during_readmission() {
-    let _one = crate::ONE_FAULT_AT_A_TIME.lock().await;
+    let _one = super::ONE_AT_A_TIME.lock().await;
     let mut f = Fixture::start("kqf-release").await;
     f.create_job("job", json!({})).await;
     f.open_and_run("job").await;
