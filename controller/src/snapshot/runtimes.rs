@@ -19,8 +19,8 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use super::kinds::{RuntimeKind, RuntimeKinds};
-use super::trainjobs::JobRef;
 use super::{Error, Health};
+use crate::trainjob::JobRef;
 
 /// The watch's name in metrics.
 pub const WATCH: &str = "runtimes";
