@@ -13,6 +13,7 @@ pub mod pods;
 pub mod readmission;
 pub mod resources;
 pub mod snapshot;
+pub mod trainjob;
 pub mod wiring;
 pub use args::Args;
 

@@ -6,8 +6,8 @@
 //! - certificate management (self-managed mode) on every replica (its writes are
 //!   preconditioned too);
 //! - the snapshot reconciler and, in kueue mode, the readmission gate only on the replica
-//!   holding the Lease. Losing the Lease ends the process with an error: it must not write
-//!   without it.
+//!   holding the Lease, fed by one TrainJob watch ([`trainjob::Watch`]). Losing the Lease
+//!   ends the process with an error: it must not write without it.
 //!
 //! Ready means: the API serves and, on the leader, the reconciler's watches have synced.
 //!
@@ -22,6 +22,7 @@ use crate::leader::{self, LeaderMetrics};
 use crate::metrics::Metrics;
 use crate::readmission::{ReadmissionGate, ReadmissionMetrics};
 use crate::snapshot::Snapshotter;
+use crate::trainjob;
 use anyhow::Context;
 use holdfast_core::mode::Mode;
 use holdfast_serve::{Readiness, admin_router};
@@ -71,6 +72,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         shutdown.clone(),
     ));
 
+    let trainjob_namespace = snapshot_config.namespace.clone();
     let snapshots = Snapshotter::new(
         client.clone(),
         snapshot_config,
@@ -140,8 +142,12 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     ));
 
     // The writers: only under the Lease.
-    let gate = (args.mode == Mode::Kueue)
-        .then(|| ReadmissionGate::new(client.clone(), readmission_config, gate_metrics));
+    let gate = (args.mode == Mode::Kueue).then(|| {
+        // Both parts watch the TrainJobs of --watch-namespace: one watch serves them.
+        debug_assert_eq!(readmission_config.namespace, trainjob_namespace);
+        ReadmissionGate::new(client.clone(), readmission_config, gate_metrics)
+    });
+    let watch_client = client.clone();
     let outcome = leader::run_as_leader(
         client.clone(),
         lease,
@@ -149,7 +155,8 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         shutdown.clone(),
         move |token| async move {
             leading.store(true, Ordering::SeqCst);
-            let result = leader_work(snapshots, gate, token).await;
+            let trainjobs = trainjob::Watch::new(watch_client, trainjob_namespace.as_deref());
+            let result = leader_work(trainjobs, snapshots, gate, token).await;
             leading.store(false, Ordering::SeqCst);
             result
         },
@@ -166,20 +173,39 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     }
 }
 
-/// What the leader runs: the snapshot reconciler and, in kueue mode, the readmission gate.
+/// What the leader runs: the snapshot reconciler and, in kueue mode, the readmission gate,
+/// both fed by `trainjobs`, the one TrainJob watch. The watch lives as long as they run.
 async fn leader_work(
+    mut trainjobs: trainjob::Watch,
     snapshots: Snapshotter,
     gate: Option<ReadmissionGate>,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
-    match gate {
-        None => Ok(snapshots.run(token).await?),
-        Some(gate) => {
-            let (s, g) = tokio::join!(snapshots.run(token.clone()), gate.run(token.clone()));
-            s?;
-            g
+    let snapshot_feed = trainjobs.subscribe();
+    let gate_feed = gate.as_ref().map(|_| trainjobs.subscribe());
+    let parts = async {
+        match (gate, gate_feed) {
+            (Some(gate), Some(gate_feed)) => {
+                let (s, g) = tokio::join!(
+                    snapshots.run_on(snapshot_feed, token.clone()),
+                    gate.run_on(gate_feed, token.clone())
+                );
+                s?;
+                g
+            }
+            _ => Ok(snapshots.run_on(snapshot_feed, token.clone()).await?),
         }
-    }
+    };
+    let parts_done = CancellationToken::new();
+    let (result, ()) = tokio::join!(
+        async {
+            let result = parts.await;
+            parts_done.cancel();
+            result
+        },
+        trainjobs.run(parts_done.clone())
+    );
+    result
 }
 
 /// Probes the capability again every `every`, so that a cluster that changes (CRDs or the

@@ -10,8 +10,9 @@
 //!   `Active` condition true (status subresource); their names are the entries of
 //!   `status.admissionChecks` the gate serves. A change of that set reconciles every
 //!   TrainJob.
-//! - **The TrainJob reconcile** ([`reconcile`]): kube-runtime's `Controller` over TrainJobs,
-//!   triggered also by their Workloads (through the TrainJob owner reference) and by the
+//! - **The TrainJob reconcile** ([`reconcile`]): kube-runtime's `Controller` over TrainJobs
+//!   (the leader's one TrainJob watch, shared with the snapshot reconciler through
+//!   [`ReadmissionGate::run_on`], or one of its own with [`ReadmissionGate::run`]), triggered also by their Workloads (through the TrainJob owner reference) and by the
 //!   pods of their executions (metadata-only watch, through the JobSet name label), with
 //!   bounded concurrency and per-TrainJob exponential backoff. Each reconcile first moves
 //!   holds off Workloads being deleted, then serves the gate on each live Workload.
@@ -44,6 +45,7 @@ pub use error::Error;
 pub use metrics::ReadmissionMetrics;
 
 use crate::backoff::Backoffs;
+use crate::trainjob::{self, Feed};
 use crate::{pods::JOBSET_NAME_LABEL, resources};
 
 /// How the gate runs.
@@ -101,8 +103,22 @@ impl ReadmissionGate {
         &self.metrics
     }
 
-    /// Runs until `shutdown` is cancelled.
+    /// Runs, with a TrainJob watch of its own, until `shutdown` is cancelled.
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        self.run_inner(shutdown, None).await
+    }
+
+    /// As [`ReadmissionGate::run`], fed by a shared TrainJob watch (of the namespace of this
+    /// gate's configuration).
+    pub async fn run_on(&self, trainjobs: Feed, shutdown: CancellationToken) -> anyhow::Result<()> {
+        self.run_inner(shutdown, Some(trainjobs)).await
+    }
+
+    async fn run_inner(
+        &self,
+        shutdown: CancellationToken,
+        feed: Option<Feed>,
+    ) -> anyhow::Result<()> {
         let client = &self.client;
         let config = &self.config;
         let namespace = config.namespace.as_deref();
@@ -177,17 +193,21 @@ impl ReadmissionGate {
         .touched_objects();
 
         // TrainJobs.
-        let trainjob_ar = resources::trainjob();
-        let trainjob_writer = reflector::store::Writer::new(trainjob_ar.clone());
+        let feed = feed.unwrap_or_else(|| {
+            let (feed, driver) = Feed::alone(client.clone(), namespace, shutdown.child_token());
+            tasks.spawn(driver);
+            feed
+        });
+        let trainjob_writer = reflector::store::Writer::new(());
         let trainjobs = trainjob_writer.as_reader();
-        let trainjob_stream = watcher(
-            namespaced(&trainjob_ar),
-            watcher::Config::default().any_semantic(),
-        )
-        .modify(|t: &mut DynamicObject| t.metadata.managed_fields = None)
-        .default_backoff()
-        .reflect(trainjob_writer)
-        .applied_objects();
+        let trainjob_stream = feed
+            .reflect(trainjob_writer)
+            .inspect(|update| {
+                if let Err(e) = update {
+                    tracing::warn!(error = %e, "readmission TrainJob watch failed; retrying with backoff");
+                }
+            })
+            .filter_map(|update| futures::future::ready(trainjob::applied(update)));
 
         let queues = holdfast_cluster::queues::Queues::start(client.clone(), namespace);
         let queues_changed = queues.changes();
@@ -222,7 +242,7 @@ impl ReadmissionGate {
             concurrency = config.concurrency,
             "readmission gate starting"
         );
-        Controller::for_stream_with(trainjob_stream, trainjobs, trainjob_ar)
+        Controller::for_stream(trainjob_stream, trainjobs)
             .watches_stream_with(
                 workload_stream,
                 |w: DynamicObject| reconcile::trainjob_of(&w),

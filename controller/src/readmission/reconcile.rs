@@ -31,6 +31,7 @@ use serde_json::Value;
 
 use super::{Config, Error, ReadmissionMetrics, checks::CheckNames};
 use crate::backoff::Backoffs;
+use crate::trainjob::Watched;
 use crate::{
     pods,
     resources::{self, WORKLOAD_JOB_UID_LABEL},
@@ -107,19 +108,29 @@ pub(crate) fn needs_work(trainjob: &Value, workloads: &[Value], ours: &BTreeSet<
     })
 }
 
-pub(crate) async fn reconcile(
-    trainjob: Arc<DynamicObject>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
+/// A cached TrainJob as the JSON object `holdfast_core::readmission` reads, and whether it
+/// decoded. One that did not is its metadata only: the cache cannot say that nothing is to
+/// be done for it.
+fn cached_value(trainjob: &Watched) -> Result<(Value, bool), Error> {
+    Ok(match &trainjob.0 {
+        Ok(job) => (serde_json::to_value(job)?, true),
+        Err(invalid) => (
+            serde_json::json!({ "metadata": serde_json::to_value(&invalid.metadata)? }),
+            false,
+        ),
+    })
+}
+
+pub(crate) async fn reconcile(trainjob: Arc<Watched>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = trainjob.namespace().unwrap_or_default();
     let name = trainjob.name_any();
     let uid = trainjob.uid().unwrap_or_default();
     let ours = ctx.checks.names();
-    let cached = serde_json::to_value(&*trainjob)?;
+    let (cached, decoded) = cached_value(&trainjob)?;
     let cached_workloads = ctx.cached_workloads(&namespace, &uid);
-    let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob()).erase();
+    let key = ObjectRef::from_obj(&*trainjob).erase();
     watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
-    if !needs_work(&cached, &cached_workloads, &ours) {
+    if decoded && !needs_work(&cached, &cached_workloads, &ours) {
         ctx.backoff.succeeded(&key);
         return Ok(Action::requeue(ctx.config.resync));
     }
@@ -133,7 +144,7 @@ pub(crate) async fn reconcile(
 /// check gets a Warning Event when it is first seen so, and is counted in
 /// `holdfast_readmission_ungated_trainjobs` while it stays so. (Its hold calls answer
 /// `Unsupported`, naming the ClusterQueue.)
-async fn watch_queue(ctx: &Context, trainjob: &DynamicObject, cached: &Value, workloads: &[Value]) {
+async fn watch_queue(ctx: &Context, trainjob: &Watched, cached: &Value, workloads: &[Value]) {
     let key = (
         trainjob.namespace().unwrap_or_default(),
         trainjob.name_any(),
@@ -173,7 +184,7 @@ async fn watch_queue(ctx: &Context, trainjob: &DynamicObject, cached: &Value, wo
         };
         if let Err(e) = ctx
             .recorder
-            .publish(&event, &trainjob.object_ref(&resources::trainjob()))
+            .publish(&event, &trainjob.object_ref(&()))
             .await
         {
             tracing::warn!(error = %e, "publishing an event failed");
@@ -194,13 +205,9 @@ fn truncate_note(mut text: String) -> String {
     text
 }
 
-pub(crate) fn error_policy(
-    trainjob: Arc<DynamicObject>,
-    error: &Error,
-    ctx: Arc<Context>,
-) -> Action {
+pub(crate) fn error_policy(trainjob: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(error.metric_label());
-    let key = ObjectRef::from_obj_with(&*trainjob, resources::trainjob()).erase();
+    let key = ObjectRef::from_obj(&*trainjob).erase();
     let delay = ctx.backoff.failed(&key);
     tracing::warn!(
         namespace = trainjob.namespace().unwrap_or_default(),
@@ -475,7 +482,7 @@ async fn remaining_pods(ctx: &Context, namespace: &str, name: &str) -> Result<Ve
 }
 
 /// The TrainJob a Workload belongs to (its TrainJob owner), as a reconcile key.
-pub(crate) fn trainjob_of(workload: &DynamicObject) -> Option<ObjectRef<DynamicObject>> {
+pub(crate) fn trainjob_of(workload: &DynamicObject) -> Option<ObjectRef<Watched>> {
     let namespace = workload.namespace()?;
     workload
         .owner_references()
@@ -485,11 +492,11 @@ pub(crate) fn trainjob_of(workload: &DynamicObject) -> Option<ObjectRef<DynamicO
                 && o.api_version
                     .starts_with(holdfast_core::names::TRAINER_GROUP)
         })
-        .map(|o| ObjectRef::new_with(&o.name, resources::trainjob()).within(&namespace))
+        .map(|o| ObjectRef::new(&o.name).within(&namespace))
 }
 
 /// The TrainJob a pod of an execution belongs to, by its JobSet name label.
-pub(crate) fn trainjob_of_pod<K: Resource>(pod: &K) -> Option<ObjectRef<DynamicObject>> {
+pub(crate) fn trainjob_of_pod<K: Resource>(pod: &K) -> Option<ObjectRef<Watched>> {
     let namespace = pod.meta().namespace.clone()?;
     let name = pod
         .meta()
@@ -497,7 +504,7 @@ pub(crate) fn trainjob_of_pod<K: Resource>(pod: &K) -> Option<ObjectRef<DynamicO
         .as_ref()?
         .get(pods::JOBSET_NAME_LABEL)?
         .clone();
-    Some(ObjectRef::new_with(&name, resources::trainjob()).within(&namespace))
+    Some(ObjectRef::new(&name).within(&namespace))
 }
 
 #[cfg(test)]

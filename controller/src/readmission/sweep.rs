@@ -21,10 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Error, reconcile::Context};
 use crate::resources::{self, WORKLOAD_JOB_UID_LABEL};
+use crate::trainjob::Watched;
 
 pub(crate) async fn run(
     ctx: Arc<Context>,
-    trainjobs: Store<DynamicObject>,
+    trainjobs: Store<Watched>,
     mut poked: UnboundedReceiver<()>,
     interval: Duration,
     shutdown: CancellationToken,

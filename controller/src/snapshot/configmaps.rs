@@ -24,7 +24,7 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 
 use super::Health;
-use super::trainjobs::{JobRef, TrainJob, trainjob_ref};
+use crate::trainjob::{JobRef, TrainJob, trainjob_ref};
 
 /// The watch's name in health and metrics.
 pub const WATCH: &str = "configmaps";

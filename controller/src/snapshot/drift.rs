@@ -31,7 +31,7 @@ use super::ledger::digest;
 use super::metrics::RuntimeLabels;
 use super::reconcile::Context;
 use super::runtimes::RuntimeKey;
-use super::trainjobs::TrainJob;
+use crate::trainjob::TrainJob;
 use holdfast_core::names;
 
 /// The `GET /v1/drift` answer.

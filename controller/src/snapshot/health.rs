@@ -37,10 +37,10 @@ impl Health {
     }
 
     /// Records what a watch stream yielded.
-    pub fn observe<K>(
+    pub fn observe<K, E: std::fmt::Display>(
         &self,
         watch: &'static str,
-        event: &Result<watcher::Event<K>, watcher::Error>,
+        event: &Result<watcher::Event<K>, E>,
     ) {
         match event {
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}

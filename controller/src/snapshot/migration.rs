@@ -8,7 +8,7 @@
 //! This module only takes stock, for the log line that says what the start-up will do.
 
 use super::configmaps::ConfigMapIndex;
-use super::trainjobs::{TrainJob, Watched};
+use crate::trainjob::{TrainJob, Watched};
 
 /// What the reconciler found at start-up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

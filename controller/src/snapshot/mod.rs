@@ -8,10 +8,12 @@
 //! Snapshotting a TrainJob costs one request: the ConfigMap create. Everything else comes
 //! from watches started once:
 //!
-//! - **TrainJobs** ([`trainjobs`]): a reflector of the TrainJobs, decoded only as far as the
-//!   reconciler reads them (a few hundred bytes each in memory; one that does not decode is
-//!   reported, not a stalled watch), driving kube-runtime's `Controller` (bounded
-//!   concurrency, per-TrainJob exponential backoff on errors).
+//! - **TrainJobs** ([`crate::trainjob`]): a store of the TrainJobs, decoded only as far as
+//!   the controller reads them (a few hundred bytes each in memory; one that does not decode
+//!   is reported, not a stalled watch), driving kube-runtime's `Controller` (bounded
+//!   concurrency, per-TrainJob exponential backoff on errors). The watch is the leader's one
+//!   TrainJob watch, shared with the readmission gate ([`Snapshotter::run_on`]), or one of
+//!   its own ([`Snapshotter::run`]).
 //! - **Runtimes** ([`runtimes`]): one reflector per runtime kind in use, started the first
 //!   time a TrainJob names the kind. The kind is resolved by API discovery ([`RuntimeKinds`]), so any
 //!   kind the cluster serves works — a `SlurmRuntime` holdfast has never heard of included.
@@ -57,28 +59,27 @@ mod migration;
 mod reconcile;
 mod resolve;
 mod runtimes;
-mod trainjobs;
 
 use futures::StreamExt;
 use holdfast_serve::Readiness;
-use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
-use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
+use kube::runtime::{Controller, controller, watcher};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::trainjob::TrainJob;
 pub use drift::{DriftReport, DriftedTrainJob};
 pub use error::Error;
 pub use health::Health;
 pub use holdfast_cluster::runtime_kinds::{RuntimeKind, RuntimeKinds};
 pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, WriterLabels};
 pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
-pub use trainjobs::TrainJob;
 
 use crate::backoff::Backoffs;
+use crate::trainjob::{self, Feed};
 use configmaps::ConfigMapIndex;
 use drift::DriftCache;
 use reconcile::Context;
@@ -176,12 +177,19 @@ impl Snapshotter {
         Ok(report)
     }
 
-    /// Runs the reconciler until `shutdown` is cancelled. Does no leader election itself: run
-    /// it under [`crate::leader::run_as_leader`].
+    /// Runs the reconciler, with a TrainJob watch of its own, until `shutdown` is cancelled.
+    /// Does no leader election itself: run it under [`crate::leader::run_as_leader`].
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), Error> {
         // Also when this future is dropped (leadership lost, task aborted).
         let _stopped = Stopped(self);
-        self.run_inner(&shutdown).await
+        self.run_inner(&shutdown, None).await
+    }
+
+    /// As [`Snapshotter::run`], fed by a shared TrainJob watch (of the namespace of this
+    /// reconciler's configuration).
+    pub async fn run_on(&self, trainjobs: Feed, shutdown: CancellationToken) -> Result<(), Error> {
+        let _stopped = Stopped(self);
+        self.run_inner(&shutdown, Some(trainjobs)).await
     }
 
     fn stopped(&self) {
@@ -193,7 +201,11 @@ impl Snapshotter {
         Health::new(self.inner.readiness.clone(), self.inner.metrics.clone()).stopped();
     }
 
-    async fn run_inner(&self, shutdown: &CancellationToken) -> Result<(), Error> {
+    async fn run_inner(
+        &self,
+        shutdown: &CancellationToken,
+        feed: Option<Feed>,
+    ) -> Result<(), Error> {
         let Inner {
             client,
             config,
@@ -216,10 +228,11 @@ impl Snapshotter {
             ready = configmaps.ready() => if !ready { return Err(Error::NotRunning) },
         }
 
-        let api: Api<trainjobs::Watched> = match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
+        let feed = feed.unwrap_or_else(|| {
+            let (feed, driver) = Feed::alone(client.clone(), namespace, shutdown.child_token());
+            tasks.spawn(driver);
+            feed
+        });
         let writer = reflector::store::Writer::new(());
         let trainjobs = writer.as_reader();
         health.require(TRAINJOBS);
@@ -227,9 +240,7 @@ impl Snapshotter {
         // The store's own `wait_until_ready` wakes one waiter only, and the Controller is
         // that one: the start-up stock waits on this instead.
         let (listed_tx, mut listed) = tokio::sync::watch::channel(false);
-        let stream = watcher(api, watcher::Config::default().any_semantic())
-            .modify(trainjobs::strip)
-            .default_backoff()
+        let stream = feed
             .reflect(writer)
             .inspect(move |event| {
                 observer.observe(TRAINJOBS, event);
@@ -237,7 +248,7 @@ impl Snapshotter {
                     listed_tx.send_replace(true);
                 }
             })
-            .applied_objects();
+            .filter_map(|update| futures::future::ready(trainjob::applied(update)));
 
         let runtimes = Arc::new(RuntimeIndex::new(
             client.clone(),

@@ -36,9 +36,9 @@ use super::configmaps::{ConfigMapIndex, SnapshotMeta};
 use super::events::{Notice, warn};
 use super::ledger::{JobKey, Known, Ledger, Refused, digest};
 use super::runtimes::{RuntimeIndex, RuntimeKey};
-use super::trainjobs::{TrainJob, Watched};
 use super::{Config, Error, SnapshotMetrics};
 use crate::backoff::Backoffs;
+use crate::trainjob::{TrainJob, Watched};
 use holdfast_cluster::runtime_kinds::RuntimeKind;
 
 /// Everything a reconciliation reads from and writes with.
@@ -416,7 +416,7 @@ impl Context {
                 .await?
                 .map(Arc::new);
         }
-        let job_ref = super::trainjobs::trainjob_ref(job.namespace(), job.name());
+        let job_ref = crate::trainjob::trainjob_ref(job.namespace(), job.name());
         let Some(runtime) = runtime else {
             self.runtimes.wait_for(runtime_key, job_ref);
             warn(

@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use super::trainjobs::JobRef;
 use super::{Error, Health};
+use crate::trainjob::JobRef;
 use holdfast_cluster::runtime_kinds::{RuntimeKind, RuntimeKinds};
 
 /// The watch's name in metrics.

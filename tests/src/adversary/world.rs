@@ -226,8 +226,14 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
         webhooks.push(hook);
     }
 
-    // The readmission gate and the snapshot reconciler, as holdfast's controller.
+    // The readmission gate and the snapshot reconciler, as holdfast's controller's leader
+    // runs them: fed by one TrainJob watch.
     let stop = CancellationToken::new();
+    let mut trainjobs =
+        holdfast_controller::trainjob::Watch::new(cp.client(Identity::Controller).await?, None);
+    let gate_feed = trainjobs.subscribe();
+    let snapshot_feed = trainjobs.subscribe();
+    tokio::spawn(trainjobs.run(stop.clone()));
     let gate = ReadmissionGate::new(
         cp.client(Identity::Controller).await?,
         readmission::Config {
@@ -243,7 +249,7 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
     );
     let s = stop.clone();
     tokio::spawn(async move {
-        if let Err(e) = gate.run(s).await {
+        if let Err(e) = gate.run_on(gate_feed, s).await {
             eprintln!("adversary: the readmission gate stopped: {e:#}");
         }
     });
@@ -263,7 +269,7 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
     );
     let s = stop.clone();
     tokio::spawn(async move {
-        if let Err(e) = snapshotter.run(s).await {
+        if let Err(e) = snapshotter.run_on(snapshot_feed, s).await {
             eprintln!("adversary: the snapshot reconciler stopped: {e:?}");
         }
     });

@@ -1,29 +1,42 @@
-//! The TrainJobs the reconciler watches, deserialized only as far as it reads them.
+//! The TrainJob as the controller holds it, and the one watch of TrainJobs.
 //!
 //! A TrainJob's spec and status can be kilobytes (pod templates, per-job status); the
-//! reconciler reads its name, namespace, uid, the admitted-runtime annotation,
-//! `spec.runtimeRef` and the `Complete`/`Failed` conditions. [`TrainJob`] has those fields
-//! only, so the rest of each object is skipped while decoding, and the store holds a few
+//! controller's watches read its name, namespace, uid, resourceVersion, deletionTimestamp,
+//! the labels and annotations holdfast reads (managed, opened, attempt, admitted runtime
+//! version), `spec.runtimeRef` and the `Complete`/`Failed` conditions. [`TrainJob`] has those
+//! fields only, so the rest of each object is skipped while decoding, and a store holds a few
 //! hundred bytes per TrainJob. Objects arrive wrapped in a [`DeserializeGuard`]: one that does
 //! not decode (a CRD version this code does not know) is reported, not a failed watch.
+//!
+//! [`Watch`] is the one TrainJob watch of the leader: the snapshot reconciler and, in kueue
+//! mode, the readmission gate each [`Watch::subscribe`] to it and reflect its events into a
+//! store of their own (kube-runtime's store wakes one waiter only, so two Controllers cannot
+//! share one). A part started alone makes its own with [`Feed::alone`]. Writers (the hold
+//! executor, the reconcilers' fresh reads) read TrainJobs from the apiserver, not from here.
 
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use futures::{Stream, StreamExt};
 use holdfast_core::hold::classify::trainjob_finished;
 use holdfast_core::names;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
 use kube::core::DeserializeGuard;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// A watched TrainJob: decoded, or the metadata of one that did not decode.
 pub type Watched = DeserializeGuard<TrainJob>;
 
-/// A reference to a TrainJob in the reconciler's store.
+/// A reference to a TrainJob in a store of [`Watched`].
 pub type JobRef = ObjectRef<Watched>;
 
-/// The part of a TrainJob the reconciler reads.
+/// The part of a TrainJob the controller reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainJob {
     pub metadata: ObjectMeta,
@@ -96,8 +109,18 @@ pub fn trainjob_ref(namespace: &str, name: &str) -> JobRef {
     ObjectRef::new(name).within(namespace)
 }
 
-/// Drops the metadata the reconciler does not read (managedFields above all) and the
-/// conditions other than `Complete` and `Failed`.
+/// The labels kept by [`strip`].
+const KEPT_LABELS: [&str; 1] = [names::LABEL_MANAGED];
+
+/// The annotations kept by [`strip`].
+const KEPT_ANNOTATIONS: [&str; 3] = [
+    names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION,
+    names::ANN_OPENED,
+    names::ANN_ATTEMPT,
+];
+
+/// Drops the metadata no reader reads (managedFields above all) and the conditions other
+/// than `Complete` and `Failed`.
 pub fn strip(job: &mut Watched) {
     let meta = match &mut job.0 {
         Ok(job) => {
@@ -109,16 +132,106 @@ pub fn strip(job: &mut Watched) {
         Err(invalid) => &mut invalid.metadata,
     };
     meta.managed_fields = None;
-    meta.labels = None;
     meta.owner_references = None;
     meta.finalizers = None;
     meta.generate_name = None;
     meta.creation_timestamp = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| KEPT_LABELS.contains(&k.as_str()));
+        if labels.is_empty() {
+            meta.labels = None;
+        }
+    }
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, _| k == names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION);
+        annotations.retain(|k, _| KEPT_ANNOTATIONS.contains(&k.as_str()));
         if annotations.is_empty() {
             meta.annotations = None;
         }
+    }
+}
+
+/// What a consumer of a [`Watch`] receives: the watcher's events (objects stripped), and
+/// its errors, shared by every consumer.
+pub type Update = Result<watcher::Event<Watched>, Arc<watcher::Error>>;
+
+/// One watch of the TrainJobs of a namespace (all when `None`), fanned out to every
+/// [`Feed`] subscribed before it runs.
+pub struct Watch {
+    api: Api<Watched>,
+    consumers: Vec<UnboundedSender<Update>>,
+}
+
+impl Watch {
+    pub fn new(client: kube::Client, namespace: Option<&str>) -> Self {
+        let api = match namespace {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        };
+        Watch {
+            api,
+            consumers: Vec::new(),
+        }
+    }
+
+    /// A new consumer: it receives every event from the start of [`Watch::run`], kept for
+    /// it until it reads them.
+    pub fn subscribe(&mut self) -> Feed {
+        let (tx, rx) = unbounded();
+        self.consumers.push(tx);
+        Feed(rx)
+    }
+
+    /// Watches (kube's watcher: relists and retries with backoff) until `shutdown` is
+    /// cancelled or every consumer is gone (seen at the next event).
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let events = watcher(self.api, watcher::Config::default().any_semantic())
+            .modify(strip)
+            .default_backoff();
+        let mut events = std::pin::pin!(events);
+        while !self.consumers.is_empty() {
+            let next = tokio::select! {
+                () = shutdown.cancelled() => return,
+                next = events.next() => next,
+            };
+            let Some(event) = next else { return };
+            let update: Update = event.map_err(Arc::new);
+            self.consumers
+                .retain(|consumer| consumer.unbounded_send(update.clone()).is_ok());
+        }
+    }
+}
+
+/// One consumer's copy of a [`Watch`]'s events.
+pub struct Feed(UnboundedReceiver<Update>);
+
+impl Feed {
+    /// A watch of its own with this one consumer, and the future that runs it (it ends
+    /// when the feed is dropped or `shutdown` is cancelled).
+    pub fn alone(
+        client: kube::Client,
+        namespace: Option<&str>,
+        shutdown: CancellationToken,
+    ) -> (Feed, impl Future<Output = ()> + Send + 'static) {
+        let mut watch = Watch::new(client, namespace);
+        let feed = watch.subscribe();
+        (feed, watch.run(shutdown))
+    }
+
+    /// The events, each applied to `writer`'s store before it is yielded.
+    pub fn reflect(self, mut writer: Writer<Watched>) -> impl Stream<Item = Update> + Send {
+        self.0.inspect(move |update| {
+            if let Ok(event) = update {
+                writer.apply_watcher_event(event);
+            }
+        })
+    }
+}
+
+/// The TrainJob an update brings (listed, created or changed): a Controller's trigger.
+pub fn applied(update: Update) -> Option<Result<Watched, watcher::Error>> {
+    match update {
+        Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job)) => Some(Ok(job)),
+        _ => None,
     }
 }
 
@@ -239,6 +352,75 @@ mod tests {
         assert!(!job.finished());
         assert_eq!(job.admitted_runtime_version(), None);
         assert_eq!(job.runtime_ref().expect("ref").kind, "TrainingRuntime");
+    }
+
+    #[test]
+    fn what_the_readmission_gate_reads_is_kept() {
+        let mut j = watched(json!({
+            "metadata": {
+                "name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"holdfast.dev/managed": "true", "x": "y"},
+                "annotations": {
+                    "holdfast.dev/opened": "true",
+                    "holdfast.dev/attempt": "3",
+                    "other": "z"
+                },
+                "finalizers": ["f"]
+            },
+            "spec": {"runtimeRef": {"name": "torch"}},
+            "status": {"conditions": [{"type": "Failed", "status": "True"}]}
+        }));
+        strip(&mut j);
+        let job = j.0.expect("decoded");
+        let v = serde_json::to_value(&job).expect("json");
+        assert_eq!(
+            v["metadata"],
+            json!({
+                "name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"holdfast.dev/managed": "true"},
+                "annotations": {"holdfast.dev/opened": "true", "holdfast.dev/attempt": "3"}
+            })
+        );
+        let view = holdfast_core::readmission::TrainJobView::read(&v);
+        assert!(view.managed && view.opened && view.ended && view.terminating);
+        assert_eq!(view.attempt, Some(3));
+        assert_eq!(
+            (view.uid.as_str(), view.resource_version.as_str()),
+            ("u1", "7")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_feed_fills_its_store_and_triggers_on_applied_jobs() {
+        let (tx, rx) = unbounded();
+        let writer = Writer::<Watched>::new(());
+        let store = writer.as_reader();
+        let job = |name: &str| watched(json!({"metadata": {"name": name, "namespace": "ns"}}));
+        for update in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(job("a")),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(job("b")),
+            watcher::Event::Delete(job("a")),
+        ] {
+            tx.unbounded_send(Ok(update)).expect("open");
+        }
+        drop(tx);
+        let triggered: Vec<String> = Feed(rx)
+            .reflect(writer)
+            .filter_map(|u| futures::future::ready(applied(u)))
+            .map(|j| j.map(|j| kube::ResourceExt::name_any(&j)).expect("a job"))
+            .collect()
+            .await;
+        assert_eq!(triggered, ["a", "b"]);
+        let names: Vec<String> = store
+            .state()
+            .iter()
+            .map(|j| kube::ResourceExt::name_any(&**j))
+            .collect();
+        assert_eq!(names, ["b"]);
     }
 
     #[test]
