@@ -2,9 +2,9 @@
 //! gets from them ([`Args::configs`]). With the wiring, the only module that knows the
 //! command line: every part is given its own configuration, never the flags.
 
-use crate::certs::{CertConfig, CertsError, ServingSecret};
 use crate::hold::ExecutorConfig;
 use crate::leader::{self, LeaseConfig};
+use crate::webhook_certs::{CertConfig, CertsError, ServingSecret};
 use crate::{readmission, snapshot};
 use holdfast_certs::RotationPolicy;
 use holdfast_core::duration;

@@ -5,7 +5,6 @@
 pub mod api;
 pub mod args;
 pub mod backoff;
-pub mod certs;
 pub mod hold;
 pub mod leader;
 pub mod metrics;
@@ -14,6 +13,7 @@ pub mod readmission;
 pub mod resources;
 pub mod snapshot;
 pub mod trainjob;
+pub mod webhook_certs;
 pub mod wiring;
 pub use args::Args;
 

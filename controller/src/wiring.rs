@@ -16,13 +16,13 @@
 
 use crate::api::{self, ApiState, KubeAuth};
 use crate::args::{Args, Configs};
-use crate::certs;
 use crate::hold::{CallMetrics, HoldExecutor, client_without_retry};
 use crate::leader::{self, LeaderMetrics};
 use crate::metrics::Metrics;
 use crate::readmission::{ReadmissionGate, ReadmissionMetrics};
 use crate::snapshot::Snapshotter;
 use crate::trainjob;
+use crate::webhook_certs;
 use anyhow::Context;
 use holdfast_core::mode::Mode;
 use holdfast_serve::{Readiness, admin_router};
@@ -59,7 +59,11 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let mut tasks = tokio::task::JoinSet::new();
 
     if let Some(cert_config) = cert_config {
-        tasks.spawn(certs::run(client.clone(), cert_config, shutdown.clone()));
+        tasks.spawn(webhook_certs::run(
+            client.clone(),
+            cert_config,
+            shutdown.clone(),
+        ));
     }
 
     let executor = HoldExecutor::new(client_without_retry(config)?, args.mode, executor_config)
@@ -99,7 +103,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
 
     match args.tls.files() {
         Some(files) => {
-            if !certs::wait_for_files(
+            if !webhook_certs::wait_for_files(
                 &[files.cert.as_path(), files.key.as_path()],
                 CERT_FILES_TIMEOUT,
             )

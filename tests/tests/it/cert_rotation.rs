@@ -1,7 +1,7 @@
 //! Self-managed certificates rotate with no failed admission, end to end against the real
 //! apiserver.
 //!
-//! The controller's certificate reconcile (`holdfast_controller::certs::reconcile`) keeps a CA
+//! The controller's certificate reconcile (`holdfast_controller::webhook_certs::reconcile`) keeps a CA
 //! and a serving certificate in Secrets and injects the trust bundle into a real
 //! ValidatingWebhookConfiguration registered by URL. A webhook server (holdfast-serve's
 //! `TlsServer`, which re-reads its files by content every 5 s, with an allow-all router) serves
@@ -13,7 +13,7 @@
 //! the caBundle then in the configuration: the served certificate must verify every time.
 
 use holdfast_certs::{AuthorityDecision, CertificateInfo, RotationPolicy, ServingDecision};
-use holdfast_controller::certs::{self, CertConfig, ServingSecret};
+use holdfast_controller::webhook_certs::{self as certs, CertConfig, ServingSecret};
 use holdfast_serve::{CertFiles, TlsServer};
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::ByteString;

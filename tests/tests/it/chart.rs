@@ -12,7 +12,7 @@
 //! but their own operators' schemas are not checked here.
 
 use holdfast_certs::{CertificateAuthority, CertificateInfo};
-use holdfast_controller::certs::{self, CertConfig, Injection};
+use holdfast_controller::webhook_certs::{self as certs, CertConfig, Injection};
 use holdfast_tests::helm::{self, Helm, Install};
 use holdfast_tests::objects::{
     cluster_training_runtime, create_dynamic, ctr_resource, trainjob, trainjob_resource,
