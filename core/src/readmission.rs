@@ -105,7 +105,7 @@ pub fn claimed_attempt(message: &str) -> Option<u64> {
     if !(after.is_empty() || after.starts_with(':')) {
         return None;
     }
-    object::parse_decimal(digits)
+    crate::hold::parse_decimal(digits)
 }
 
 /// A check's message: the claim, if any, then the text.

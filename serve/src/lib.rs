@@ -9,6 +9,7 @@ pub mod admin;
 pub mod client;
 pub mod client_ca;
 pub mod connections;
+mod crypto;
 pub mod logging;
 pub mod reload;
 pub mod shutdown;
@@ -17,11 +18,7 @@ pub mod tls;
 pub use admin::{AdminArgs, Readiness, admin_router};
 pub use client::ClientArgs;
 pub use connections::{ConnectionHandle, ConnectionLimits, ConnectionMetrics};
+pub use crypto::install_crypto_provider;
 pub use logging::{LogArgs, LogFormat};
 pub use reload::{CertFiles, ReloadingResolver, TlsArgs};
 pub use tls::{TlsOptions, TlsServer};
-
-/// Install ring as rustls's process-wide crypto provider (idempotent).
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}

@@ -126,7 +126,7 @@ impl TlsServer {
         files: CertFiles,
         options: TlsOptions,
     ) -> anyhow::Result<Self> {
-        crate::install_crypto_provider();
+        crate::crypto::install_crypto_provider();
         let resolver = Arc::new(ReloadingResolver::load(files)?);
         let client_ca = match &options.client_ca {
             Some(path) => Some(ClientCa::load(path)?),

@@ -453,6 +453,21 @@ impl ControlPlane {
         Ok(kube::Client::try_from(cfg)?)
     }
 
+    /// A client that authenticates as ServiceAccount `namespace/name` with a token from the
+    /// TokenRequest API (valid for an hour), as a pod of that account would.
+    pub async fn service_account_client(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<kube::Client> {
+        let admin = self.client(Identity::Admin).await?;
+        let token = crate::rbac::mint_token(&admin, namespace, name, 3600).await?;
+        let text = self.kubeconfig_yaml("sa", &token, namespace);
+        let kc = Kubeconfig::from_yaml(&text)?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
     /// A fresh namespace `{prefix}-{random}` in which [`Identity::User`] may edit ConfigMaps,
     /// TrainJobs and Pods, and holdfast's controller has the chart's release-namespace Role
     /// (its Lease), as if the test's namespace were the release's.

@@ -3,22 +3,20 @@
 //! TokenRequest API and hand out a client that authenticates with it.
 //!
 //! Every control plane installs the chart's RBAC as release [`RELEASE`] in
-//! [`RELEASE_NAMESPACE`] at start ([`install_holdfast_rbac`]), and [`Identity::Controller`]
-//! and [`Identity::Webhook`] authenticate with TokenRequest tokens of its two
+//! [`RELEASE_NAMESPACE`] at start ([`install_holdfast_rbac`]), and
+//! [`Identity::Controller`](crate::identity::Identity::Controller) and
+//! [`Identity::Webhook`](crate::identity::Identity::Webhook) authenticate with TokenRequest tokens of its two
 //! ServiceAccounts: the whole e2e suite runs holdfast with exactly the chart's permissions.
 //! The one addition: tests keep each controller's Lease in the test's own namespace (so tests
 //! run side by side), so the chart's release-namespace Role is also created there, bound to
 //! the same accounts ([`grant_release_roles_in`]) — the same rules a release installed in that
 //! namespace would have.
 
-use crate::ControlPlane;
 use crate::helm::Install;
-use crate::identity::Identity;
 use anyhow::Context;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 use std::sync::OnceLock;
@@ -113,28 +111,13 @@ pub async fn mint_token(
         .context("TokenRequest answered without a token")
 }
 
-/// A client that authenticates as ServiceAccount `namespace/name` with a token from the
-/// TokenRequest API (valid for an hour), as a pod of that account would.
-pub async fn service_account_client(
-    cp: &ControlPlane,
-    namespace: &str,
-    name: &str,
-) -> anyhow::Result<kube::Client> {
-    let admin = cp.client(Identity::Admin).await?;
-    let token = mint_token(&admin, namespace, name, 3600).await?;
-    let text = cp.kubeconfig_yaml("sa", &token, namespace);
-    let kc = Kubeconfig::from_yaml(&text)?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    Ok(kube::Client::try_from(cfg)?)
-}
-
 /// The user name a ServiceAccount's token authenticates as.
 pub fn service_account_user(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
 }
 
 /// The release name the harness installs holdfast's RBAC as: its ServiceAccounts are then
-/// `holdfast-controller` and `holdfast-webhook`, the names [`Identity`] authenticates as.
+/// `holdfast-controller` and `holdfast-webhook`, the names [`Identity`](crate::identity::Identity) authenticates as.
 pub const RELEASE: &str = "holdfast";
 /// The namespace of that release.
 pub const RELEASE_NAMESPACE: &str = "holdfast-system";

@@ -9,7 +9,6 @@ use holdfast_core::{
         RejectCause, Status, apply, decide,
     },
     mode::Mode,
-    readmission::{Selected, owned_by, select_workload},
 };
 use jiff::Timestamp;
 use kube::core::params::ListParams;
@@ -17,51 +16,16 @@ use serde_json::Value;
 use tokio::time::Duration as TokioDuration;
 
 use super::{
+    config::ExecutorConfig,
     hooks::{Hooks, WritePoint},
     metrics::{CallMetrics, MetricCall},
     preflight::{self, Capability, CapabilityVerdict, PreflightReport},
+    reads,
     requests::{CallRequests, ReadRequest, RequestError},
 };
 use crate::pods;
-use crate::resources::{self, WORKLOAD_JOB_UID_LABEL};
+use crate::resources;
 use holdfast_cluster::queues::Queues;
-
-/// How the executor talks to the apiserver.
-#[derive(Clone, Debug)]
-pub struct ExecutorConfig {
-    /// The apiserver's `--request-timeout` (chart value `timeouts.apiserverRequest`):
-    /// CallBound is this plus a margin ([`holdfast_core::hold::call_bound`]).
-    pub apiserver_request_timeout: Duration,
-    /// The transit margin: a call's requests act as though its deadline were this much
-    /// earlier. A request is sent only while more than this is left, and abandoned (if not
-    /// yet written, never written) this long before the deadline, so that it reaches the
-    /// apiserver before the deadline, not merely leaves before it, even when a connection
-    /// must be opened or the client's runtime or the apiserver is slow to get to it.
-    pub transit_margin: Duration,
-    /// The deadline of Status and Preflight, which carry none of their own.
-    pub read_timeout: Duration,
-    /// The product part of every request's User-Agent.
-    pub user_agent: String,
-    /// The first pause before reading again after a transient failure (it doubles, up to a
-    /// second), and between reads while Open waits for a Kueue Workload.
-    pub transient_backoff: Duration,
-    /// The oldest preflight a call trusts; an older one is made again first (the controller
-    /// also probes on a timer this often, so calls rarely wait for one).
-    pub preflight_max_age: Duration,
-}
-
-impl Default for ExecutorConfig {
-    fn default() -> Self {
-        ExecutorConfig {
-            apiserver_request_timeout: Duration::from_secs(60),
-            transit_margin: Duration::from_millis(50),
-            read_timeout: Duration::from_secs(10),
-            user_agent: concat!("holdfast-controller/", env!("CARGO_PKG_VERSION")).to_owned(),
-            transient_backoff: Duration::from_millis(50),
-            preflight_max_age: Duration::from_secs(60),
-        }
-    }
-}
 
 /// A kube client for the executor: kube's own retry of 429/503/504 is off, because it would
 /// resend a request without checking the call's deadline. The executor decides itself what
@@ -146,10 +110,6 @@ impl HoldExecutor {
 
     pub fn metrics(&self) -> &CallMetrics {
         &self.metrics
-    }
-
-    pub(crate) fn client(&self) -> &kube::Client {
-        &self.client
     }
 
     /// Hold(m): place hold `m.instance` on TrainJob `namespace/name`.
@@ -372,7 +332,9 @@ impl HoldExecutor {
                 Err(e) if e.is_transient() => {
                     tracing::debug!(error = %e, "write's answer lost; reading again");
                     attempts.unanswered(write.outcome);
-                    reqs.pause(pause).await.map_err(|d| last_error(d, &e))?;
+                    reqs.pause(pause)
+                        .await
+                        .map_err(|d| reads::last_error(d, &e))?;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
                 Err(RequestError::TimedOut) => {
@@ -425,7 +387,14 @@ impl HoldExecutor {
             queues.wait_synced(TokioDuration::from_secs(5)).await;
         }
         let previous = self.capability.report();
-        let report = preflight::run(self, scope, previous.as_ref()).await;
+        let prober = preflight::Prober {
+            client: &self.client,
+            mode: self.mode,
+            config: &self.config,
+            meta: self.read_meta(),
+            queues: self.queues.as_ref(),
+        };
+        let report = preflight::run(&prober, scope, previous.as_ref()).await;
         self.capability.record(report.clone());
         self.metrics
             .record::<()>(MetricCall::preflight, &Ok(()), started.elapsed());
@@ -450,100 +419,32 @@ impl HoldExecutor {
         namespace: &str,
         name: &str,
     ) -> Result<Read, HoldError> {
-        let trainjob = self
-            .retrying_read(
-                reqs,
-                &format!("reading TrainJob {namespace}/{name}"),
-                &ReadRequest::Get {
-                    ar: resources::trainjob(),
-                    namespace,
-                    name,
-                },
-            )
-            .await
-            .map_err(|e| match e {
-                HoldError::Rejected {
-                    cause: RejectCause::NotFound,
-                    ..
-                } => HoldError::not_found(format!("TrainJob {namespace}/{name} does not exist")),
-                other => other,
-            })?;
+        let trainjob = reads::retrying_read(
+            reqs,
+            self.config.transient_backoff,
+            &format!("reading TrainJob {namespace}/{name}"),
+            &ReadRequest::Get {
+                ar: resources::trainjob(),
+                namespace,
+                name,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            HoldError::Rejected {
+                cause: RejectCause::NotFound,
+                ..
+            } => HoldError::not_found(format!("TrainJob {namespace}/{name} does not exist")),
+            other => other,
+        })?;
         let workload = match self.mode {
             Mode::Plain => None,
-            Mode::Kueue => self.workload_of(reqs, namespace, &trainjob).await?,
+            Mode::Kueue => {
+                reads::workload_of(reqs, self.config.transient_backoff, namespace, &trainjob)
+                    .await?
+            }
         };
         Ok(Read { trainjob, workload })
-    }
-
-    /// The TrainJob's Workload: among those it owns as controller (listed by Kueue's job-uid
-    /// label, which on a TrainJob's Workload only Kueue may change, then checked by
-    /// ownerReference; the whole namespace when the label finds none), the one
-    /// [`select_workload`] chooses (the newest live one; a held one being deleted when
-    /// nothing replaces it), or `None`. While a held Workload being deleted still carries its
-    /// hold next to its replacement, the readmission controller is moving the hold: read
-    /// again until it is done or the deadline passes.
-    pub(crate) async fn workload_of(
-        &self,
-        reqs: &mut CallRequests<'_>,
-        namespace: &str,
-        trainjob: &Value,
-    ) -> Result<Option<Value>, HoldError> {
-        let uid = trainjob
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .ok_or_else(|| HoldError::invalid("the TrainJob read has no metadata.uid"))?;
-        let labelled = ListParams::default().labels(&format!("{WORKLOAD_JOB_UID_LABEL}={uid}"));
-        let mut pause = self.config.transient_backoff;
-        loop {
-            let mut list = self
-                .retrying_read(
-                    reqs,
-                    "listing the TrainJob's Workloads",
-                    &ReadRequest::List {
-                        ar: resources::workload(),
-                        namespace: Some(namespace),
-                        params: labelled.clone(),
-                    },
-                )
-                .await?;
-            let owns_one = |list: &Value| {
-                list.get("items")
-                    .and_then(Value::as_array)
-                    .is_some_and(|items| items.iter().any(|w| owned_by(w, uid)))
-            };
-            if !owns_one(&list) {
-                // Kueue's label is an index only, and an editor may remove or change it:
-                // ownership decides, so look at every Workload in the namespace.
-                list = self
-                    .retrying_read(
-                        reqs,
-                        "listing the namespace's Workloads",
-                        &ReadRequest::List {
-                            ar: resources::workload(),
-                            namespace: Some(namespace),
-                            params: ListParams::default(),
-                        },
-                    )
-                    .await?;
-            }
-            let items = list
-                .get("items")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            match select_workload(items, uid) {
-                Selected::None => return Ok(None),
-                Selected::Workload(w) => return Ok(Some(w.clone())),
-                Selected::TransferPending => {
-                    tracing::debug!(
-                        namespace,
-                        "a hold is being moved to a new Workload; reading again"
-                    );
-                    reqs.pause(pause).await?;
-                    pause = (pause * 2).min(Duration::from_millis(500));
-                }
-            }
-        }
     }
 
     async fn remaining_pods(
@@ -553,40 +454,18 @@ impl HoldExecutor {
         name: &str,
     ) -> Result<Vec<String>, HoldError> {
         let params = ListParams::default().labels(&pods::execution_selector(name));
-        let list = self
-            .retrying_read(
-                reqs,
-                "listing the TrainJob's pods",
-                &ReadRequest::List {
-                    ar: resources::pod(),
-                    namespace: Some(namespace),
-                    params,
-                },
-            )
-            .await?;
+        let list = reads::retrying_read(
+            reqs,
+            self.config.transient_backoff,
+            "listing the TrainJob's pods",
+            &ReadRequest::List {
+                ar: resources::pod(),
+                namespace: Some(namespace),
+                params,
+            },
+        )
+        .await?;
         Ok(pods::remaining(&list))
-    }
-
-    /// Makes a read, again after a transient failure (with a doubling pause) until it
-    /// answers or the deadline passes.
-    pub(crate) async fn retrying_read(
-        &self,
-        reqs: &mut CallRequests<'_>,
-        what: &str,
-        request: &ReadRequest<'_>,
-    ) -> Result<Value, HoldError> {
-        let mut pause = self.config.transient_backoff;
-        loop {
-            match reqs.read(request).await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.is_transient() => {
-                    tracing::debug!(error = %e, what, "read failed transiently; reading again");
-                    reqs.pause(pause).await.map_err(|d| last_error(d, &e))?;
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                Err(e) => return Err(e.into_hold_error(what)),
-            }
-        }
     }
 }
 
@@ -597,17 +476,6 @@ impl std::fmt::Debug for HoldExecutor {
             .field("config", &self.config)
             .field("hooks", &self.hooks)
             .finish()
-    }
-}
-
-/// A deadline error that names the transient failure that used the time up.
-fn last_error(deadline: HoldError, last: &RequestError) -> HoldError {
-    match deadline {
-        HoldError::Rejected { cause, message } => HoldError::Rejected {
-            cause,
-            message: format!("{message}; the last request failed: {last}"),
-        },
-        other => other,
     }
 }
 
@@ -646,17 +514,5 @@ mod tests {
             Some("b".to_owned())
         );
         assert_eq!(newest(&json!({"items": []})), None);
-    }
-
-    #[test]
-    fn a_deadline_error_names_the_last_failure() {
-        let e = last_error(
-            HoldError::deadline_passed("late"),
-            &RequestError::Transport("connection refused".into()),
-        );
-        assert!(
-            matches!(&e, HoldError::Rejected { message, .. } if message.contains("connection refused")),
-            "{e:?}"
-        );
     }
 }

@@ -8,13 +8,16 @@
 //! the call's deadline, and carries the time left as its own timeout, on the client and at
 //! the apiserver (`?timeout=`), so nothing is sent after the deadline.
 
+mod config;
 mod executor;
 mod hooks;
 mod metrics;
 pub mod preflight;
+mod reads;
 mod requests;
 
-pub use executor::{ExecutorConfig, HoldExecutor, client_without_retry};
+pub use config::ExecutorConfig;
+pub use executor::{HoldExecutor, client_without_retry};
 pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};
 pub use metrics::{CallMetrics, MetricCall};
 pub use requests::{

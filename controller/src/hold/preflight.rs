@@ -25,7 +25,7 @@ use std::{
 };
 
 use holdfast_core::{
-    hold::{Call, CallKind, Decision, HeldView, HoldError, apply, decide},
+    hold::{Call, CallKind, CallMeta, Decision, HeldView, HoldError, apply, decide},
     mode::Mode,
     rfc3339,
 };
@@ -34,8 +34,13 @@ use kube::core::params::ListParams;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{CallRequests, HoldExecutor, ReadRequest};
+use super::{
+    config::ExecutorConfig,
+    reads,
+    requests::{CallRequests, ReadRequest, UNREACHABLE},
+};
 use crate::resources;
+use holdfast_cluster::queues::Queues;
 
 /// What preflight probes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -296,7 +301,7 @@ impl PreflightReport {
                 c.result == CheckResult::NotChecked
                     && c.detail
                         .as_deref()
-                        .is_some_and(|d| d.starts_with(super::UNREACHABLE))
+                        .is_some_and(|d| d.starts_with(UNREACHABLE))
             })
     }
 
@@ -398,19 +403,29 @@ pub(crate) enum Scope<'a> {
     BeforeCall,
 }
 
+/// What a preflight probes with: the executor's client, mode, settings and queues, and the
+/// deadline of this preflight.
+pub(crate) struct Prober<'a> {
+    pub client: &'a kube::Client,
+    pub mode: Mode,
+    pub config: &'a ExecutorConfig,
+    pub meta: CallMeta,
+    /// Kueue mode: the watched queues.
+    pub queues: Option<&'a Queues>,
+}
+
 /// Runs every probe of the executor's mode. `previous`: the last report, whose round trip a
 /// [`Scope::BeforeCall`] probe keeps.
 pub(crate) async fn run(
-    exec: &HoldExecutor,
+    exec: &Prober<'_>,
     scope: Scope<'_>,
     previous: Option<&PreflightReport>,
 ) -> PreflightReport {
-    let mode = exec.mode();
-    let meta = exec.read_meta();
-    let config = exec.config();
+    let mode = exec.mode;
+    let config = exec.config;
     let mut reqs = CallRequests::new(
-        exec.client(),
-        &meta,
+        exec.client,
+        &exec.meta,
         config.transit_margin,
         &config.user_agent,
         "preflight",
@@ -456,11 +471,11 @@ pub(crate) async fn run(
     }
     let mut report = PreflightReport::new(
         mode,
-        exec.call_bound(),
+        holdfast_core::hold::call_bound(config.apiserver_request_timeout),
         config.apiserver_request_timeout,
         checks,
     );
-    if let Some(queues) = exec.queues() {
+    if let Some(queues) = exec.queues {
         report.ungated_cluster_queues = queues
             .ungated()
             .into_iter()
@@ -590,7 +605,7 @@ const NO_TRAINJOB: &str = "no TrainJob to dry-run a hold on";
 
 /// The hold write of a probe Hold, rendered on a real object and PUT with `dryRun=All`.
 async fn round_trip(
-    exec: &HoldExecutor,
+    exec: &Prober<'_>,
     reqs: &mut CallRequests<'_>,
     target: Option<(&str, &str)>,
 ) -> Check {
@@ -601,8 +616,9 @@ async fn round_trip(
             if let Err(e) = resources::check_object_name(ns, name) {
                 return not_checked(e);
             }
-            exec.retrying_read(
+            reads::retrying_read(
                 reqs,
+                exec.config.transient_backoff,
                 "reading the preflight TrainJob",
                 &ReadRequest::Get {
                     ar: resources::trainjob(),
@@ -612,24 +628,24 @@ async fn round_trip(
             )
             .await
         }
-        None => exec
-            .retrying_read(
-                reqs,
-                "listing TrainJobs",
-                &ReadRequest::List {
-                    ar: resources::trainjob(),
-                    namespace: None,
-                    params: ListParams::default().limit(1),
-                },
-            )
-            .await
-            .map(|list| {
-                list.get("items")
-                    .and_then(Value::as_array)
-                    .and_then(|items| items.first())
-                    .cloned()
-                    .unwrap_or(Value::Null)
-            }),
+        None => reads::retrying_read(
+            reqs,
+            exec.config.transient_backoff,
+            "listing TrainJobs",
+            &ReadRequest::List {
+                ar: resources::trainjob(),
+                namespace: None,
+                params: ListParams::default().limit(1),
+            },
+        )
+        .await
+        .map(|list| {
+            list.get("items")
+                .and_then(Value::as_array)
+                .and_then(|items| items.first())
+                .cloned()
+                .unwrap_or(Value::Null)
+        }),
     };
     let trainjob = match trainjob {
         Ok(Value::Null) => {
@@ -648,15 +664,19 @@ async fn round_trip(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let workload = match exec.mode() {
+    let workload = match exec.mode {
         Mode::Plain => None,
-        Mode::Kueue => match exec.workload_of(reqs, &namespace, &trainjob).await {
-            Ok(Some(w)) => Some(w),
-            Ok(None) => return not_checked("the TrainJob has no Kueue Workload".to_owned()),
-            Err(e) => return not_checked(e.to_string()),
-        },
+        Mode::Kueue => {
+            match reads::workload_of(reqs, exec.config.transient_backoff, &namespace, &trainjob)
+                .await
+            {
+                Ok(Some(w)) => Some(w),
+                Ok(None) => return not_checked("the TrainJob has no Kueue Workload".to_owned()),
+                Err(e) => return not_checked(e.to_string()),
+            }
+        }
     };
-    let mode = exec.mode();
+    let mode = exec.mode;
     let held = workload.as_ref().unwrap_or(&trainjob);
     let instance = holdfast_core::hold::object::hold_state(held)
         .instance()

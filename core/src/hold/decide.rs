@@ -1,8 +1,6 @@
 //! The hold state machine: `(call, read) → write | done | error`, and the retry budget.
 
-use serde::{Deserialize, Serialize};
-
-use super::{Call, CallKind, HeldView, HoldError, Seen, Write};
+use super::{Call, CallKind, HeldView, HoldError, Outcome, Seen, Write};
 use crate::{
     mode::Mode,
     names::{
@@ -14,41 +12,6 @@ use crate::{
 /// How many writes a call makes at most: after the eighth 409 it fails with
 /// [`HoldError::Conflict`].
 pub const MAX_TRIES: u32 = 8;
-
-/// What a successful call did, as reported in `{"result":"Ok","outcome":...}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome")]
-pub enum Outcome {
-    /// Hold: the hold was written (with the stop, in one update).
-    Held,
-    /// Hold: this instance was already in force (an earlier try landed); nothing written.
-    AlreadyInForce,
-    /// Release: the hold was lifted. `resumed`: plain mode, the TrainJob was unsuspended and
-    /// A raised; Kueue mode, the Workload was re-activated (its next execution still waits
-    /// for Kueue admission and the readmission gate). `false`: only the annotations were
-    /// removed (never opened, ended, or stopped by someone else — or by Kueue for its own
-    /// reason — before the hold was placed: that stop is left in place).
-    Released { resumed: bool },
-    /// Open: the opened mark was written. `started`: plain mode, the TrainJob was also
-    /// unsuspended and A raised in the same update. `false`: a hold is in force, the job
-    /// has ended, or Kueue mode (Kueue admission and the readmission gate start it).
-    Opened { started: bool },
-    /// Open: the gate was already open; nothing written.
-    AlreadyOpen,
-}
-
-impl Outcome {
-    /// The success body: `{"result":"Ok","outcome":"Released","resumed":true}`.
-    pub fn body(&self) -> serde_json::Value {
-        let mut body = serde_json::json!({"result": "Ok"});
-        if let (Some(b), Ok(serde_json::Value::Object(o))) =
-            (body.as_object_mut(), serde_json::to_value(self))
-        {
-            b.extend(o);
-        }
-        body
-    }
-}
 
 /// What to do after one read.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,6 +15,8 @@ pub mod classify;
 mod decide;
 mod error;
 pub mod object;
+mod outcome;
+mod state;
 mod status;
 mod view;
 mod write;
@@ -28,8 +30,11 @@ pub use call::{
     CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, HeldObject, MAX_REASON_BYTES,
     call_bound, parse_call,
 };
-pub use decide::{Attempts, Decision, MAX_TRIES, Outcome, decide};
+pub use decide::{Attempts, Decision, MAX_TRIES, decide};
 pub use error::{ErrorBody, HoldError, RejectCause};
+pub use outcome::Outcome;
+pub(crate) use state::parse_decimal;
+pub use state::{HoldRecord, HoldState, Seen};
 pub use status::{HoldStatus, Status};
-pub use view::{FOUND_INACTIVE, FOUND_SUSPENDED, HeldView, HoldRecord, HoldState, Seen};
+pub use view::{FOUND_INACTIVE, FOUND_SUSPENDED, HeldView};
 pub use write::{ApplyError, Write, apply};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::classify;
-use super::{HeldObject, HoldError, HoldState};
+use super::{HeldObject, HoldError, HoldState, parse_decimal};
 use crate::names::{ANN_ATTEMPT, ANN_OPENED};
 
 /// The value of annotation `key` on `obj`, if present and a string.
@@ -86,14 +86,6 @@ pub fn finished(trainjob: &Value) -> Option<bool> {
     )
 }
 
-/// A strict decimal u64: ASCII digits only (no sign, no spaces).
-pub(crate) fn parse_decimal(v: &str) -> Option<u64> {
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    v.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,16 +154,6 @@ mod tests {
                 matches!(attempt(&tj), Err(HoldError::Invalid { .. })),
                 "{v:?}"
             );
-        }
-    }
-
-    #[test]
-    fn decimal_is_strict() {
-        assert_eq!(parse_decimal("0"), Some(0));
-        assert_eq!(parse_decimal("007"), Some(7));
-        assert_eq!(parse_decimal("18446744073709551615"), Some(u64::MAX));
-        for bad in ["", "+1", "-0", "1e3", "0x10", "1 "] {
-            assert_eq!(parse_decimal(bad), None, "{bad:?}");
         }
     }
 }

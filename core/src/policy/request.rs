@@ -11,11 +11,7 @@ mod pruned;
 mod wire;
 
 pub use pruned::prune_object;
-
-/// The only AdmissionReview version served (the apiserver sends the first version listed in
-/// the webhook's `admissionReviewVersions`; the chart lists only v1).
-pub const API_VERSION: &str = "admission.k8s.io/v1";
-pub const KIND: &str = "AdmissionReview";
+pub use wire::{API_VERSION, KIND};
 
 /// Longest excerpt of a bad value quoted in an error.
 const QUOTE_MAX: usize = 64;

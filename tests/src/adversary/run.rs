@@ -779,7 +779,9 @@ async fn run_in(
         ns,
         Duration::from_millis(u64::from(seq.linger_ms)),
     );
-    let sa = crate::rbac::service_account_client(clients.cp, ns, SERVICE_ACCOUNT)
+    let sa = clients
+        .cp
+        .service_account_client(ns, SERVICE_ACCOUNT)
         .await
         .context("the workload ServiceAccount's client")?;
     let mut ctx = Ctx {

@@ -1204,7 +1204,8 @@ async fn the_controller_service_account_token_can_snapshot_and_loses_exactly_a_r
         .expect("apply RBAC");
     // A real token for the chart's ServiceAccount, minted by the TokenRequest API.
     let sa = "tok-holdfast-controller";
-    let ctl = rbac::service_account_client(cp, &release_ns, sa)
+    let ctl = cp
+        .service_account_client(&release_ns, sa)
         .await
         .expect("token");
 
@@ -1516,7 +1517,8 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     );
 
     // The certificate reconcile, authenticated as the chart's controller ServiceAccount.
-    let ctl = rbac::service_account_client(cp, &ns, "crt-holdfast-controller")
+    let ctl = cp
+        .service_account_client(&ns, "crt-holdfast-controller")
         .await
         .expect("token");
     let first = certs::reconcile(&ctl, &config)

@@ -590,10 +590,10 @@ async fn two_replicas_one_writer() {
     };
     // Two replicas of the controller's ServiceAccount, each with a token of its own (as two
     // pods would have): the audit log tells them apart by the token's credential id.
-    let second_token =
-        rbac::service_account_client(cp, rbac::RELEASE_NAMESPACE, "holdfast-controller")
-            .await
-            .expect("a second token");
+    let second_token = cp
+        .service_account_client(rbac::RELEASE_NAMESPACE, "holdfast-controller")
+        .await
+        .expect("a second token");
     let controller = cp.client(Identity::Controller).await.expect("client");
     let a = start_replica_with(controller, &ns, lease("replica-a"));
     let b = start_replica_with(second_token, &ns, lease("replica-b"));

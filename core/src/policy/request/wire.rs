@@ -9,13 +9,17 @@
 
 use super::super::{AdmissionInput, Operation, Resource, UserInfo};
 use super::pruned::{OBJECT, Text};
-use super::{API_VERSION, KIND};
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
+
+/// The only AdmissionReview version served (the apiserver sends the first version listed in
+/// the webhook's `admissionReviewVersions`; the chart lists only v1).
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+pub const KIND: &str = "AdmissionReview";
 
 /// `request.uid` and the policy's input, if `text` is a well-formed AdmissionReview v1.
 pub(super) fn decode(text: &str) -> Option<(String, AdmissionInput)> {

@@ -1,0 +1,40 @@
+//! How the executor (and the preflight it runs) talks to the apiserver.
+
+use std::time::Duration;
+
+/// How the executor talks to the apiserver.
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    /// The apiserver's `--request-timeout` (chart value `timeouts.apiserverRequest`):
+    /// CallBound is this plus a margin ([`holdfast_core::hold::call_bound`]).
+    pub apiserver_request_timeout: Duration,
+    /// The transit margin: a call's requests act as though its deadline were this much
+    /// earlier. A request is sent only while more than this is left, and abandoned (if not
+    /// yet written, never written) this long before the deadline, so that it reaches the
+    /// apiserver before the deadline, not merely leaves before it, even when a connection
+    /// must be opened or the client's runtime or the apiserver is slow to get to it.
+    pub transit_margin: Duration,
+    /// The deadline of Status and Preflight, which carry none of their own.
+    pub read_timeout: Duration,
+    /// The product part of every request's User-Agent.
+    pub user_agent: String,
+    /// The first pause before reading again after a transient failure (it doubles, up to a
+    /// second), and between reads while Open waits for a Kueue Workload.
+    pub transient_backoff: Duration,
+    /// The oldest preflight a call trusts; an older one is made again first (the controller
+    /// also probes on a timer this often, so calls rarely wait for one).
+    pub preflight_max_age: Duration,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            apiserver_request_timeout: Duration::from_secs(60),
+            transit_margin: Duration::from_millis(50),
+            read_timeout: Duration::from_secs(10),
+            user_agent: concat!("holdfast-controller/", env!("CARGO_PKG_VERSION")).to_owned(),
+            transient_backoff: Duration::from_millis(50),
+            preflight_max_age: Duration::from_secs(60),
+        }
+    }
+}
