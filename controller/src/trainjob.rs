@@ -15,7 +15,8 @@
 //! executor, the reconcilers' fresh reads) read TrainJobs from the apiserver, not from here.
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use futures::{Stream, StreamExt};
+use futures::channel::oneshot;
+use futures::{FutureExt, Stream, StreamExt};
 use holdfast_core::hold::classify::trainjob_finished;
 use holdfast_core::names;
 use k8s_openapi::NamespaceResourceScope;
@@ -156,9 +157,15 @@ pub type Update = Result<watcher::Event<Watched>, Arc<watcher::Error>>;
 
 /// One watch of the TrainJobs of a namespace (all when `None`), fanned out to every
 /// [`Feed`] subscribed before it runs.
+///
+/// The watch starts only once every feed is being read ([`Feed::reflect`]) or has been
+/// dropped: a consumer that waits before reading (the snapshot reconciler waits for its
+/// ConfigMap cache) would otherwise have every TrainJob event queued for it, without bound,
+/// for as long as it waits — and a user patching a TrainJob in a loop decides how many.
 pub struct Watch {
     api: Api<Watched>,
     consumers: Vec<UnboundedSender<Update>>,
+    reading: Vec<oneshot::Receiver<()>>,
 }
 
 impl Watch {
@@ -170,20 +177,36 @@ impl Watch {
         Watch {
             api,
             consumers: Vec::new(),
+            reading: Vec::new(),
         }
     }
 
-    /// A new consumer: it receives every event from the start of [`Watch::run`], kept for
-    /// it until it reads them.
+    /// A new consumer: it receives every event from the start of [`Watch::run`], which
+    /// waits until it reads them.
     pub fn subscribe(&mut self) -> Feed {
         let (tx, rx) = unbounded();
+        let (reading_tx, reading_rx) = oneshot::channel();
         self.consumers.push(tx);
-        Feed(rx)
+        self.reading.push(reading_rx);
+        Feed {
+            events: rx,
+            reading: reading_tx,
+        }
+    }
+
+    /// Ready once every feed subscribed so far is being read or has been dropped.
+    fn all_reading(&mut self) -> impl Future<Output = ()> + use<> {
+        // A feed read or dropped completes its signal either way.
+        futures::future::join_all(std::mem::take(&mut self.reading)).map(|_| ())
     }
 
     /// Watches (kube's watcher: relists and retries with backoff) until `shutdown` is
     /// cancelled or every consumer is gone (seen at the next event).
     pub async fn run(mut self, shutdown: CancellationToken) {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = self.all_reading() => {}
+        }
         let events = watcher(self.api, watcher::Config::default().any_semantic())
             .modify(strip)
             .default_backoff();
@@ -202,7 +225,11 @@ impl Watch {
 }
 
 /// One consumer's copy of a [`Watch`]'s events.
-pub struct Feed(UnboundedReceiver<Update>);
+pub struct Feed {
+    events: UnboundedReceiver<Update>,
+    /// Told when the consumer starts reading ([`Feed::reflect`]).
+    reading: oneshot::Sender<()>,
+}
 
 impl Feed {
     /// A watch of its own with this one consumer, and the future that runs it (it ends
@@ -219,7 +246,9 @@ impl Feed {
 
     /// The events, each applied to `writer`'s store before it is yielded.
     pub fn reflect(self, mut writer: Writer<Watched>) -> impl Stream<Item = Update> + Send {
-        self.0.inspect(move |update| {
+        // The receiver may be gone (the watch already stopped): nothing to tell then.
+        let _ = self.reading.send(());
+        self.events.inspect(move |update| {
             if let Ok(event) = update {
                 writer.apply_watcher_event(event);
             }
@@ -393,6 +422,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_watch_waits_until_every_feed_is_read_or_dropped() {
+        // Never contacted: the watch is not run here, only its start condition.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        let mut watch = Watch::new(client, Some("ns"));
+        let read = watch.subscribe();
+        let dropped = watch.subscribe();
+        let mut start = std::pin::pin!(watch.all_reading());
+        assert!(
+            futures::poll!(start.as_mut()).is_pending(),
+            "no feed read yet"
+        );
+        let _events = read.reflect(Writer::new(()));
+        assert!(
+            futures::poll!(start.as_mut()).is_pending(),
+            "one feed still waits to be read"
+        );
+        drop(dropped);
+        assert!(futures::poll!(start.as_mut()).is_ready());
+    }
+
+    #[tokio::test]
     async fn a_feed_fills_its_store_and_triggers_on_applied_jobs() {
         let (tx, rx) = unbounded();
         let writer = Writer::<Watched>::new(());
@@ -408,7 +459,11 @@ mod tests {
             tx.unbounded_send(Ok(update)).expect("open");
         }
         drop(tx);
-        let triggered: Vec<String> = Feed(rx)
+        let feed = Feed {
+            events: rx,
+            reading: oneshot::channel().0,
+        };
+        let triggered: Vec<String> = feed
             .reflect(writer)
             .filter_map(|u| futures::future::ready(applied(u)))
             .map(|j| j.map(|j| kube::ResourceExt::name_any(&j)).expect("a job"))
