@@ -37,6 +37,8 @@ deny=$(tool cargo-deny 0.20.2)
 # need the RustSec database fetched over the network (`cargo deny fetch`), which a machine
 # without it cannot do. Run `cargo deny check advisories` where the network is reachable.
 "$deny" --locked check --hide-inclusion-graph licenses bans sources
+echo "== import cycles (no module imports from one that imports it back; issue #13)"
+python3 tests/tools/import_cycles.py */src
 echo "== build (the fault tests and the demo run the real binaries)"
 cargo build --workspace --bins --locked
 echo "== tests"

@@ -29,7 +29,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::{Config, Error, ReadmissionMetrics, checks::CheckNames};
+use super::config::Config;
+use super::{Error, ReadmissionMetrics, checks::CheckNames};
 use crate::backoff::Backoffs;
 use crate::trainjob::Watched;
 use crate::{

@@ -48,6 +48,7 @@
 //!
 //! Only the leader writes: run it under [`crate::leader::run_as_leader`].
 
+mod config;
 mod configmaps;
 mod drift;
 mod error;
@@ -66,11 +67,11 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
 use kube::runtime::{Controller, controller, watcher};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::trainjob::TrainJob;
+pub use config::Config;
 pub use drift::{DriftReport, DriftedTrainJob};
 pub use error::Error;
 pub use health::Health;
@@ -87,45 +88,6 @@ use runtimes::RuntimeIndex;
 
 /// The TrainJob watch's name in health and metrics.
 const TRAINJOBS: &str = "trainjobs";
-
-/// How the reconciler runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
-    /// Only TrainJobs, snapshot ConfigMaps and namespaced runtimes of this namespace; all
-    /// namespaces when `None`. Cluster-scoped runtimes are watched cluster-wide either way.
-    pub namespace: Option<String>,
-    /// At most this many TrainJobs reconciled at once.
-    pub concurrency: u16,
-    /// The field manager of the ConfigMaps created.
-    pub field_manager: String,
-    /// Events' reporting controller.
-    pub reporter: String,
-    /// Events' reporting instance (the pod name).
-    pub instance: Option<String>,
-    /// First retry delay of a failed TrainJob; doubles per failure up to `retry_max`.
-    pub retry_min: Duration,
-    pub retry_max: Duration,
-    /// How often the drift gauge is recomputed (also shortly after any runtime changes).
-    pub drift_interval: Duration,
-    /// The kinds that are runtimes: only these are read, watched and snapshotted.
-    pub runtime_resources: holdfast_core::snapshot::RuntimeResources,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            namespace: None,
-            concurrency: 8,
-            field_manager: "holdfast".to_owned(),
-            reporter: "holdfast-controller".to_owned(),
-            instance: None,
-            retry_min: Duration::from_millis(500),
-            retry_max: Duration::from_secs(300),
-            drift_interval: Duration::from_secs(10),
-            runtime_resources: holdfast_core::snapshot::RuntimeResources::default(),
-        }
-    }
-}
 
 /// The snapshot reconciler: run it, and ask it about drift. Cheap to clone.
 #[derive(Clone)]

@@ -32,11 +32,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
+use super::config::Config;
 use super::configmaps::{ConfigMapIndex, SnapshotMeta};
 use super::events::{Notice, warn};
 use super::ledger::{JobKey, Known, Ledger, Refused, digest};
 use super::runtimes::{RuntimeIndex, RuntimeKey};
-use super::{Config, Error, SnapshotMetrics};
+use super::{Error, SnapshotMetrics};
 use crate::backoff::Backoffs;
 use crate::trainjob::{TrainJob, Watched};
 use holdfast_cluster::runtime_kinds::RuntimeKind;
