@@ -12,6 +12,7 @@ pub mod connections;
 mod crypto;
 pub mod logging;
 pub mod reload;
+pub mod retired;
 pub mod shutdown;
 pub mod tls;
 

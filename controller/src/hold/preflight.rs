@@ -278,13 +278,6 @@ impl PreflightReport {
         }
     }
 
-    /// Whether the hold round trip could not be made for want of a TrainJob (a cluster with
-    /// none yet): that gates nothing, because the call's own write is then the round trip —
-    /// a write admission refuses fails the call with the apiserver's reason.
-    pub fn round_trip_untried(&self) -> bool {
-        self.checks.iter().any(Check::untried)
-    }
-
     /// Whether every probe gating `call` that did not pass failed only because the apiserver
     /// could not be reached. Such a call is not refused as `Unsupported` (nothing says the
     /// cluster lacks anything): it goes ahead, its own requests meet the outage, and it ends
