@@ -5,11 +5,11 @@
 /// `(retired name, what replaced it)`, for each binary's own list.
 pub type Retired = &'static [(&'static str, &'static str)];
 
-/// The retired variables set in `vars`, each with the message that explains the fix.
-pub fn set_in(vars: impl IntoIterator<Item = (String, String)>, retired: Retired) -> Vec<String> {
-    let mut found: Vec<String> = vars
+/// The retired variables among the names set, each with the message that explains the fix.
+pub fn set_in(names: impl IntoIterator<Item = String>, retired: Retired) -> Vec<String> {
+    let mut found: Vec<String> = names
         .into_iter()
-        .filter_map(|(name, _)| {
+        .filter_map(|name| {
             retired
                 .iter()
                 .find(|(old, _)| *old == name)
@@ -22,12 +22,8 @@ pub fn set_in(vars: impl IntoIterator<Item = (String, String)>, retired: Retired
 
 /// Refuses to start when any retired variable of `retired` is set in this process.
 pub fn refuse(retired: Retired) -> anyhow::Result<()> {
-    let found = set_in(
-        std::env::vars_os().filter_map(|(k, v)| {
-            Some((k.into_string().ok()?, v.into_string().unwrap_or_default()))
-        }),
-        retired,
-    );
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    let found = set_in(names, retired);
     if found.is_empty() {
         Ok(())
     } else {
@@ -53,11 +49,8 @@ mod tests {
         ),
     ];
 
-    fn vars(names: &[&str]) -> Vec<(String, String)> {
-        names
-            .iter()
-            .map(|n| ((*n).to_owned(), "1".to_owned()))
-            .collect()
+    fn vars(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
     }
 
     #[test]
