@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 use anyhow::{Context, bail};
+use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::registration::{Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
@@ -14,17 +15,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn trainer(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
-    )
-}
 
 fn step(text: &str) {
     println!("\n==> {text}");

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::hold_support::{annotation, client_without_retries, config, meta};
+pub use crate::objects::trainer_resource as trainer;
 use crate::{ControlPlane, Identity, kueue};
 use holdfast_controller::hold::HoldExecutor;
 use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
@@ -19,7 +20,6 @@ use holdfast_core::{
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -29,13 +29,6 @@ pub const SETTLE: Duration = Duration::from_secs(60);
 /// The readmission AdmissionCheck the tests' ClusterQueues require.
 pub const CHECK: &str = "holdfast-readmission";
 pub const QUEUE: &str = "main";
-
-pub fn trainer(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
-    )
-}
 
 /// The TrainJobs in namespace `ns`, as `client`.
 pub fn trainjobs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {

@@ -9,6 +9,7 @@
 use holdfast_core::mode::Mode;
 use holdfast_core::policy::Identities;
 use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER};
+use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::registration::{Namespaces, Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
 use holdfast_webhook::metrics::Metrics;
@@ -33,13 +34,6 @@ const HOLD_REASON: &str = "holdfast.dev/hold-reason";
 const ADMITTED: &str = "holdfast.dev/admitted-runtime-resource-version";
 const MANAGED: &str = "holdfast.dev/managed";
 const QUEUE: &str = "kueue.x-k8s.io/queue-name";
-
-fn trainer(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
-    )
-}
 
 fn trainjobs() -> ApiResource {
     trainer("TrainJob", "trainjobs")

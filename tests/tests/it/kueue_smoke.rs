@@ -1,16 +1,9 @@
 //! Tier 2 proof: the real Kueue controller manages a TrainJob on the local control plane.
 
+use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::{ControlPlane, Identity, kueue};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use std::time::Duration;
-
-fn trainer(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
-    )
-}
 
 #[tokio::test]
 async fn kueue_creates_admits_and_unsuspends_a_queued_trainjob() {
