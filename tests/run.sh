@@ -51,6 +51,10 @@ echo "== faults (the real binaries and the control plane under kill -9, outages,
 cargo test -p holdfast-tests --locked --test it -- faults:: --test-threads 1 2>&1 | tee -a "$log"
 echo "== adversary (generated sequences in both modes, then the corpus; see the README's \"The adversary\")"
 cargo test -p holdfast-tests --locked --test it -- adversary:: --nocapture 2>&1 | tee -a "$log"
+echo "== the webhook suite and the adversary's corpus under validation.engine=policy (issue #14)"
+# The same tests, with the chart's ValidatingAdmissionPolicies judging the validating rules and
+# the webhook keeping only its lookups and mutations.
+HOLDFAST_TEST_VALIDATION_ENGINE=policy cargo test -p holdfast-tests --locked --test it -- admission:: adversary::every_sequence_the_adversary 2>&1 | tee -a "$log"
 echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"
 tests/cluster/node/holdfast-image.sh
 cargo test -p holdfast-tests --locked --test it -- --ignored node:: --test-threads 1 2>&1 | tee -a "$log"
@@ -59,6 +63,7 @@ cargo run --locked -q -p holdfast-webhook --example admission_bench -- --seconds
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_bench
 cargo run --locked -q -p holdfast-tests --example hold_wave_bench -- --jobs 20 --concurrency 4
 cargo run --locked -q -p holdfast-tests --example snapshot_bench -- --jobs 20
+HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example admission_cost_bench
 echo "== demo (the README's demo command, stopping after its walk-through)"
 tests/demo.sh --exit
 grep -E '^adversary: ([0-9]+ sequences|corpus)' "$log" || true

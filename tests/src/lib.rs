@@ -16,6 +16,7 @@ pub mod helm;
 pub mod hold_support;
 pub mod holdfast;
 pub mod identity;
+pub mod in_process_webhook;
 pub mod kueue;
 pub mod kueue_support;
 pub mod netns;

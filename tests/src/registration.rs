@@ -3,9 +3,12 @@
 //! policy and match condition; the tests render it with helm (once per mode, for release
 //! `holdfast` in `holdfast-system`, whose identities are the harness's) and change only where
 //! the apiserver sends requests (a URL on loopback instead of the release's Service), which
-//! namespaces it covers, the configurations' name and `timeoutSeconds`.
+//! namespaces it covers, the configurations' name and `timeoutSeconds`. With
+//! `validation.engine` `policy` or `both` the chart's ValidatingAdmissionPolicies come with
+//! them, renamed and re-pointed at the same namespaces.
 
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
 
 use holdfast_core::mode::Mode;
 use k8s_openapi::ByteString;
@@ -13,6 +16,8 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use crate::helm::{self, Install};
@@ -30,10 +35,12 @@ pub enum Target {
 }
 
 /// Which namespaces the webhooks see.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Namespaces {
     AllExcept(Vec<String>),
     Only(Vec<String>),
+    /// Those this selector selects.
+    Selected(LabelSelector),
 }
 
 impl Namespaces {
@@ -41,6 +48,7 @@ impl Namespaces {
         let (operator, values) = match self {
             Namespaces::AllExcept(v) => ("NotIn", v),
             Namespaces::Only(v) => ("In", v),
+            Namespaces::Selected(s) => return s.clone(),
         };
         LabelSelector {
             match_expressions: Some(vec![LabelSelectorRequirement {
@@ -53,8 +61,47 @@ impl Namespaces {
     }
 }
 
-/// The chart's two webhook configurations, re-pointed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The chart's `validation.engine`: who judges the validating rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Engine {
+    Webhook,
+    Policy,
+    Both,
+}
+
+impl Engine {
+    pub const ALL: [Engine; 3] = [Engine::Webhook, Engine::Policy, Engine::Both];
+
+    /// The chart value.
+    pub fn value(self) -> &'static str {
+        match self {
+            Engine::Webhook => "webhook",
+            Engine::Policy => "policy",
+            Engine::Both => "both",
+        }
+    }
+
+    /// `HOLDFAST_TEST_VALIDATION_ENGINE` (webhook, policy or both; default webhook): the
+    /// engine the webhook suites register, so the same tests run under each engine.
+    pub fn from_env() -> Engine {
+        match std::env::var("HOLDFAST_TEST_VALIDATION_ENGINE").as_deref() {
+            Err(_) | Ok("") | Ok("webhook") => Engine::Webhook,
+            Ok("policy") => Engine::Policy,
+            Ok("both") => Engine::Both,
+            Ok(other) => panic!(
+                "HOLDFAST_TEST_VALIDATION_ENGINE={other:?}: expected webhook, policy or both"
+            ),
+        }
+    }
+
+    /// Whether the ValidatingAdmissionPolicies judge.
+    pub fn policies(self) -> bool {
+        self != Engine::Webhook
+    }
+}
+
+/// The chart's webhook configurations (and, by engine, its admission policies), re-pointed.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Registration {
     pub name: String,
     pub target: Target,
@@ -62,32 +109,67 @@ pub struct Registration {
     pub namespaces: Namespaces,
     pub timeout_seconds: i32,
     pub mode: Mode,
+    pub engine: Engine,
 }
 
-/// The chart's (validating, mutating) configurations for `mode`, rendered once per process.
-fn rendered(mode: Mode) -> &'static (Value, Value) {
-    static PLAIN: OnceLock<(Value, Value)> = OnceLock::new();
-    static KUEUE: OnceLock<(Value, Value)> = OnceLock::new();
-    let cell = match mode {
-        Mode::Plain => &PLAIN,
-        Mode::Kueue => &KUEUE,
-    };
-    cell.get_or_init(|| {
-        let install = Install::new(crate::rbac::RELEASE, crate::rbac::RELEASE_NAMESPACE)
-            .set(format!("mode={mode}"));
-        let docs = helm::ensure()
-            .and_then(|h| h.render(&install))
-            .unwrap_or_else(|e| panic!("rendering the chart's webhook configurations: {e:#}"));
-        let one = |kind: &str| -> Value {
-            let found = helm::of_kind(&docs, kind);
-            assert_eq!(found.len(), 1, "the chart renders one {kind}");
-            found[0].clone()
-        };
-        (
-            one("ValidatingWebhookConfiguration"),
-            one("MutatingWebhookConfiguration"),
-        )
-    })
+/// What the chart renders for one mode and engine.
+#[derive(Clone, Debug)]
+struct Rendered {
+    validating: Value,
+    mutating: Value,
+    policies: Vec<Value>,
+    bindings: Vec<Value>,
+}
+
+/// The chart's objects for `mode` and `engine`, rendered once per process.
+fn rendered(mode: Mode, engine: Engine) -> Rendered {
+    static CACHE: OnceLock<Mutex<BTreeMap<(String, Engine), Rendered>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(BTreeMap::new()));
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    cache
+        .entry((mode.to_string(), engine))
+        .or_insert_with(|| {
+            let install = Install::new(crate::rbac::RELEASE, crate::rbac::RELEASE_NAMESPACE)
+                .set(format!("mode={mode}"))
+                .set(format!("validation.engine={}", engine.value()));
+            let docs = helm::ensure()
+                .and_then(|h| h.render(&install))
+                .unwrap_or_else(|e| panic!("rendering the chart's webhook configurations: {e:#}"));
+            let one = |kind: &str| -> Value {
+                let found = helm::of_kind(&docs, kind);
+                assert_eq!(found.len(), 1, "the chart renders one {kind}");
+                found[0].clone()
+            };
+            let all = |kind: &str| -> Vec<Value> {
+                helm::of_kind(&docs, kind).into_iter().cloned().collect()
+            };
+            Rendered {
+                validating: one("ValidatingWebhookConfiguration"),
+                mutating: one("MutatingWebhookConfiguration"),
+                policies: all("ValidatingAdmissionPolicy"),
+                bindings: all("ValidatingAdmissionPolicyBinding"),
+            }
+        })
+        .clone()
+}
+
+/// `admissionregistration.k8s.io/v1` `kind`, for the dynamic API.
+fn admission_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+        plural,
+    )
+}
+
+pub fn policy_resource() -> ApiResource {
+    admission_resource("ValidatingAdmissionPolicy", "validatingadmissionpolicies")
+}
+
+pub fn binding_resource() -> ApiResource {
+    admission_resource(
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+    )
 }
 
 impl Registration {
@@ -104,7 +186,13 @@ impl Registration {
             ),
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
             mode: Mode::Plain,
+            engine: Engine::Webhook,
         }
+    }
+
+    pub fn with_engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
+        self
     }
 
     pub fn with_mode(mut self, mode: Mode) -> Self {
@@ -147,14 +235,112 @@ impl Registration {
 
     /// The chart's `ValidatingWebhookConfiguration`, re-pointed.
     pub fn validating(&self) -> ValidatingWebhookConfiguration {
-        serde_json::from_value(self.object(&rendered(self.mode).0))
+        serde_json::from_value(self.object(&rendered(self.mode, self.engine).validating))
             .unwrap_or_else(|e| panic!("the chart's validating configuration: {e}"))
     }
 
     /// The chart's `MutatingWebhookConfiguration`, re-pointed.
     pub fn mutating(&self) -> MutatingWebhookConfiguration {
-        serde_json::from_value(self.object(&rendered(self.mode).1))
+        serde_json::from_value(self.object(&rendered(self.mode, self.engine).mutating))
             .unwrap_or_else(|e| panic!("the chart's mutating configuration: {e}"))
+    }
+
+    /// The chart's policy name `chart` (e.g. `holdfast-jobs`) as registered: our name
+    /// instead of the chart's prefix.
+    fn policy_name(&self, chart: &str) -> String {
+        let suffix = chart
+            .rsplit_once('-')
+            .map(|(_, s)| s)
+            .unwrap_or_else(|| panic!("the chart's policy name {chart:?} has no suffix"));
+        format!("{}-{suffix}", self.name)
+    }
+
+    /// The chart's ValidatingAdmissionPolicies (none for the webhook engine), renamed and
+    /// re-pointed at our namespaces.
+    pub fn policies(&self) -> Vec<DynamicObject> {
+        rendered(self.mode, self.engine)
+            .policies
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                let name = self.policy_name(p["metadata"]["name"].as_str().unwrap_or_default());
+                p["metadata"]["name"] = Value::String(name);
+                p["spec"]["matchConstraints"]["namespaceSelector"] =
+                    serde_json::to_value(self.namespaces.selector()).expect("selector as JSON");
+                serde_json::from_value(p).expect("a policy")
+            })
+            .collect()
+    }
+
+    /// Their bindings, renamed with them.
+    pub fn bindings(&self) -> Vec<DynamicObject> {
+        rendered(self.mode, self.engine)
+            .bindings
+            .iter()
+            .map(|b| {
+                let mut b = b.clone();
+                let name = self.policy_name(b["metadata"]["name"].as_str().unwrap_or_default());
+                b["metadata"]["name"] = Value::String(name.clone());
+                b["spec"]["policyName"] = Value::String(name);
+                serde_json::from_value(b).expect("a binding")
+            })
+            .collect()
+    }
+
+    /// Creates everything the engine registers: both webhook configurations, and the
+    /// policies with their bindings.
+    pub async fn install(&self, admin: &kube::Client) -> Result<(), kube::Error> {
+        let pp = PostParams::default();
+        Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .create(&pp, &self.validating())
+            .await?;
+        Api::<MutatingWebhookConfiguration>::all(admin.clone())
+            .create(&pp, &self.mutating())
+            .await?;
+        self.install_policies(admin).await
+    }
+
+    /// Creates the policies and their bindings alone.
+    pub async fn install_policies(&self, admin: &kube::Client) -> Result<(), kube::Error> {
+        let pp = PostParams::default();
+        let policies = Api::<DynamicObject>::all_with(admin.clone(), &policy_resource());
+        for p in self.policies() {
+            policies.create(&pp, &p).await?;
+        }
+        let bindings = Api::<DynamicObject>::all_with(admin.clone(), &binding_resource());
+        for b in self.bindings() {
+            bindings.create(&pp, &b).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes what [`install`](Self::install) created (what is already gone is skipped).
+    pub async fn uninstall(&self, admin: &kube::Client) {
+        let dp = DeleteParams::default();
+        let _ = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+            .delete(&self.name, &dp)
+            .await;
+        let _ = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+            .delete(&self.name, &dp)
+            .await;
+        self.uninstall_policies(admin).await;
+    }
+
+    /// Deletes the policies and their bindings alone.
+    pub async fn uninstall_policies(&self, admin: &kube::Client) {
+        let dp = DeleteParams::default();
+        let bindings = Api::<DynamicObject>::all_with(admin.clone(), &binding_resource());
+        for b in self.bindings() {
+            let _ = bindings
+                .delete(&b.metadata.name.unwrap_or_default(), &dp)
+                .await;
+        }
+        let policies = Api::<DynamicObject>::all_with(admin.clone(), &policy_resource());
+        for p in self.policies() {
+            let _ = policies
+                .delete(&p.metadata.name.unwrap_or_default(), &dp)
+                .await;
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //! binding, a ServiceAccount with a Role typical for workloads, a ConfigMap of the editor's.
 
 use super::ops::{QUEUE_MAIN, QUEUE_OTHER, USER_CONFIGMAP};
-use crate::registration::{Namespaces, Registration, Target};
+use crate::registration::{Engine, Namespaces, Registration, Target};
 use crate::{ControlPlane, Identity, kueue};
 use anyhow::{Context, bail};
 use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
@@ -19,9 +19,6 @@ use holdfast_core::names::{ANN_HOLD_INSTANCE, READMISSION_CONTROLLER};
 use holdfast_core::policy::{
     Identities,
     identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
-};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -196,33 +193,22 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
             prometheus_client::registry::Registry::default(),
         )
         .await?;
-        let registration = Registration::new(
+        let selector = LabelSelector {
+            match_labels: Some(BTreeMap::from([(MODE_LABEL.to_owned(), mode.to_string())])),
+            match_expressions: None,
+        };
+        // HOLDFAST_TEST_VALIDATION_ENGINE picks the engine the sequences run against.
+        Registration::new(
             format!("holdfast-adversary-{mode}"),
             Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
             cp.ca_pem().as_bytes().to_vec(),
         )
         .with_mode(mode)
-        .with_namespaces(Namespaces::Only(vec![]));
-        let selector = LabelSelector {
-            match_labels: Some(BTreeMap::from([(MODE_LABEL.to_owned(), mode.to_string())])),
-            match_expressions: None,
-        };
-        let mut validating = registration.validating();
-        for w in validating.webhooks.iter_mut().flatten() {
-            w.namespace_selector = Some(selector.clone());
-        }
-        let mut mutating = registration.mutating();
-        for w in mutating.webhooks.iter_mut().flatten() {
-            w.namespace_selector = Some(selector.clone());
-        }
-        Api::<ValidatingWebhookConfiguration>::all(admin.clone())
-            .create(&PostParams::default(), &validating)
-            .await
-            .context("register the validating webhooks")?;
-        Api::<MutatingWebhookConfiguration>::all(admin.clone())
-            .create(&PostParams::default(), &mutating)
-            .await
-            .context("register the mutating webhook")?;
+        .with_engine(Engine::from_env())
+        .with_namespaces(Namespaces::Selected(selector))
+        .install(&admin)
+        .await
+        .context("register the webhooks and policies")?;
         webhooks.push(hook);
     }
 

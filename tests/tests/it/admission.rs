@@ -10,14 +10,11 @@ use holdfast_core::mode::Mode;
 use holdfast_core::policy::Identities;
 use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER};
 use holdfast_tests::objects::trainer_resource as trainer;
-use holdfast_tests::registration::{Namespaces, Registration, Target};
+use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
 use holdfast_webhook::metrics::Metrics;
 use holdfast_webhook::runtime_lookup::KubeRuntimeLookup;
 use holdfast_webhook::{Admission, CertFiles, Limits, RunningWebhook, ServeOptions};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
@@ -60,7 +57,7 @@ fn identities() -> Identities {
 struct Harness {
     cp: &'static ControlPlane,
     ns: String,
-    config: String,
+    registration: Registration,
     hook: Option<RunningWebhook>,
     _certs: tempfile::TempDir,
     admin: kube::Client,
@@ -124,21 +121,19 @@ impl Harness {
 
         let admin = cp.client(Identity::Admin).await.expect("admin");
         let config = format!("holdfast-{ns}");
+        // HOLDFAST_TEST_VALIDATION_ENGINE picks the engine: the whole suite runs under each.
         let registration = Registration::new(
             config.clone(),
             Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
             cp.ca_pem().as_bytes().to_vec(),
         )
         .with_mode(mode)
+        .with_engine(Engine::from_env())
         .with_namespaces(Namespaces::Only(vec![ns.clone()]));
-        Api::<ValidatingWebhookConfiguration>::all(admin.clone())
-            .create(&PostParams::default(), &registration.validating())
+        registration
+            .install(&admin)
             .await
-            .expect("register the validating webhooks");
-        Api::<MutatingWebhookConfiguration>::all(admin.clone())
-            .create(&PostParams::default(), &registration.mutating())
-            .await
-            .expect("register the mutating webhook");
+            .expect("register the webhooks and policies");
 
         let owner: DynamicObject = Api::namespaced_with(admin.clone(), &ns, &trainjobs())
             .create(
@@ -158,7 +153,7 @@ impl Harness {
         let h = Harness {
             cp,
             ns,
-            config,
+            registration,
             hook: Some(hook),
             _certs: certs,
             alice: cp.client(Identity::User).await.expect("alice"),
@@ -229,13 +224,7 @@ impl Harness {
     }
 
     async fn finish(mut self) {
-        let dp = DeleteParams::default();
-        let _ = Api::<ValidatingWebhookConfiguration>::all(self.admin.clone())
-            .delete(&self.config, &dp)
-            .await;
-        let _ = Api::<MutatingWebhookConfiguration>::all(self.admin.clone())
-            .delete(&self.config, &dp)
-            .await;
+        self.registration.uninstall(&self.admin).await;
         self.stop_webhook().await;
     }
 }
@@ -321,10 +310,12 @@ fn assert_refused<T: std::fmt::Debug>(r: Result<T, kube::Error>, words: &[&str])
     match r {
         Err(kube::Error::Api(s)) => {
             assert_eq!(s.code, 403, "not a 403: {s:?}");
+            // The webhook's refusal, or (validation.engine policy or both) the policy's.
             assert!(
                 s.message
-                    .contains("validate.holdfast.dev\" denied the request"),
-                "not our webhook's refusal: {}",
+                    .contains("validate.holdfast.dev\" denied the request")
+                    || s.message.contains("ValidatingAdmissionPolicy 'holdfast-"),
+                "not holdfast's refusal: {}",
                 s.message
             );
             for w in words {
@@ -1273,9 +1264,15 @@ async fn webhook_down_refuses_protected_writes_and_lets_unrelated_ones_through()
         .expect("unrelated TrainJob");
     h.stop_webhook().await;
 
-    // failurePolicy: Fail: what the webhook protects cannot be written, by anyone.
+    // failurePolicy: Fail: what the webhook protects cannot be written, by anyone. (With the
+    // policy engine the policies, which cannot go down, refuse it themselves.)
+    let refused_down = |s: &kube::core::Status| {
+        s.message.contains("failed calling webhook")
+            || (Engine::from_env().policies()
+                && s.message.contains("ValidatingAdmissionPolicy 'holdfast-"))
+    };
     let down = |r: Result<ConfigMap, kube::Error>| match r {
-        Err(kube::Error::Api(s)) => assert!(s.message.contains("failed calling webhook"), "{s:?}"),
+        Err(kube::Error::Api(s)) => assert!(refused_down(&s), "{s:?}"),
         other => panic!("a protected write went through with the webhook down: {other:?}"),
     };
     let merge = Patch::Merge(json!({"data": {"runtime": "kind: Evil\n"}}));
@@ -1296,7 +1293,7 @@ async fn webhook_down_refuses_protected_writes_and_lets_unrelated_ones_through()
         .delete("mnist-runtime-snapshot", &DeleteParams::default())
         .await;
     assert!(
-        matches!(&r, Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook")),
+        matches!(&r, Err(kube::Error::Api(s)) if refused_down(s)),
         "{r:?}"
     );
     let r = h
@@ -1308,7 +1305,7 @@ async fn webhook_down_refuses_protected_writes_and_lets_unrelated_ones_through()
         )
         .await;
     assert!(
-        matches!(&r, Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook")),
+        matches!(&r, Err(kube::Error::Api(s)) if refused_down(s)),
         "{r:?}"
     );
 

@@ -409,6 +409,7 @@ fn a_wrong_value_fails_at_install_with_a_message_naming_it() {
             "networkPolicy.webhook.exceptCIDRs={10.244.0.0}",
             "/networkPolicy/webhook/exceptCIDRs/0",
         ),
+        ("validation.engine=cel", "/validation/engine"),
     ];
     for (set, names) in cases {
         let install = Install::new("holdfast", "holdfast-system").set(set);
@@ -714,6 +715,107 @@ fn protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_i
             ],
             "{mode}, {policy}"
         );
+    }
+}
+
+#[test]
+fn validation_engine_policy_moves_the_validating_rules_into_admission_policies() {
+    let helm = helm();
+    let (_dir, ca_path, _) = ca_file();
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    for mode in ["plain", "kueue"] {
+        let render = |engine: &str| {
+            let install = Combo {
+                mode,
+                certs: "secret",
+                service_monitor: false,
+            }
+            .install("holdfast", "holdfast-system", &ca_path)
+            .set(format!("validation.engine={engine}"));
+            helm.render(&install)
+                .unwrap_or_else(|e| panic!("{mode}, {engine}: {e:#}"))
+        };
+        let webhook = render("webhook");
+        let both = render("both");
+        let policy = render("policy");
+        // The webhook engine renders no policy (the default); both keeps every webhook entry.
+        assert!(helm::of_kind(&webhook, "ValidatingAdmissionPolicy").is_empty());
+        let validating = |docs: &[Value]| -> Vec<(String, String, Vec<String>)> {
+            let doc = find(docs, "ValidatingWebhookConfiguration", "holdfast");
+            if doc["webhooks"].as_array().is_some_and(Vec::is_empty) {
+                return Vec::new();
+            }
+            entries(doc)
+        };
+        assert_eq!(validating(&both), validating(&webhook), "{mode}");
+        // The mutating side is the webhook's whatever the engine.
+        for docs in [&both, &policy] {
+            assert_eq!(
+                entries(find(docs, "MutatingWebhookConfiguration", "holdfast")),
+                entries(find(&webhook, "MutatingWebhookConfiguration", "holdfast")),
+                "{mode}"
+            );
+        }
+        // policy: the webhook keeps only the lookups, the start gate's failing closed.
+        let want = if mode == "kueue" {
+            vec![
+                (
+                    "gates.validate.holdfast.dev".to_owned(),
+                    "Fail".to_owned(),
+                    s(&["managed-and-queue-checked", "not-the-controller"]),
+                ),
+                (
+                    "queues.validate.holdfast.dev".to_owned(),
+                    "Ignore".to_owned(),
+                    s(&["unmanaged-and-queue-checked", "not-the-controller"]),
+                ),
+                (
+                    "kueue-unsuspend.validate.holdfast.dev".to_owned(),
+                    "Ignore".to_owned(),
+                    s(&["kueue-unsuspends"]),
+                ),
+            ]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(validating(&policy), want, "{mode}");
+        for docs in [&both, &policy] {
+            let policies = helm::of_kind(docs, "ValidatingAdmissionPolicy");
+            let bindings = helm::of_kind(docs, "ValidatingAdmissionPolicyBinding");
+            let names: Vec<&str> = policies
+                .iter()
+                .filter_map(|p| p["metadata"]["name"].as_str())
+                .collect();
+            assert_eq!(names, ["holdfast-snapshots", "holdfast-jobs"], "{mode}");
+            for p in &policies {
+                assert_eq!(p["apiVersion"], "admissionregistration.k8s.io/v1");
+                assert_eq!(p["spec"]["failurePolicy"], "Fail", "{mode}");
+                let excluded =
+                    &p["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0];
+                assert_eq!(excluded["operator"], "NotIn");
+                assert_eq!(
+                    excluded["values"],
+                    serde_json::json!(["kube-system", "holdfast-system"])
+                );
+            }
+            let bound: Vec<(&str, &Value)> = bindings
+                .iter()
+                .map(|b| {
+                    (
+                        b["spec"]["policyName"].as_str().unwrap_or_default(),
+                        &b["spec"]["validationActions"],
+                    )
+                })
+                .collect();
+            assert_eq!(
+                bound,
+                [
+                    ("holdfast-snapshots", &serde_json::json!(["Deny"])),
+                    ("holdfast-jobs", &serde_json::json!(["Deny"]))
+                ],
+                "{mode}"
+            );
+        }
     }
 }
 

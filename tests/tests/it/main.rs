@@ -26,4 +26,5 @@ mod node;
 mod outage;
 mod seams;
 mod snapshots;
+mod validation_engines;
 mod webhook_client_auth;

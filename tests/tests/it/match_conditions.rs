@@ -22,7 +22,7 @@ use holdfast_core::policy::{
     AdmissionInput, Identities, Operation, Resource, UserInfo, mutate, queue_check,
     unsuspend_check, validate,
 };
-use holdfast_tests::registration::{Namespaces, Registration, Target};
+use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -43,7 +43,7 @@ const UPDATE_SAMPLES: usize = 150;
 /// The runtime resourceVersion the mutating side records at a CREATE, when it could read one.
 const RECORDED_VERSION: &str = "77";
 
-fn who() -> Identities {
+pub(crate) fn who() -> Identities {
     Identities::new(
         [Identity::Controller.username()],
         [Identity::Trainer.username()],
@@ -52,7 +52,7 @@ fn who() -> Identities {
     )
 }
 
-fn users() -> [&'static str; 5] {
+pub(crate) fn users() -> [&'static str; 5] {
     [
         Identity::Controller.username(),
         Identity::Trainer.username(),
@@ -62,7 +62,7 @@ fn users() -> [&'static str; 5] {
     ]
 }
 
-fn api_resource(resource: &Resource) -> ApiResource {
+pub(crate) fn api_resource(resource: &Resource) -> ApiResource {
     match resource {
         Resource::TrainJob => ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
@@ -81,17 +81,18 @@ fn api_resource(resource: &Resource) -> ApiResource {
 
 /// The metadata and spec of one catalogue object (no name).
 #[derive(Clone, Debug)]
-struct Variant {
-    annotations: BTreeMap<String, String>,
-    labels: BTreeMap<String, String>,
-    finalizers: Vec<String>,
-    owners: Vec<Value>,
-    spec: Value,
+pub(crate) struct Variant {
+    pub(crate) annotations: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) finalizers: Vec<String>,
+    pub(crate) owners: Vec<Value>,
+    /// The spec (ConfigMaps: the top-level content fields, `data` and `binaryData`).
+    pub(crate) spec: Value,
     /// ConfigMaps: the name, which the snapshot rule reads.
-    name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
-fn pairs(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn pairs(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
     kv.iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
@@ -100,7 +101,7 @@ fn pairs(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
 /// The catalogue of `resource`: holdfast's annotations, labels and finalizer, Kueue's keys,
 /// TrainJob owners (`owners`: `(name, uid)` of two real TrainJobs), and each resource's
 /// `suspend` or `active` in every state.
-fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec<Variant> {
+pub(crate) fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec<Variant> {
     if *resource == Resource::ConfigMap {
         let mut out = Vec::new();
         for name in ["settings", "mnist-runtime-snapshot"] {
@@ -116,10 +117,25 @@ fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec<Variant> {
                         labels: pairs(l),
                         finalizers: Vec::new(),
                         owners: Vec::new(),
-                        spec: json!({"runtime": "kind: A\n"}),
+                        spec: json!({"data": {"runtime": "kind: A\n"}}),
                         name: Some(name.to_owned()),
                     });
                 }
+            }
+            // A snapshot's content rewritten: other data, binary data, none.
+            for content in [
+                json!({"data": {"runtime": "kind: B\n"}}),
+                json!({"data": {"runtime": "kind: A\n"}, "binaryData": {"b": "AAEC"}}),
+                json!({}),
+            ] {
+                out.push(Variant {
+                    annotations: BTreeMap::new(),
+                    labels: BTreeMap::new(),
+                    finalizers: Vec::new(),
+                    owners: Vec::new(),
+                    spec: content,
+                    name: Some(name.to_owned()),
+                });
             }
         }
         return out;
@@ -140,6 +156,10 @@ fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec<Variant> {
         &[],
         &[("holdfast.dev/managed", "true")],
         &[("holdfast.dev/managed", "false")],
+        &[
+            ("holdfast.dev/managed", "true"),
+            ("kueue.x-k8s.io/queue-name", "q"),
+        ],
         &[("kueue.x-k8s.io/queue-name", "q")],
         &[("kueue.x-k8s.io/queue-name", "r")],
         &[("kueue.x-k8s.io/prebuilt-workload-name", "w")],
@@ -213,7 +233,7 @@ fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec<Variant> {
 }
 
 /// `v` written over `object`'s metadata and spec (or data), keeping its name and identity.
-fn apply(object: &Value, v: &Variant, resource: &Resource) -> Value {
+pub(crate) fn apply(object: &Value, v: &Variant, resource: &Resource) -> Value {
     let mut o = object.clone();
     let meta = &mut o["metadata"];
     meta["annotations"] = json!(v.annotations);
@@ -221,13 +241,22 @@ fn apply(object: &Value, v: &Variant, resource: &Resource) -> Value {
     meta["finalizers"] = json!(v.finalizers);
     meta["ownerReferences"] = json!(v.owners);
     match resource {
-        Resource::ConfigMap => o["data"] = v.spec.clone(),
+        // A ConfigMap's variant gives its top-level content fields.
+        Resource::ConfigMap => {
+            if let Some(top) = o.as_object_mut() {
+                top.remove("data");
+                top.remove("binaryData");
+                for (k, value) in v.spec.as_object().into_iter().flatten() {
+                    top.insert(k.clone(), value.clone());
+                }
+            }
+        }
         _ => o["spec"] = v.spec.clone(),
     }
     o
 }
 
-fn fresh(name: &str, v: &Variant, resource: &Resource, ns: &str) -> Value {
+pub(crate) fn fresh(name: &str, v: &Variant, resource: &Resource, ns: &str) -> Value {
     let ar = api_resource(resource);
     let skeleton = json!({"apiVersion": ar.api_version, "kind": ar.kind,
         "metadata": {"name": name, "namespace": ns}});
@@ -236,7 +265,7 @@ fn fresh(name: &str, v: &Variant, resource: &Resource, ns: &str) -> Value {
 
 /// A client acting as `user` (impersonated by the admin, with `system:masters` so RBAC never
 /// answers before admission).
-async fn as_user(cp: &ControlPlane, user: &str) -> kube::Client {
+pub(crate) async fn as_user(cp: &ControlPlane, user: &str) -> kube::Client {
     let kc = Kubeconfig::read_from(cp.kubeconfig(Identity::Admin)).expect("kubeconfig");
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
@@ -275,10 +304,12 @@ impl Pass {
     }
 }
 
-/// The chart's entries of `pass`, every one `Fail`, pointed at [`DEAD`], for namespace `ns`.
-async fn register(admin: &kube::Client, mode: Mode, pass: Pass, ns: &str) -> usize {
+/// The chart's entries of `pass` (as `engine` renders them), every one `Fail`, pointed at
+/// [`DEAD`], for namespace `ns`.
+async fn register(admin: &kube::Client, mode: Mode, engine: Engine, pass: Pass, ns: &str) -> usize {
     let reg = Registration::new(CONFIG, Target::Url(DEAD.into()), b"unused".to_vec())
         .with_mode(mode)
+        .with_engine(engine)
         .with_namespaces(Namespaces::Only(vec![ns.to_owned()]));
     let (config, ar) = if pass.mutating() {
         (
@@ -292,7 +323,9 @@ async fn register(admin: &kube::Client, mode: Mode, pass: Pass, ns: &str) -> usi
         )
     };
     let mut config = config.expect("configuration as JSON");
-    let hooks = config["webhooks"].as_array_mut().expect("webhooks");
+    let Some(hooks) = config["webhooks"].as_array_mut() else {
+        return 0;
+    };
     hooks.retain(|w| (w["failurePolicy"] == "Fail") == pass.protected());
     hooks
         .iter_mut()
@@ -320,16 +353,16 @@ async fn unregister(admin: &kube::Client) {
 
 /// One request of the run.
 #[derive(Clone, Debug)]
-struct Case {
-    resource: Resource,
-    op: Operation,
-    user: &'static str,
-    old: Option<Value>,
-    new: Option<Value>,
+pub(crate) struct Case {
+    pub(crate) resource: Resource,
+    pub(crate) op: Operation,
+    pub(crate) user: &'static str,
+    pub(crate) old: Option<Value>,
+    pub(crate) new: Option<Value>,
 }
 
 impl Case {
-    fn input(&self, object: Option<Value>) -> AdmissionInput {
+    pub(crate) fn input(&self, object: Option<Value>) -> AdmissionInput {
         let name = object
             .as_ref()
             .or(self.old.as_ref())
@@ -360,7 +393,7 @@ impl Case {
     /// patch, without the best-effort record (as while the webhook is down, where the
     /// best-effort entries matter; with the record a CREATE carries holdfast state and goes
     /// to `jobs.validate`, which runs the same checks and fails closed).
-    fn mutated(&self, mode: Mode, patched: bool) -> Option<Value> {
+    pub(crate) fn mutated(&self, mode: Mode, patched: bool) -> Option<Value> {
         let mut o = self.new.clone()?;
         if !patched {
             return Some(o);
@@ -401,6 +434,21 @@ impl Case {
 
     /// Sends the request with `object` as its new object, a dry run.
     async fn deliver(&self, client: &kube::Client, object: Option<Value>) -> Sent {
+        match self.attempt(client, object).await {
+            Ok(()) => Sent::NotMatched,
+            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => {
+                Sent::Matched
+            }
+            Err(e) => Sent::Other(format!("{e}")),
+        }
+    }
+
+    /// Sends the request with `object` as its new object, a dry run, and gives the answer.
+    pub(crate) async fn attempt(
+        &self,
+        client: &kube::Client,
+        object: Option<Value>,
+    ) -> Result<(), kube::Error> {
         let ar = api_resource(&self.resource);
         let ns = self
             .old
@@ -417,7 +465,7 @@ impl Case {
         };
         let to_dynamic =
             |v: Value| -> DynamicObject { serde_json::from_value(v).expect("dynamic object") };
-        let result = match self.op {
+        match self.op {
             Operation::Create => api
                 .create(&pp, &to_dynamic(object.expect("new")))
                 .await
@@ -438,13 +486,6 @@ impl Case {
                 };
                 api.delete(&name, &dp).await.map(|_| ())
             }
-        };
-        match result {
-            Ok(()) => Sent::NotMatched,
-            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => {
-                Sent::Matched
-            }
-            Err(e) => Sent::Other(format!("{e}")),
         }
     }
 }
@@ -490,7 +531,7 @@ fn changes_state_or_queue(case: &Case) -> bool {
 
 /// The run's requests for `mode`: every CREATE of the catalogue as each identity, a seeded
 /// sample of UPDATE pairs (every pair for ConfigMaps), and every DELETE of a ConfigMap.
-fn cases(
+pub(crate) fn cases(
     stored: &BTreeMap<String, Vec<(Value, Variant)>>,
     catalogues: &BTreeMap<String, Vec<Variant>>,
     ns: &str,
@@ -545,55 +586,163 @@ fn cases(
     out
 }
 
+/// Registers `pass` of `engine` for `ns`, waits until it takes effect, sends every case
+/// (`patched(i)`: the protected mutating entry was sent case i) and unregisters; gives what
+/// each case met.
+async fn run_pass(
+    admin: &kube::Client,
+    clients: &BTreeMap<&'static str, kube::Client>,
+    ns: &str,
+    (mode, engine, pass): (Mode, Engine, Pass),
+    cases: &[Case],
+    patched: impl Fn(usize) -> bool,
+) -> Vec<(usize, Sent)> {
+    if register(admin, mode, engine, pass, ns).await == 0 {
+        return Vec::new();
+    }
+    // Takes effect asynchronously: wait until a request the pass's entries match is sent: a
+    // forged hold on a TrainJob, by alice (the policy engine's protected entry: a managed
+    // queued TrainJob; best-effort entries: a queued TrainJob without holdfast state).
+    let (annotations, labels): (&[(&str, &str)], &[(&str, &str)]) = match (pass.protected(), engine)
+    {
+        (true, Engine::Policy) if !pass.mutating() => (
+            &[],
+            &[
+                ("holdfast.dev/managed", "true"),
+                ("kueue.x-k8s.io/queue-name", "q"),
+            ],
+        ),
+        (true, _) => (
+            &[("holdfast.dev/hold-instance", "1")],
+            &[("kueue.x-k8s.io/queue-name", "q")],
+        ),
+        (false, _) => (&[], &[("kueue.x-k8s.io/queue-name", "q")]),
+    };
+    let probe = Case {
+        resource: Resource::TrainJob,
+        op: Operation::Create,
+        user: "alice",
+        old: None,
+        new: Some(fresh(
+            "probe",
+            &Variant {
+                annotations: pairs(annotations),
+                labels: pairs(labels),
+                finalizers: Vec::new(),
+                owners: Vec::new(),
+                spec: json!({"runtimeRef": {"name": "rt"}}),
+                name: None,
+            },
+            &Resource::TrainJob,
+            ns,
+        )),
+    };
+    let send_probe = || probe.send(&clients["alice"], mode, pass, true);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while send_probe().await != Sent::Matched {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pass:?} did not take effect"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let results: Vec<(usize, Sent)> = futures::stream::iter(cases.iter().enumerate())
+        .map(|(i, case)| {
+            let client = clients[case.user].clone();
+            let patched = patched(i);
+            async move { (i, case.send(&client, mode, pass, patched).await) }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    unregister(admin).await;
+    // Wait until the entries are gone: the probe goes through again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while send_probe().await != Sent::NotMatched {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pass:?} was not removed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    results
+}
+
+/// The catalogue, its stored objects (UPDATEs and DELETEs start from them) and a client per
+/// identity.
+pub(crate) struct World {
+    pub(crate) stored: BTreeMap<String, Vec<(Value, Variant)>>,
+    pub(crate) catalogues: BTreeMap<String, Vec<Variant>>,
+    pub(crate) clients: BTreeMap<&'static str, kube::Client>,
+}
+
+impl World {
+    /// Creates the catalogue's stored objects in `ns` (before any entry is registered).
+    pub(crate) async fn create(cp: &ControlPlane, admin: &kube::Client, ns: &str) -> World {
+        let (ns, admin) = (ns.to_owned(), admin.clone());
+
+        // Two real TrainJobs to own catalogue objects (the garbage collector deletes objects
+        // whose owner does not exist).
+        let tjs: Api<DynamicObject> =
+            Api::namespaced_with(admin.clone(), &ns, &api_resource(&Resource::TrainJob));
+        let mut owners = Vec::new();
+        for name in ["mnist", "other"] {
+            let o: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": name}, "spec": {"runtimeRef": {"name": "rt"}}}))
+            .expect("owner");
+            let created = tjs.create(&PostParams::default(), &o).await.expect("owner");
+            owners.push((name.to_owned(), created.metadata.uid.expect("uid")));
+        }
+
+        // The stored objects UPDATEs and DELETEs start from, created before any entry exists.
+        let mut stored = BTreeMap::new();
+        let mut catalogues = BTreeMap::new();
+        for resource in [Resource::TrainJob, Resource::Workload, Resource::ConfigMap] {
+            let catalogue = catalogue(&resource, &owners);
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(admin.clone(), &ns, &api_resource(&resource));
+            let mut objects = Vec::new();
+            for (i, v) in catalogue.iter().enumerate() {
+                let name = match &v.name {
+                    Some(n) => format!("old-{i}-{n}"),
+                    None => format!("old-{i}"),
+                };
+                let o: DynamicObject =
+                    serde_json::from_value(fresh(&name, v, &resource, &ns)).expect("object");
+                let created = api
+                    .create(&PostParams::default(), &o)
+                    .await
+                    .unwrap_or_else(|e| panic!("create {resource:?} {v:?}: {e}"));
+                objects.push((serde_json::to_value(created).expect("json"), v.clone()));
+            }
+            stored.insert(format!("{resource:?}"), objects);
+            catalogues.insert(format!("{resource:?}"), catalogue);
+        }
+
+        let mut clients = BTreeMap::new();
+        for user in users() {
+            clients.insert(user, as_user(&cp, user).await);
+        }
+
+        World {
+            stored,
+            catalogues,
+            clients,
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_patches() {
     let cp = holdfast_tests::holdfast::owned_control_plane().await;
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let ns = cp.namespace("match").await.expect("namespace");
-
-    // Two real TrainJobs to own catalogue objects (the garbage collector deletes objects
-    // whose owner does not exist).
-    let tjs: Api<DynamicObject> =
-        Api::namespaced_with(admin.clone(), &ns, &api_resource(&Resource::TrainJob));
-    let mut owners = Vec::new();
-    for name in ["mnist", "other"] {
-        let o: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": name}, "spec": {"runtimeRef": {"name": "rt"}}}))
-        .expect("owner");
-        let created = tjs.create(&PostParams::default(), &o).await.expect("owner");
-        owners.push((name.to_owned(), created.metadata.uid.expect("uid")));
-    }
-
-    // The stored objects UPDATEs and DELETEs start from, created before any entry exists.
-    let mut stored = BTreeMap::new();
-    let mut catalogues = BTreeMap::new();
-    for resource in [Resource::TrainJob, Resource::Workload, Resource::ConfigMap] {
-        let catalogue = catalogue(&resource, &owners);
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(admin.clone(), &ns, &api_resource(&resource));
-        let mut objects = Vec::new();
-        for (i, v) in catalogue.iter().enumerate() {
-            let name = match &v.name {
-                Some(n) => format!("old-{i}-{n}"),
-                None => format!("old-{i}"),
-            };
-            let o: DynamicObject =
-                serde_json::from_value(fresh(&name, v, &resource, &ns)).expect("object");
-            let created = api
-                .create(&PostParams::default(), &o)
-                .await
-                .unwrap_or_else(|e| panic!("create {resource:?} {v:?}: {e}"));
-            objects.push((serde_json::to_value(created).expect("json"), v.clone()));
-        }
-        stored.insert(format!("{resource:?}"), objects);
-        catalogues.insert(format!("{resource:?}"), catalogue);
-    }
-
-    let mut clients = BTreeMap::new();
-    for user in users() {
-        clients.insert(user, as_user(&cp, user).await);
-    }
+    let World {
+        stored,
+        catalogues,
+        clients,
+    } = World::create(&cp, &admin, &ns).await;
 
     let mut failures = Vec::new();
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -602,74 +751,24 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
         // `reached[i][p]`: the apiserver sent case i to an entry of pass `Pass::ALL[p]`.
         let mut reached = vec![[false; 4]; cases.len()];
         for (p, pass) in Pass::ALL.into_iter().enumerate() {
-            if register(&admin, mode, pass, &ns).await == 0 {
-                continue;
-            }
-            // Takes effect asynchronously: wait until a request the pass's entries match (a
-            // forged hold on a TrainJob, by alice) is sent.
-            // (Best-effort entries: a queued TrainJob without holdfast state.)
-            let forged: &[(&str, &str)] = if pass.protected() {
-                &[("holdfast.dev/hold-instance", "1")]
-            } else {
-                &[]
-            };
-            let probe = Case {
-                resource: Resource::TrainJob,
-                op: Operation::Create,
-                user: "alice",
-                old: None,
-                new: Some(fresh(
-                    "probe",
-                    &Variant {
-                        annotations: pairs(forged),
-                        labels: pairs(&[("kueue.x-k8s.io/queue-name", "q")]),
-                        finalizers: Vec::new(),
-                        owners: Vec::new(),
-                        spec: json!({"runtimeRef": {"name": "rt"}}),
-                        name: None,
-                    },
-                    &Resource::TrainJob,
-                    &ns,
+            run_pass(
+                &admin,
+                &clients,
+                &ns,
+                (mode, Engine::Webhook, pass),
+                &cases,
+                |i| reached[i][0],
+            )
+            .await
+            .into_iter()
+            .for_each(|(i, sent)| match sent {
+                Sent::Matched => reached[i][p] = true,
+                Sent::NotMatched => {}
+                Sent::Other(e) => failures.push(format!(
+                    "[{mode} {pass:?}] answered neither by admission nor by storage: {e}: {:?}",
+                    cases[i]
                 )),
-            };
-            let send_probe = || probe.send(&clients["alice"], mode, pass, true);
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while send_probe().await != Sent::Matched {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "{pass:?} did not take effect"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            let results: Vec<(usize, Sent)> = futures::stream::iter(cases.iter().enumerate())
-                .map(|(i, case)| {
-                    let client = clients[case.user].clone();
-                    let patched = reached[i][0];
-                    async move { (i, case.send(&client, mode, pass, patched).await) }
-                })
-                .buffer_unordered(16)
-                .collect()
-                .await;
-            for (i, sent) in results {
-                match sent {
-                    Sent::Matched => reached[i][p] = true,
-                    Sent::NotMatched => {}
-                    Sent::Other(e) => failures.push(format!(
-                        "[{mode} {pass:?}] answered neither by admission nor by storage: {e}: {:?}",
-                        cases[i]
-                    )),
-                }
-            }
-            unregister(&admin).await;
-            // Wait until the entries are gone: the probe goes through again.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while send_probe().await != Sent::NotMatched {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "{pass:?} was not removed"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
+            });
         }
         for (case, r) in cases.iter().zip(&reached) {
             let [mp, mb, vp, vb] = *r;
@@ -787,6 +886,81 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
     assert!(
         failures.is_empty(),
         "{} failures, by kind: {kinds:#?}\ne.g.:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(8)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// With `validation.engine: policy` the ValidatingAdmissionPolicies judge every rule (their
+/// equivalence with the policy is `validation_engines`); the webhook keeps only the lookups
+/// CEL cannot make, in kueue mode (plain mode has none). Each lookup the policy needs is sent
+/// to an entry, the queue check of a managed TrainJob (its start gate) to the protected one
+/// and nothing else to it, so an outage refuses only that.
+#[tokio::test]
+async fn with_the_policy_engine_every_lookup_is_sent_and_only_the_start_gates_fail_closed() {
+    let cp = holdfast_tests::holdfast::owned_control_plane().await;
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("match-policy").await.expect("namespace");
+    let world = World::create(&cp, &admin, &ns).await;
+    let mode = Mode::Kueue;
+    let cases = cases(&world.stored, &world.catalogues, &ns, 20261205);
+    let mut reached = vec![(false, false); cases.len()];
+    let mut failures = Vec::new();
+    for pass in [Pass::ValidatingProtected, Pass::ValidatingBestEffort] {
+        let sent = run_pass(
+            &admin,
+            &world.clients,
+            &ns,
+            (mode, Engine::Policy, pass),
+            &cases,
+            |_| true,
+        )
+        .await;
+        for (i, sent) in sent {
+            match (sent, pass) {
+                (Sent::Matched, Pass::ValidatingProtected) => reached[i].0 = true,
+                (Sent::Matched, _) => reached[i].1 = true,
+                (Sent::NotMatched, _) => {}
+                (Sent::Other(e), _) => failures.push(format!("[{pass:?}] {e}: {:?}", cases[i])),
+            }
+        }
+    }
+    let (mut gates, mut lookups) = (0, 0);
+    for (case, (protected, best_effort)) in cases.iter().zip(&reached) {
+        let input = case.input(case.mutated(mode, true));
+        let queue = queue_check(&input, &who(), mode);
+        let gate = queue.as_ref().is_some_and(|q| q.managed);
+        gates += usize::from(gate);
+        if *protected != gate {
+            failures.push(format!(
+                "sent to the protected entry: {protected}, a managed TrainJob's queue check: {gate}: {case:?}"
+            ));
+        }
+        let allowed = validate(&input, &who(), mode).is_allowed();
+        let lookup = queue.is_some() || unsuspend_check(&input, mode).is_some();
+        lookups += usize::from(lookup && allowed);
+        if allowed && lookup && !protected && !best_effort {
+            failures.push(format!(
+                "the policy looks it up, but no entry is sent it: {case:?}"
+            ));
+        }
+    }
+    println!(
+        "{} requests, {gates} start-gate queue checks, {lookups} lookups",
+        cases.len()
+    );
+    assert!(
+        gates > 50 && lookups > gates,
+        "too few lookups to check: {gates}, {lookups}"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures; e.g.:\n{}",
         failures.len(),
         failures
             .iter()

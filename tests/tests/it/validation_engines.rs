@@ -1,0 +1,359 @@
+//! The two validation engines decide alike. The chart's validating rules run either in
+//! holdfast's webhook or as ValidatingAdmissionPolicies (CEL inside the apiserver), chosen by
+//! `validation.engine`. Through the real apiserver, every request of the match-conditions
+//! catalogue (every CREATE as each identity, a seeded sample of UPDATEs, every ConfigMap
+//! DELETE; both modes) is judged by:
+//!
+//! 1. the policies alone, whose every verdict must equal `holdfast_core::policy::validate`'s;
+//! 2. each engine registered as the chart registers it (`webhook`, `policy`, `both`: the
+//!    policies together with the webhook entries that engine keeps), with holdfast's webhook
+//!    serving, whose verdicts must all be the same.
+//!
+//! The requests are sent as the validating side sees them: after the mutating webhook's
+//! protective patch (the match-conditions test proves that patch is always made).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use holdfast_core::mode::Mode;
+use holdfast_core::policy::{Operation, Resource, queue_check, unsuspend_check, validate};
+use holdfast_tests::control_plane::Options;
+use holdfast_tests::in_process_webhook::InProcessWebhook;
+use holdfast_tests::registration::{Engine, Namespaces, Registration, Target, policy_resource};
+use holdfast_tests::{ControlPlane, Identity};
+use serde_json::json;
+
+use crate::match_conditions::{Case, Variant, World, cases, fresh, pairs, who};
+
+/// Who refused a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Verdict {
+    Allowed,
+    /// By a ValidatingAdmissionPolicy, with its message.
+    ByPolicy(String),
+    /// By holdfast's webhook, with its message.
+    ByWebhook(String),
+}
+
+impl Verdict {
+    fn allowed(&self) -> bool {
+        *self == Verdict::Allowed
+    }
+}
+
+async fn judge(case: &Case, client: &kube::Client, mode: Mode) -> Result<Verdict, String> {
+    match case.attempt(client, case.mutated(mode, true)).await {
+        Ok(()) => Ok(Verdict::Allowed),
+        Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy") => {
+            Ok(Verdict::ByPolicy(s.message))
+        }
+        Err(kube::Error::Api(s))
+            if s.message
+                .contains("validate.holdfast.dev\" denied the request") =>
+        {
+            Ok(Verdict::ByWebhook(s.message))
+        }
+        Err(e) => Err(format!("answered by neither engine: {e}")),
+    }
+}
+
+/// A TrainJob CREATE by alice carrying `annotations` and `labels`: the registration probes.
+fn probe(ns: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Case {
+    Case {
+        resource: Resource::TrainJob,
+        op: Operation::Create,
+        user: "alice",
+        old: None,
+        new: Some(fresh(
+            "probe",
+            &Variant {
+                annotations: pairs(annotations),
+                labels: pairs(labels),
+                finalizers: Vec::new(),
+                owners: Vec::new(),
+                spec: json!({"runtimeRef": {"name": "rt"}, "suspend": true}),
+                name: None,
+            },
+            &Resource::TrainJob,
+            ns,
+        )),
+    }
+}
+
+/// Waits (bounded) until `probe` gets an answer `accept` takes.
+async fn wait_until(
+    what: &str,
+    probe: &Case,
+    client: &kube::Client,
+    mode: Mode,
+    accept: impl Fn(&Verdict) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(v) = judge(probe, client, mode).await
+            && accept(&v)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What one pass registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    /// The policies alone: no webhook entry.
+    PoliciesAlone,
+    /// An engine, as the chart registers it.
+    Engine(Engine),
+}
+
+/// The run's control plane, its namespace and the catalogue in it.
+struct Scene {
+    cp: ControlPlane,
+    admin: kube::Client,
+    world: World,
+    ns: String,
+}
+
+impl Scene {
+    /// Registers `pass` for the namespace, waits until it judges, sends every case, and
+    /// unregisters.
+    async fn run_pass(
+        &self,
+        cases: &[Case],
+        mode: Mode,
+        pass: Pass,
+        webhook: &InProcessWebhook,
+    ) -> Vec<Result<Verdict, String>> {
+        let Scene {
+            cp,
+            admin,
+            world,
+            ns,
+        } = self;
+        let engine = match pass {
+            Pass::PoliciesAlone => Engine::Policy,
+            Pass::Engine(e) => e,
+        };
+        let registration = Registration::new(
+            format!("holdfast-engines-{mode}"),
+            Target::Url(webhook.url()),
+            cp.ca_pem().as_bytes().to_vec(),
+        )
+        .with_mode(mode)
+        .with_engine(engine)
+        .with_namespaces(Namespaces::Only(vec![ns.to_owned()]));
+        let alice = &world.clients["alice"];
+        let forged = probe(ns, &[("holdfast.dev/hold-instance", "1")], &[]);
+        // The webhook entries first, then the policies: the apiserver asks the policies before
+        // the webhooks, so once the policies judge the forged hold the webhook is not asked.
+        let validating = registration.validating();
+        let entries = validating.webhooks.as_ref().map_or(0, Vec::len);
+        if pass != Pass::PoliciesAlone && entries > 0 {
+            kube::Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
+            admin.clone(),
+        )
+        .create(&Default::default(), &validating)
+        .await
+        .expect("register the validating entries");
+            // Kueue mode, policy engine: only the lookups' entries remain; a managed queued
+            // TrainJob reaches the gate check (refused: this webhook watches no queues).
+            let webhook_probe = if engine == Engine::Policy {
+                probe(
+                    ns,
+                    &[],
+                    &[
+                        ("holdfast.dev/managed", "true"),
+                        ("kueue.x-k8s.io/queue-name", "q"),
+                    ],
+                )
+            } else {
+                forged.clone()
+            };
+            wait_until(
+                "the webhook entries judge",
+                &webhook_probe,
+                alice,
+                mode,
+                |v| matches!(v, Verdict::ByWebhook(_)),
+            )
+            .await;
+        }
+        if engine.policies() {
+            registration
+                .install_policies(admin)
+                .await
+                .expect("register the policies");
+            wait_until("the policies judge", &forged, alice, mode, |v| {
+                matches!(v, Verdict::ByPolicy(_))
+            })
+            .await;
+            assert_type_checked(admin, &registration).await;
+        }
+        let verdicts: Vec<(usize, Result<Verdict, String>)> =
+            futures::stream::iter(cases.iter().enumerate())
+                .map(|(i, case)| {
+                    let client = world.clients[case.user].clone();
+                    async move { (i, judge(case, &client, mode).await) }
+                })
+                .buffer_unordered(16)
+                .collect()
+                .await;
+        registration.uninstall(admin).await;
+        wait_until("the registrations are gone", &forged, alice, mode, |v| {
+            v.allowed()
+        })
+        .await;
+        let mut ordered = vec![Err("not sent".to_owned()); cases.len()];
+        for (i, v) in verdicts {
+            ordered[i] = v;
+        }
+        ordered
+    }
+}
+
+/// The apiserver type-checks each policy's CEL against the resources' schemas (TrainJob's
+/// and Workload's CRDs, ConfigMap's built-in one) and reports what does not fit as warnings:
+/// a misspelt field would be a runtime error, which `failurePolicy: Fail` turns into a
+/// refusal. There must be none.
+async fn assert_type_checked(admin: &kube::Client, registration: &Registration) {
+    let api = kube::Api::<kube::api::DynamicObject>::all_with(admin.clone(), &policy_resource());
+    for p in registration.policies() {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            let stored = api.get(&name).await.expect("the policy");
+            let status = stored.data["status"].clone();
+            if status["observedGeneration"].as_i64().is_some() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} was not type-checked within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let warnings = &status["typeChecking"]["expressionWarnings"];
+        assert!(
+            warnings.as_array().is_none_or(Vec::is_empty),
+            "{name}: the apiserver's type check warns: {warnings:#}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_admission_policies_and_the_webhook_decide_every_request_alike() {
+    // The policies' type check runs in kube-controller-manager.
+    let cp = holdfast_tests::holdfast::owned_control_plane_with(Options {
+        controllers: vec!["validatingadmissionpolicy-status-controller".to_owned()],
+        ..Default::default()
+    })
+    .await;
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("engines").await.expect("namespace");
+    let world = World::create(&cp, &admin, &ns).await;
+    let scene = Scene {
+        cp,
+        admin,
+        world,
+        ns,
+    };
+    let (cp, world, ns) = (&scene.cp, &scene.world, &scene.ns);
+
+    let mut failures = Vec::new();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for (mode, seed) in [(Mode::Plain, 20261203), (Mode::Kueue, 20261204)] {
+        let cases = cases(&world.stored, &world.catalogues, ns, seed);
+        let webhook = InProcessWebhook::start(cp, mode, false)
+            .await
+            .expect("the webhook serves");
+        let alone = scene
+            .run_pass(&cases, mode, Pass::PoliciesAlone, &webhook)
+            .await;
+        let mut engines = Vec::new();
+        for engine in Engine::ALL {
+            let verdicts = scene
+                .run_pass(&cases, mode, Pass::Engine(engine), &webhook)
+                .await;
+            engines.push((engine, verdicts));
+        }
+        webhook.stop().await.expect("the webhook stops");
+
+        for (i, case) in cases.iter().enumerate() {
+            *counts.entry(format!("{mode} requests")).or_default() += 1;
+            let input = case.input(case.mutated(mode, true));
+            let expected = validate(&input, &who(), mode).is_allowed();
+            match &alone[i] {
+                Ok(v) if v.allowed() == expected => {
+                    if let Verdict::ByPolicy(message) = v {
+                        *counts.entry(format!("{mode} refused")).or_default() += 1;
+                        // The message expression ran (a failed one falls back to a generic
+                        // text without the user).
+                        if !message.contains(case.user) {
+                            failures.push(format!(
+                                "[{mode}] the policy's message does not name the user: {message}"
+                            ));
+                        }
+                    }
+                }
+                Ok(v) => failures.push(format!(
+                    "[{mode}] the policies alone say {v:?}, holdfast_core::policy::validate says allowed={expected}: {case:?}"
+                )),
+                Err(e) => failures.push(format!("[{mode}] policies alone: {e}: {case:?}")),
+            }
+            let lookup = queue_check(&input, &who(), mode).is_some()
+                || unsuspend_check(&input, mode).is_some();
+            if lookup {
+                *counts.entry(format!("{mode} with a lookup")).or_default() += 1;
+            }
+            let answers: Vec<(Engine, Option<bool>)> = engines
+                .iter()
+                .map(|(e, verdicts)| (*e, verdicts[i].as_ref().ok().map(Verdict::allowed)))
+                .collect();
+            for (engine, verdicts) in &engines {
+                if let Err(e) = &verdicts[i] {
+                    failures.push(format!("[{mode} {engine:?}] {e}: {case:?}"));
+                }
+            }
+            let first = answers[0].1;
+            if answers.iter().any(|(_, a)| *a != first) {
+                failures.push(format!(
+                    "[{mode}] the engines disagree {answers:?}: {case:?}"
+                ));
+            }
+            // Without a lookup the webhook's verdict is the policy's own.
+            if !lookup && first.is_some_and(|a| a != expected) {
+                failures.push(format!(
+                    "[{mode}] the webhook engine says allowed={first:?}, validate says {expected}: {case:?}"
+                ));
+            }
+        }
+    }
+    println!("{counts:#?}");
+    let requests: usize = counts
+        .iter()
+        .filter(|(k, _)| k.ends_with(" requests"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(requests > 8_000, "too few requests judged: {counts:?}");
+    for mode in [Mode::Plain, Mode::Kueue] {
+        assert!(
+            counts.get(&format!("{mode} refused")).copied().unwrap_or(0) > 500,
+            "too few refusals in {mode} mode to compare: {counts:?}"
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} disagreements; e.g.:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(12)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
