@@ -197,7 +197,7 @@ impl Harness {
             }
             assert!(
                 Instant::now() < deadline,
-                "the webhook configurations did not take effect within 30s"
+                "the webhook configurations did not take effect within 30s (snapshot probe: {probe:?}; mutated: {mutating})"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
