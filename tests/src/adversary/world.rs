@@ -16,17 +16,13 @@ use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics
 use holdfast_controller::snapshot::{self, SnapshotMetrics, Snapshotter};
 use holdfast_core::mode::Mode;
 use holdfast_core::names::{ANN_HOLD_INSTANCE, READMISSION_CONTROLLER};
-use holdfast_core::policy::{
-    Identities,
-    identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
-};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -95,8 +91,7 @@ pub fn world() -> &'static World {
 
 /// Kept alive for the life of the process.
 struct Services {
-    _webhooks: Vec<holdfast_webhook::RunningWebhook>,
-    _certs: tempfile::TempDir,
+    _webhooks: Vec<crate::in_process_webhook::InProcessWebhook>,
     _stop: CancellationToken,
 }
 
@@ -149,50 +144,9 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
     }
 
     // holdfast's webhook, one per mode, each for the namespaces labelled with its mode.
-    let certs = tempfile::tempdir()?;
-    let cert = cp.issue_serving_cert(&["127.0.0.1"], Duration::from_secs(24 * 3600))?;
-    let files = holdfast_webhook::CertFiles {
-        cert: certs.path().join("tls.crt"),
-        key: certs.path().join("tls.key"),
-    };
-    std::fs::write(&files.cert, &cert.cert_pem)?;
-    std::fs::write(&files.key, &cert.key_pem)?;
     let mut webhooks = Vec::new();
     for mode in [Mode::Plain, Mode::Kueue] {
-        let webhook_client = cp.client(Identity::Webhook).await?;
-        let queues = (mode == Mode::Kueue)
-            .then(|| holdfast_cluster::Queues::start(webhook_client.clone(), None));
-        let admission = Arc::new(
-            holdfast_webhook::Admission::new(
-                mode,
-                Identities::new(
-                    [Identity::Controller.username()],
-                    [Identity::Trainer.username()],
-                    [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
-                    [Identity::Kueue.username()],
-                ),
-                Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
-                    webhook_client.clone(),
-                    Default::default(),
-                )),
-                holdfast_webhook::metrics::Metrics::unregistered(),
-                holdfast_webhook::Limits::DEFAULT,
-            )
-            .with_queues(queues)
-            .with_workload_holds(Arc::new(
-                holdfast_webhook::workload_holds::KubeWorkloadHolds::new(webhook_client.clone()),
-            )),
-        );
-        let hook = holdfast_webhook::RunningWebhook::start(
-            holdfast_webhook::ServeOptions {
-                addr: "127.0.0.1:0".parse()?,
-                admin_addr: "127.0.0.1:0".parse()?,
-                cert: files.clone(),
-            },
-            admission,
-            prometheus_client::registry::Registry::default(),
-        )
-        .await?;
+        let hook = crate::in_process_webhook::InProcessWebhook::start(cp, mode, true).await?;
         let selector = LabelSelector {
             match_labels: Some(BTreeMap::from([(MODE_LABEL.to_owned(), mode.to_string())])),
             match_expressions: None,
@@ -200,7 +154,7 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
         // HOLDFAST_TEST_VALIDATION_ENGINE picks the engine the sequences run against.
         Registration::new(
             format!("holdfast-adversary-{mode}"),
-            Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
+            Target::Url(hook.url()),
             cp.ca_pem().as_bytes().to_vec(),
         )
         .with_mode(mode)
@@ -301,7 +255,6 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
     }
     Ok(Services {
         _webhooks: webhooks,
-        _certs: certs,
         _stop: stop,
     })
 }

@@ -437,89 +437,32 @@ pub fn uid(o: &Value) -> String {
     o["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
 }
 
-/// holdfast's webhook, served in-process in Kueue mode and registered for one namespace.
+/// holdfast's webhook, served in-process in Kueue mode (watching Kueue's queues) and
+/// registered for one namespace, under the engine `HOLDFAST_TEST_VALIDATION_ENGINE` names.
 pub struct Webhook {
-    hook: holdfast_webhook::RunningWebhook,
-    config: String,
+    hook: crate::in_process_webhook::InProcessWebhook,
+    registration: crate::registration::Registration,
     admin: kube::Client,
-    _certs: tempfile::TempDir,
 }
 
 impl Webhook {
     pub async fn serve(f: &Fixture) -> Webhook {
-        use crate::registration::{Namespaces, Registration, Target};
-        use holdfast_core::policy::{
-            Identities,
-            identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER},
-        };
-        use k8s_openapi::api::admissionregistration::v1::{
-            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-        };
-        let cert =
-            f.cp.issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
-                .expect("serving certificate");
-        let certs = tempfile::tempdir().expect("tempdir");
-        let files = holdfast_webhook::CertFiles {
-            cert: certs.path().join("tls.crt"),
-            key: certs.path().join("tls.key"),
-        };
-        std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
-        std::fs::write(&files.key, &cert.key_pem).expect("write key");
-        let webhook_client =
-            f.cp.client(Identity::Webhook)
-                .await
-                .expect("webhook client");
-        let admission = std::sync::Arc::new(
-            holdfast_webhook::Admission::new(
-                Mode::Kueue,
-                Identities::new(
-                    [Identity::Controller.username()],
-                    [Identity::Trainer.username()],
-                    [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
-                    [Identity::Kueue.username()],
-                ),
-                std::sync::Arc::new(holdfast_webhook::runtime_lookup::KubeRuntimeLookup::new(
-                    webhook_client.clone(),
-                    Default::default(),
-                )),
-                holdfast_webhook::metrics::Metrics::unregistered(),
-                holdfast_webhook::Limits::DEFAULT,
-            )
-            .with_queues(Some(holdfast_cluster::Queues::start(
-                webhook_client.clone(),
-                None,
-            )))
-            .with_workload_holds(std::sync::Arc::new(
-                holdfast_webhook::workload_holds::KubeWorkloadHolds::new(webhook_client),
-            )),
-        );
-        let hook = holdfast_webhook::RunningWebhook::start(
-            holdfast_webhook::ServeOptions {
-                addr: "127.0.0.1:0".parse().expect("addr"),
-                admin_addr: "127.0.0.1:0".parse().expect("addr"),
-                cert: files,
-            },
-            admission,
-            prometheus_client::registry::Registry::default(),
-        )
-        .await
-        .expect("webhook starts");
-        let config = format!("holdfast-{}", f.ns);
+        use crate::registration::{Engine, Namespaces, Registration, Target};
+        let hook = crate::in_process_webhook::InProcessWebhook::start(f.cp, Mode::Kueue, true)
+            .await
+            .expect("webhook starts");
         let registration = Registration::new(
-            config.clone(),
-            Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
+            format!("holdfast-{}", f.ns),
+            Target::Url(hook.url()),
             f.cp.ca_pem().as_bytes().to_vec(),
         )
         .with_mode(Mode::Kueue)
+        .with_engine(Engine::from_env())
         .with_namespaces(Namespaces::Only(vec![f.ns.clone()]));
-        Api::<ValidatingWebhookConfiguration>::all(f.admin.clone())
-            .create(&PostParams::default(), &registration.validating())
+        registration
+            .install(&f.admin)
             .await
-            .expect("register the validating webhooks");
-        Api::<MutatingWebhookConfiguration>::all(f.admin.clone())
-            .create(&PostParams::default(), &registration.mutating())
-            .await
-            .expect("register the mutating webhook");
+            .expect("register the webhooks and policies");
         // Registration takes effect asynchronously: probe with a dry run alice may not make.
         let alice = f.cp.client(Identity::User).await.expect("alice");
         let dry = PostParams {
@@ -546,53 +489,39 @@ impl Webhook {
         .await;
         Webhook {
             hook,
-            config,
+            registration,
             admin: f.admin.clone(),
-            _certs: certs,
         }
     }
 
     /// An outage: the webhook stops serving while its configurations stay registered, so
     /// the apiserver's calls fail (connection refused) and each entry's failure policy
-    /// decides. [`Outage::end`] removes the configurations.
+    /// decides (the admission policies, if the engine has them, go on judging).
+    /// [`Outage::end`] removes the registrations.
     pub async fn go_down(self) -> Outage {
         self.hook.stop().await.expect("webhook stops");
         Outage {
-            config: self.config,
+            registration: self.registration,
             admin: self.admin,
         }
     }
 
     pub async fn stop(self) {
-        unregister(&self.admin, &self.config).await;
+        self.registration.uninstall(&self.admin).await;
         self.hook.stop().await.expect("webhook stops");
     }
 }
 
-/// Deletes the webhook configurations named `config` (both kinds), if they exist.
-async fn unregister(admin: &kube::Client, config: &str) {
-    use k8s_openapi::api::admissionregistration::v1::{
-        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-    };
-    let dp = DeleteParams::default();
-    let _ = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
-        .delete(config, &dp)
-        .await;
-    let _ = Api::<MutatingWebhookConfiguration>::all(admin.clone())
-        .delete(config, &dp)
-        .await;
-}
-
 /// The registrations of a webhook that no longer serves.
 pub struct Outage {
-    config: String,
+    registration: crate::registration::Registration,
     admin: kube::Client,
 }
 
 impl Outage {
-    /// Removes the dead webhook's configurations (before a new one is served).
+    /// Removes the dead webhook's registrations (before a new one is served).
     pub async fn end(self) {
-        unregister(&self.admin, &self.config).await;
+        self.registration.uninstall(&self.admin).await;
     }
 }
 

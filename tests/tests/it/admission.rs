@@ -7,22 +7,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use holdfast_core::mode::Mode;
-use holdfast_core::policy::Identities;
 use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER};
+use holdfast_tests::in_process_webhook::InProcessWebhook;
 use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
-use holdfast_webhook::metrics::Metrics;
-use holdfast_webhook::runtime_lookup::KubeRuntimeLookup;
-use holdfast_webhook::{Admission, CertFiles, Limits, RunningWebhook, ServeOptions};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
 };
 use kube::core::{ApiResource, GroupVersionKind};
-use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SNAPSHOT_LABEL: &str = "holdfast.dev/runtime-snapshot";
@@ -43,23 +38,12 @@ fn workloads() -> ApiResource {
     )
 }
 
-/// The identities of the local control plane, as the chart would configure them.
-fn identities() -> Identities {
-    Identities::new(
-        [Identity::Controller.username()],
-        [Identity::Trainer.username()],
-        [GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER],
-        [Identity::Kueue.username()],
-    )
-}
-
 /// One test's namespace, with holdfast's webhook serving and registered for it alone.
 struct Harness {
     cp: &'static ControlPlane,
     ns: String,
     registration: Registration,
-    hook: Option<RunningWebhook>,
-    _certs: tempfile::TempDir,
+    hook: Option<InProcessWebhook>,
     admin: kube::Client,
     alice: kube::Client,
     controller: kube::Client,
@@ -80,51 +64,16 @@ impl Harness {
                 .await
                 .expect("kueue-mode RBAC");
         }
-        let cert = cp
-            .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
-            .expect("serving certificate");
-        let certs = tempfile::tempdir().expect("tempdir");
-        let files = CertFiles {
-            cert: certs.path().join("tls.crt"),
-            key: certs.path().join("tls.key"),
-        };
-        std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
-        std::fs::write(&files.key, &cert.key_pem).expect("write key");
-
-        let webhook_client = cp.client(Identity::Webhook).await.expect("webhook client");
-        let admission = Arc::new(
-            Admission::new(
-                mode,
-                identities(),
-                Arc::new(KubeRuntimeLookup::new(
-                    webhook_client.clone(),
-                    Default::default(),
-                )),
-                Metrics::unregistered(),
-                Limits::DEFAULT,
-            )
-            .with_workload_holds(Arc::new(
-                holdfast_webhook::workload_holds::KubeWorkloadHolds::new(webhook_client),
-            )),
-        );
-        let hook = RunningWebhook::start(
-            ServeOptions {
-                addr: "127.0.0.1:0".parse().expect("addr"),
-                admin_addr: "127.0.0.1:0".parse().expect("addr"),
-                cert: files,
-            },
-            admission,
-            Registry::default(),
-        )
-        .await
-        .expect("webhook starts");
+        let hook = InProcessWebhook::start(cp, mode, false)
+            .await
+            .expect("webhook starts");
 
         let admin = cp.client(Identity::Admin).await.expect("admin");
         let config = format!("holdfast-{ns}");
         // HOLDFAST_TEST_VALIDATION_ENGINE picks the engine: the whole suite runs under each.
         let registration = Registration::new(
             config.clone(),
-            Target::Url(format!("https://127.0.0.1:{}", hook.addr().port())),
+            Target::Url(hook.url()),
             cp.ca_pem().as_bytes().to_vec(),
         )
         .with_mode(mode)
@@ -155,7 +104,6 @@ impl Harness {
             ns,
             registration,
             hook: Some(hook),
-            _certs: certs,
             alice: cp.client(Identity::User).await.expect("alice"),
             controller: cp.client(Identity::Controller).await.expect("controller"),
             kueue: cp.client(Identity::Kueue).await.expect("kueue"),

@@ -603,8 +603,8 @@ async fn run_pass(
     // Takes effect asynchronously: wait until a request the pass's entries match is sent: a
     // forged hold on a TrainJob, by alice (the policy engine's protected entry: a managed
     // queued TrainJob; best-effort entries: a queued TrainJob without holdfast state).
-    let (annotations, labels): (&[(&str, &str)], &[(&str, &str)]) = match (pass.protected(), engine)
-    {
+    type Pairs<'a> = &'a [(&'a str, &'a str)];
+    let (annotations, labels): (Pairs, Pairs) = match (pass.protected(), engine) {
         (true, Engine::Policy) if !pass.mutating() => (
             &[],
             &[
@@ -722,7 +722,7 @@ impl World {
 
         let mut clients = BTreeMap::new();
         for user in users() {
-            clients.insert(user, as_user(&cp, user).await);
+            clients.insert(user, as_user(cp, user).await);
         }
 
         World {
