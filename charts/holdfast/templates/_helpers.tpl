@@ -250,3 +250,54 @@ empty are the same (the apiserver omits empty maps). */}}
 {{- define "holdfast.describe" -}}
 {{- if . }}{{ . | uniq | sortAlpha | join ", " }}{{ else }}none configured{{ end -}}
 {{- end -}}
+
+{{/* The match conditions of the snapshot rules (snapshots.validate and the snapshots policy):
+every write of a snapshot ConfigMap but those the requester's identity alone decides. One
+definition for both engines: tests/tests/it/match_conditions.rs proves they send every
+request the policy refuses. */}}
+{{- define "holdfast.conditions.snapshots" -}}
+{{- $user := "request.userInfo.username" -}}
+{{- $controllers := include "holdfast.cel.list" (include "holdfast.controllerUsers" . | fromJsonArray) -}}
+{{- $creators := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotCreators) -}}
+{{- $deleters := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotDeleters) -}}
+- name: runtime-snapshot
+  expression: "(has(request.name) && request.name.endsWith('-runtime-snapshot')) || (object != null && ((has(object.metadata.name) && object.metadata.name.endsWith('-runtime-snapshot')) || (has(object.metadata.labels) && 'holdfast.dev/runtime-snapshot' in object.metadata.labels))) || (oldObject != null && ((has(oldObject.metadata.name) && oldObject.metadata.name.endsWith('-runtime-snapshot')) || (has(oldObject.metadata.labels) && 'holdfast.dev/runtime-snapshot' in oldObject.metadata.labels)))"
+- name: not-decided-by-identity
+  expression: "!(request.operation == 'CREATE' && {{ $user }} in {{ $creators }}) && !(request.operation == 'DELETE' && {{ $user }} in {{ $deleters }})"
+{{- end -}}
+
+{{/* The match conditions of the TrainJob and Workload rules (jobs.validate and the jobs
+policy): a write of holdfast state, a suspend flip, the queue keys, a Workload's TrainJob
+owner or job-uid, a held Workload; not the controller's or Kueue's writes the rules allow. */}}
+{{- define "holdfast.conditions.jobs" -}}
+{{- $user := "request.userInfo.username" -}}
+{{- $controllers := include "holdfast.cel.list" (include "holdfast.controllerUsers" . | fromJsonArray) -}}
+{{- $creators := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotCreators) -}}
+{{- $deleters := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotDeleters) -}}
+{{- $kueue := include "holdfast.cel.list" .Values.identities.kueueUsers -}}
+{{- $carriesNew := include "holdfast.cel.carries" "object" -}}
+{{- $carriesOld := include "holdfast.cel.carries" "oldObject" -}}
+{{- $flip := printf "(object != null && oldObject != null && %s != %s)" (include "holdfast.cel.suspended" "object") (include "holdfast.cel.suspended" "oldObject") -}}
+{{- $queueKeys := printf "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && (%s || %s || %s))" (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/queue-name")) (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/prebuilt-workload-name")) (include "holdfast.cel.keyChanges" (list "annotations" "kueue.x-k8s.io/prebuilt-workload-name")) -}}
+{{- $owners := "(request.resource.resource == 'workloads' && object != null && ((has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob')) || (oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob'))) && (oldObject == null || !has(object.metadata.ownerReferences) || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences))" -}}
+{{- $jobUid := printf "(request.resource.resource == 'workloads' && object != null && oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && %s)" (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/job-uid")) -}}
+{{- $heldWorkload := "(request.resource.resource == 'workloads' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
+{{- $stateChanges := include "holdfast.cel.stateChanges" "" -}}
+{{- $kueueMode := eq .Values.mode "kueue" -}}
+- name: holdfast-state
+  {{- if $kueueMode }}
+  expression: "{{ $stateChanges }} || {{ $queueKeys }} || {{ $owners }} || {{ $jobUid }} || {{ $flip }} || {{ $heldWorkload }}"
+  {{- else }}
+  expression: "{{ $stateChanges }} || ({{ $flip }} && ({{ $carriesNew }} || {{ $carriesOld }}))"
+  {{- end }}
+- name: not-the-controller
+  {{- if $kueueMode }}
+  expression: "!({{ $user }} in {{ $controllers }}) || {{ $flip }}"
+  {{- else }}
+  expression: "!({{ $user }} in {{ $controllers }})"
+  {{- end }}
+{{- if $kueueMode }}
+- name: kueue-only-on-holdfast-state
+  expression: "!({{ $user }} in {{ $kueue }}) || {{ $stateChanges }} || {{ $queueKeys }} || {{ $heldWorkload }}"
+{{- end }}
+{{- end -}}
