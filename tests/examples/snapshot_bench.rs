@@ -17,7 +17,10 @@
 //!    as holdfast's controller identity, watching all namespaces (so its ConfigMap metadata
 //!    watch also sees the baseline's ConfigMaps). Timed from the process's start until all N
 //!    snapshots exist (a label watch in this process).
-//! 4. Peak RSS (`VmHWM`) and CPU time of the child from `/proc/<pid>/{status,stat}`.
+//! 4. Peak RSS (`VmHWM`) and CPU time of the child from `/proc/<pid>/{status,stat}`; the
+//!    binary's time from start to ready (`/readyz`).
+//! 5. Steady state: with every snapshot taken, the controller runs on for `--steady`
+//!    seconds; the requests it sends then (audit log), per minute.
 
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt, stream};
@@ -46,6 +49,10 @@ struct Args {
     /// Concurrent requests of the baseline, and the reconciler's concurrency.
     #[arg(long, default_value_t = 8)]
     concurrency: u16,
+    /// Seconds the controller runs on after the last snapshot, to count the requests it
+    /// makes in steady state.
+    #[arg(long, default_value_t = 60)]
+    steady: u64,
     /// The `holdfast-controller` binary to measure. By default the one built next to this
     /// example (`cargo build --release -p holdfast-controller`), if there is one; without
     /// it the reconciler runs in a child process of this example instead.
@@ -284,13 +291,15 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
             .join("holdfast-controller");
         built.is_file().then_some(built)
     });
+    let admin_port = holdfast_tests::control_plane::free_port()?;
+    let admin_addr = format!("127.0.0.1:{admin_port}");
     let mut command = match &binary {
         Some(bin) => {
             let mut c = Command::new(bin);
             c.arg("--kubeconfig")
                 .arg(&kubeconfig)
                 .args(["--lease-namespace", "default", "--identity", "bench"])
-                .args(["--admin-addr", "127.0.0.1:0", "--api-addr", "127.0.0.1:0"])
+                .args(["--admin-addr", &admin_addr, "--api-addr", "127.0.0.1:0"])
                 .args(["--snapshot-concurrency", &concurrency])
                 .env("RUST_LOG", "warn");
             c
@@ -314,9 +323,36 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         .stderr(Stdio::inherit())
         .spawn()?;
     let pid = reconciler.id();
+    // The binary's time from start to ready: its /readyz (bounded by the run's own timeout).
+    let ready = tokio::spawn({
+        let url = format!("http://{admin_addr}/readyz");
+        let is_binary = binary.is_some();
+        async move {
+            if !is_binary {
+                return None;
+            }
+            let deadline = Instant::now() + Duration::from_secs(3600);
+            while Instant::now() < deadline {
+                if matches!(reqwest::get(&url).await, Ok(r) if r.status().is_success()) {
+                    return Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            None
+        }
+    });
     let (first, last) = tokio::time::timeout(Duration::from_secs(3600), seen).await??;
     let total = last.duration_since(started);
     let steady = first.map(|f| last.duration_since(f));
+    let ready_after = ready.await?.map(|r| r.duration_since(started));
+    // Steady state: every snapshot taken; what does the controller still ask for?
+    let steady_from = k8s_openapi::jiff::Timestamp::now();
+    eprintln!(
+        "steady state: the controller runs on for {}s...",
+        args.steady
+    );
+    tokio::time::sleep(Duration::from_secs(args.steady)).await;
+    let steady_to = k8s_openapi::jiff::Timestamp::now();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib = |field: &str| {
         status
@@ -349,7 +385,12 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
     let mut total_requests = 0usize;
-    let audit = cp.audit_events()?;
+    let (baseline_user, controller_user) = (
+        Identity::Webhook.username(),
+        Identity::Controller.username(),
+    );
+    let audit =
+        cp.audit_events_where(|l| l.contains(baseline_user) || l.contains(controller_user))?;
     let server_ms = |user: &str| {
         let lat: Vec<f64> = audit
             .iter()
@@ -387,6 +428,31 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         *by_kind.entry(key).or_default() += 1;
     }
 
+    // The controller's requests received in the steady window, per minute.
+    let mut in_steady: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &audit {
+        let received = e["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        if e["user"]["username"] != controller_user
+            || !received.is_some_and(|t| t >= steady_from && t < steady_to)
+        {
+            continue;
+        }
+        let key = format!(
+            "{} {}{}",
+            e["verb"].as_str().unwrap_or("?"),
+            e["objectRef"]["resource"].as_str().unwrap_or("?"),
+            if e["stage"] == "ResponseStarted" {
+                " (watch opened)"
+            } else {
+                ""
+            }
+        );
+        *in_steady.entry(key).or_default() += 1;
+    }
+    let minutes = (args.steady as f64 / 60.0).max(1e-9);
+
     let rate = n as f64 / total.as_secs_f64();
     println!();
     println!("snapshot benchmark: {n} TrainJobs, concurrency {conc}; {what}");
@@ -423,6 +489,21 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         "  reconciler CPU time: {cpu_secs:.2}s = {:.2} ms per snapshot",
         cpu_secs * 1000.0 / n as f64
     );
+    match ready_after {
+        Some(r) => println!(
+            "  time from start to ready (/readyz): {:.2}s",
+            r.as_secs_f64()
+        ),
+        None => println!("  time from start to ready: not measured (no controller binary)"),
+    }
+    println!(
+        "  steady state, {}s after the last snapshot: {:.1} requests per minute",
+        args.steady,
+        in_steady.values().sum::<usize>() as f64 / minutes
+    );
+    for (k, v) in &in_steady {
+        println!("    {:>7.1}/min  {k}", *v as f64 / minutes);
+    }
     println!("  reconciler exit: {exited}");
     Ok(())
 }

@@ -518,11 +518,27 @@ impl ControlPlane {
     /// Every audit event the apiserver has written so far (one JSON object per request, at
     /// stage ResponseComplete or Panic), oldest first.
     pub fn audit_events(&self) -> anyhow::Result<Vec<serde_json::Value>> {
-        let text = std::fs::read_to_string(self.dir.join("audit.log"))?;
-        Ok(text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect())
+        self.audit_events_where(|_| true)
+    }
+
+    /// The audit events whose raw line passes `keep` (e.g. contains a user name): a large
+    /// log is read line by line and only the kept lines are parsed.
+    pub fn audit_events_where(
+        &self,
+        keep: impl Fn(&str) -> bool,
+    ) -> anyhow::Result<Vec<serde_json::Value>> {
+        use std::io::BufRead;
+        let file = std::fs::File::open(self.dir.join("audit.log"))?;
+        let mut out = Vec::new();
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line?;
+            if keep(&line)
+                && let Ok(v) = serde_json::from_str(&line)
+            {
+                out.push(v);
+            }
+        }
+        Ok(out)
     }
 
     /// Every audit event, once every request made before this call is in the log: a sentinel
