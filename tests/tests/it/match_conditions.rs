@@ -138,6 +138,18 @@ pub(crate) fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec
                 });
             }
         }
+        // Mixed, seeded: every dimension at once, and owned by a TrainJob (as controller or
+        // not), which decides whether a snapshot may be deleted.
+        let mut rng = SmallRng::seed_from_u64(7);
+        for _ in 0..MIXED {
+            let v = &out[rng.random_range(0..out.len())];
+            let mut v = v.clone();
+            let other = out[rng.random_range(0..out.len())].clone();
+            v.labels.extend(other.labels);
+            v.annotations.extend(other.annotations);
+            v.owners = random_owners(&mut rng, owners);
+            out.push(v);
+        }
         return out;
     }
     let annotations: &[&[(&str, &str)]] = &[
@@ -227,6 +239,50 @@ pub(crate) fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec
             out.push(v.clone());
             v.labels = pairs(&[("kueue.x-k8s.io/job-uid", uid)]);
             out.push(v);
+        }
+    }
+    // Mixed, seeded: two variants' annotations and labels at once, with finalizers, owners and
+    // a job-uid label drawn independently (the single-dimension variants above never combine
+    // them).
+    let mut rng = SmallRng::seed_from_u64(match resource {
+        Resource::TrainJob => 11,
+        _ => 13,
+    });
+    let base = out.len();
+    for _ in 0..MIXED {
+        let mut v = out[rng.random_range(0..base)].clone();
+        let other = &out[rng.random_range(0..base)];
+        v.annotations.extend(other.annotations.clone());
+        v.labels.extend(other.labels.clone());
+        v.finalizers = ["holdfast.dev/hold", "kueue.x-k8s.io/resource-in-use"]
+            .into_iter()
+            .filter(|_| rng.random_bool(0.3))
+            .map(str::to_owned)
+            .collect();
+        v.owners = random_owners(&mut rng, owners);
+        if let Some(uid) = v.owners.first().and_then(|o| o["uid"].as_str())
+            && rng.random_bool(0.5)
+        {
+            v.labels
+                .insert("kueue.x-k8s.io/job-uid".to_owned(), uid.to_owned());
+        }
+        out.push(v);
+    }
+    out
+}
+
+/// Mixed variants per resource in the catalogue.
+const MIXED: usize = 40;
+
+/// Zero to two TrainJob ownerReferences to `owners`, each a controller or not.
+fn random_owners(rng: &mut SmallRng, owners: &[(String, String)]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (name, uid) in owners {
+        if rng.random_bool(0.4) {
+            out.push(
+                json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": name, "uid": uid, "controller": rng.random_bool(0.5)}),
+            );
         }
     }
     out
