@@ -1865,12 +1865,40 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
         );
     }
 
-    // Clean up: the job, then the ClusterQueue (so the chart's AdmissionCheck can go), then
-    // the release.
+    // Uninstalled while a ClusterQueue still names the chart's AdmissionCheck, the check
+    // stays (Terminating, Kueue's finalizer) until no ClusterQueue names it, as the chart
+    // README's "Uninstall" says.
     trainjobs
         .delete("tj", &DeleteParams::default())
         .await
         .expect("delete trainjob");
+    let mut release = release;
+    release.uninstall().expect("helm uninstall");
+    let checks: Api<DynamicObject> = Api::all_with(
+        admin.clone(),
+        &kueue::api_resource("AdmissionCheck", "admissionchecks"),
+    );
+    let terminating = wait_for(
+        "the AdmissionCheck Terminating",
+        Duration::from_secs(30),
+        || async {
+            checks
+                .get_opt(&check_name)
+                .await
+                .ok()
+                .flatten()
+                .filter(|c| c.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
+    assert!(
+        terminating
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"kueue.x-k8s.io/resource-in-use".to_owned()),
+        "held by Kueue's finalizer"
+    );
     Api::<DynamicObject>::all_with(
         admin.clone(),
         &kueue::api_resource("ClusterQueue", "clusterqueues"),
@@ -1878,7 +1906,30 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
     .delete(&format!("cq-{ns}"), &DeleteParams::default())
     .await
     .expect("delete the ClusterQueue");
-    drop(release);
+    wait_for(
+        "the AdmissionCheck gone with the ClusterQueue",
+        Duration::from_secs(60),
+        || async { matches!(checks.get_opt(&check_name).await, Ok(None)).then_some(()) },
+    )
+    .await;
+}
+
+/// Restarts Trainer when dropped, if it is not running.
+struct TrainerBack(&'static NodeCluster);
+
+impl Drop for TrainerBack {
+    fn drop(&mut self) {
+        let restarted =
+            self.0.with_process(
+                "trainer",
+                |p| {
+                    if p.running() { Ok(()) } else { p.restart() }
+                },
+            );
+        if let Some(Err(e)) = restarted {
+            eprintln!("restarting Trainer: {e:#}");
+        }
+    }
 }
 
 /// Set `failurePolicy` on every webhook of Trainer's two webhook configurations (as the
@@ -2105,10 +2156,12 @@ async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshot
     assert_eq!(image, original);
     edit("trainer-first").await;
 
-    // Trainer stops (its webhooks set to Ignore meanwhile).
+    // Trainer stops (its webhooks set to Ignore meanwhile). Should the test fail while it
+    // is down, the guard starts it again for the tests after this one.
     cluster
         .with_process("trainer", |p| p.kill())
         .expect("trainer");
+    let _trainer_back = TrainerBack(cluster);
     trainer_webhooks_failure_policy(&admin, "Ignore").await;
 
     // The admission race: both writers down; admitted against the original runtime, which
