@@ -179,16 +179,25 @@ pub(crate) async fn start(
         )
         .await?;
 
-    // Ready when the health probe says so; the webhook port accepting TLS follows it.
+    // Ready when the health probe says so; the webhook port accepting TLS follows it. Inside
+    // a network namespace (the tier-3 node) Kueue's ports are on the namespace's loopback:
+    // the probe goes through a forward, and the webhook is asked through the apiserver (a
+    // dry-run create only Kueue's webhook judges), since a forward accepts before its target.
+    let health = match cp.netns() {
+        Some(ns) => ns.forward(std::net::SocketAddr::from(([127, 0, 0, 1], health_port)))?,
+        None => health_port,
+    };
     let start = Instant::now();
     let mut proc = proc;
     loop {
         if !proc.running() {
             bail!("kueue exited:\n{}", proc.log_tail(40));
         }
-        if probe(health_port, "/readyz").is_ok()
-            && std::net::TcpStream::connect(("127.0.0.1", webhook_port)).is_ok()
-        {
+        let webhook_up = match cp.netns() {
+            None => std::net::TcpStream::connect(("127.0.0.1", webhook_port)).is_ok(),
+            Some(_) => flavor_dry_run(&admin).await.is_ok(),
+        };
+        if probe(health, "/readyz").is_ok() && webhook_up {
             break;
         }
         if start.elapsed() > Duration::from_secs(120) {
@@ -197,6 +206,27 @@ pub(crate) async fn start(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(proc)
+}
+
+/// A server-side dry-run create of a ResourceFlavor: answered only once Kueue's webhook is.
+async fn flavor_dry_run(admin: &kube::Client) -> anyhow::Result<()> {
+    let flavor: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor",
+        "metadata": {"name": "holdfast-probe"}
+    }))?;
+    Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &api_resource("ResourceFlavor", "resourceflavors"),
+    )
+    .create(
+        &kube::api::PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+        &flavor,
+    )
+    .await?;
+    Ok(())
 }
 
 fn probe(port: u16, path: &str) -> anyhow::Result<()> {

@@ -314,6 +314,24 @@ impl NodeCluster {
         Ok(())
     }
 
+    /// Give an image already in the node's containerd a second name (`ctr images tag`): the
+    /// same content under a reference a test can tell apart on a running pod.
+    pub fn tag_image(&self, source: &str, target: &str) -> anyhow::Result<()> {
+        let out = Command::new(self.node.bin("ctr"))
+            .arg("--address")
+            .arg(self.containerd_socket())
+            .args(["-n", "k8s.io", "images", "tag", "--force", source, target])
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "ctr images tag {source} {target} failed: {}{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        Ok(())
+    }
+
     /// The last lines of a node component's log (`containerd`, `kubelet`, `kube-scheduler`,
     /// `kube-proxy`, `jobset`, `trainer`), or of the control plane's.
     pub fn log_tail(&self, component: &str, lines: usize) -> String {
