@@ -7,8 +7,11 @@
 //!   stored, so "none" skips the storage write as the refusals do);
 //! - protected, refused: an editor deleting a snapshot ConfigMap (a dry run);
 //! - unrelated: an editor's ConfigMap write (matchConditions keep it off the webhook);
-//! - unrelated: an editor's label on a TrainJob (not sent to the webhook; the jobs policy
-//!   judges every TrainJob write, so this is what CEL costs where it finds nothing).
+//! - unrelated: an editor's label on a TrainJob (the match conditions, shared by the webhook
+//!   entry and the policy, keep it from both: this is what evaluating them costs).
+//!
+//! Under `both` the apiserver asks the policies first and stops at their refusal, so a
+//! refused protected write never reaches the webhook there.
 //!
 //! `cargo run --release -p holdfast-tests --example admission_cost_bench`
 //! (`HOLDFAST_BENCH_ITERS`, default 300). Prints the README's table: p50 and p99 of each

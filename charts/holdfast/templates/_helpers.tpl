@@ -272,8 +272,6 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
 {{- define "holdfast.conditions.jobs" -}}
 {{- $user := "request.userInfo.username" -}}
 {{- $controllers := include "holdfast.cel.list" (include "holdfast.controllerUsers" . | fromJsonArray) -}}
-{{- $creators := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotCreators) -}}
-{{- $deleters := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotDeleters) -}}
 {{- $kueue := include "holdfast.cel.list" .Values.identities.kueueUsers -}}
 {{- $carriesNew := include "holdfast.cel.carries" "object" -}}
 {{- $carriesOld := include "holdfast.cel.carries" "oldObject" -}}

@@ -1,4 +1,10 @@
 //! The validating webhook's verdict.
+//!
+//! The same rules are written in CEL as the chart's ValidatingAdmissionPolicies
+//! (`charts/holdfast/templates/admissionpolicies.yaml`, chart value `validation.engine`): a
+//! rule changed here is changed there too, and
+//! `tests/tests/it/validation_engines.rs` compares the two through the real apiserver on
+//! every request of the match-conditions catalogue (add a case there for a new rule).
 
 use super::fields;
 use super::object::{ANNOTATIONS, BINARY_DATA, DATA, Doc, Field, IMMUTABLE, LABELS, Object, UID};

@@ -756,18 +756,18 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
                 "{mode}"
             );
         }
-        // policy: the webhook keeps only the lookups, the start gate's failing closed.
+        // policy: the webhook keeps only the lookups, failing closed where jobs.validate did.
         let want = if mode == "kueue" {
             vec![
                 (
-                    "gates.validate.holdfast.dev".to_owned(),
+                    "queue-checks.validate.holdfast.dev".to_owned(),
                     "Fail".to_owned(),
-                    s(&["managed-and-queue-checked", "not-the-controller"]),
+                    s(&["queue-checked-and-protected", "not-the-controller"]),
                 ),
                 (
                     "queues.validate.holdfast.dev".to_owned(),
                     "Ignore".to_owned(),
-                    s(&["unmanaged-and-queue-checked", "not-the-controller"]),
+                    s(&["queued-without-holdfast-state", "not-the-controller"]),
                 ),
                 (
                     "kueue-unsuspend.validate.holdfast.dev".to_owned(),
@@ -786,7 +786,15 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
                 .iter()
                 .filter_map(|p| p["metadata"]["name"].as_str())
                 .collect();
-            assert_eq!(names, ["holdfast-snapshots", "holdfast-jobs"], "{mode}");
+            assert_eq!(
+                names,
+                [
+                    "holdfast-snapshots",
+                    "holdfast-trainjobs",
+                    "holdfast-workloads"
+                ],
+                "{mode}"
+            );
             for p in &policies {
                 assert_eq!(p["apiVersion"], "admissionregistration.k8s.io/v1");
                 assert_eq!(p["spec"]["failurePolicy"], "Fail", "{mode}");
@@ -811,7 +819,8 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
                 bound,
                 [
                     ("holdfast-snapshots", &serde_json::json!(["Deny"])),
-                    ("holdfast-jobs", &serde_json::json!(["Deny"]))
+                    ("holdfast-trainjobs", &serde_json::json!(["Deny"])),
+                    ("holdfast-workloads", &serde_json::json!(["Deny"]))
                 ],
                 "{mode}"
             );

@@ -274,14 +274,18 @@ pub(crate) fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec
 /// Mixed variants per resource in the catalogue.
 const MIXED: usize = 40;
 
-/// Zero to two TrainJob ownerReferences to `owners`, each a controller or not.
+/// Zero to two TrainJob ownerReferences to `owners`, at most one of them the controller.
 fn random_owners(rng: &mut SmallRng, owners: &[(String, String)]) -> Vec<Value> {
     let mut out = Vec::new();
+    let mut controller = false;
     for (name, uid) in owners {
         if rng.random_bool(0.4) {
+            // At most one controller reference (the apiserver refuses two).
+            let is_controller = !controller && rng.random_bool(0.5);
+            controller |= is_controller;
             out.push(
                 json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                "name": name, "uid": uid, "controller": rng.random_bool(0.5)}),
+                "name": name, "uid": uid, "controller": is_controller}),
             );
         }
     }
@@ -553,6 +557,20 @@ enum Sent {
     Other(String),
 }
 
+/// Whether `o` carries holdfast state: a `holdfast.dev/` annotation, label or finalizer.
+fn carries_state(o: Option<&Value>) -> bool {
+    o.is_some_and(|o| {
+        ["annotations", "labels"].iter().any(|m| {
+            o["metadata"][m]
+                .as_object()
+                .is_some_and(|a| a.keys().any(|k| k.starts_with("holdfast.dev/")))
+        }) || o["metadata"]["finalizers"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f.as_str().is_some_and(|f| f.starts_with("holdfast.dev/")))
+        })
+    })
+}
+
 /// Whether `case` adds, removes or changes a `holdfast.dev/` annotation, label or finalizer
 /// (a CREATE: carries one), or a TrainJob's queue keys.
 fn changes_state_or_queue(case: &Case) -> bool {
@@ -618,10 +636,20 @@ pub(crate) fn cases(
                 new: Some(apply(old, new, &resource)),
             };
             if resource == Resource::ConfigMap {
-                for (old, _) in olds {
-                    for new in news {
+                // Every pair of the single-dimension variants, a sample of those with a
+                // mixed one, and every DELETE.
+                let base = news.len() - MIXED;
+                for (old, _) in &olds[..base] {
+                    for new in &news[..base] {
                         out.push(update(old, new));
                     }
+                }
+                for _ in 0..UPDATE_SAMPLES {
+                    let (old, _) = &olds[rng.random_range(0..olds.len())];
+                    let new = &news[rng.random_range(base..news.len())];
+                    out.push(update(old, new));
+                }
+                for (old, _) in olds {
                     out.push(Case {
                         resource: resource.clone(),
                         op: Operation::Delete,
@@ -874,18 +902,6 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
                     .as_ref()
                     .and_then(|o| o.pointer("/metadata/annotations/holdfast.dev~1hold-instance"))
                     .is_some();
-            let carries_state = |o: &Option<Value>| {
-                o.as_ref().is_some_and(|o| {
-                    ["annotations", "labels"].iter().any(|m| {
-                        o["metadata"][m]
-                            .as_object()
-                            .is_some_and(|a| a.keys().any(|k| k.starts_with("holdfast.dev/")))
-                    }) || o["metadata"]["finalizers"].as_array().is_some_and(|f| {
-                        f.iter()
-                            .any(|f| f.as_str().is_some_and(|f| f.starts_with("holdfast.dev/")))
-                    })
-                })
-            };
             let spared = match (mode, case.user) {
                 // The controller creates no TrainJob or Workload; it updates them.
                 (_, u) if u == Identity::Controller.username() => {
@@ -904,7 +920,7 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
                 _ => {
                     case.resource == Resource::TrainJob
                         && case.op == Operation::Create
-                        && !carries_state(&case.new)
+                        && !carries_state(case.new.as_ref())
                 }
             };
             if spared && protected && !needs_m && !needs_v {
@@ -955,10 +971,12 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
 /// With `validation.engine: policy` the ValidatingAdmissionPolicies judge every rule (their
 /// equivalence with the policy is `validation_engines`); the webhook keeps only the lookups
 /// CEL cannot make, in kueue mode (plain mode has none). Each lookup the policy needs is sent
-/// to an entry, the queue check of a managed TrainJob (its start gate) to the protected one
-/// and nothing else to it, so an outage refuses only that.
+/// to an entry, and exactly the queue checks `jobs.validate` made fail closed under the
+/// webhook engine — every UPDATE the check judges, every CREATE carrying holdfast state (a
+/// managed job's start gate among them) — go to the protected one, so an outage refuses what
+/// it refused before and nothing more.
 #[tokio::test]
-async fn with_the_policy_engine_every_lookup_is_sent_and_only_the_start_gates_fail_closed() {
+async fn with_the_policy_engine_every_lookup_is_sent_and_the_queue_checks_fail_closed_as_before() {
     let cp = holdfast_tests::holdfast::owned_control_plane().await;
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let ns = cp.namespace("match-policy").await.expect("namespace");
@@ -990,11 +1008,12 @@ async fn with_the_policy_engine_every_lookup_is_sent_and_only_the_start_gates_fa
     for (case, (protected, best_effort)) in cases.iter().zip(&reached) {
         let input = case.input(case.mutated(mode, true));
         let queue = queue_check(&input, &who(), mode);
-        let gate = queue.as_ref().is_some_and(|q| q.managed);
+        let gate = queue.is_some()
+            && (case.op == Operation::Update || carries_state(input.object.as_ref()));
         gates += usize::from(gate);
         if *protected != gate {
             failures.push(format!(
-                "sent to the protected entry: {protected}, a managed TrainJob's queue check: {gate}: {case:?}"
+                "sent to the protected entry: {protected}, a queue check that fails closed: {gate}: {case:?}"
             ));
         }
         let allowed = validate(&input, &who(), mode).is_allowed();
@@ -1007,11 +1026,11 @@ async fn with_the_policy_engine_every_lookup_is_sent_and_only_the_start_gates_fa
         }
     }
     println!(
-        "{} requests, {gates} start-gate queue checks, {lookups} lookups",
+        "{} requests, {gates} queue checks that fail closed, {lookups} lookups",
         cases.len()
     );
     assert!(
-        gates > 50 && lookups > gates,
+        gates > 50 && lookups > 50,
         "too few lookups to check: {gates}, {lookups}"
     );
     assert!(

@@ -160,7 +160,7 @@ impl Scene {
         .await
         .expect("register the validating entries");
             // Kueue mode, policy engine: only the lookups' entries remain; a managed queued
-            // TrainJob reaches the gate check (refused: this webhook watches no queues).
+            // TrainJob reaches the queue check (refused: this webhook watches no queues).
             let webhook_probe = if engine == Engine::Policy {
                 probe(
                     ns,
@@ -215,17 +215,38 @@ impl Scene {
     }
 }
 
-/// The apiserver type-checks each policy's CEL against the resources' schemas (TrainJob's
-/// and Workload's CRDs, ConfigMap's built-in one) and reports what does not fit as warnings:
-/// a misspelt field would be a runtime error, which `failurePolicy: Fail` turns into a
-/// refusal. There must be none.
+/// The apiserver type-checks a policy's CEL against the schemas of the resources it matches
+/// (TrainJob's and Workload's CRDs, ConfigMap's built-in one) and reports what does not fit
+/// as warnings: a misspelt field would be a runtime error, which `failurePolicy: Fail` turns
+/// into a refusal. It skips rules whose versions are a wildcard, as the TrainJob and Workload
+/// policies' are (they must match every served version), so each policy is checked as a copy with the versions
+/// pinned (`v1alpha1` TrainJobs, `v1beta2` Workloads; not bound, so it judges nothing).
+/// There must be no warning.
 async fn assert_type_checked(admin: &kube::Client, registration: &Registration) {
     let api = kube::Api::<kube::api::DynamicObject>::all_with(admin.clone(), &policy_resource());
     for p in registration.policies() {
-        let name = p.metadata.name.clone().unwrap_or_default();
+        let mut copy = serde_json::to_value(&p).expect("policy as JSON");
+        let name = format!("{}-typecheck", p.metadata.name.clone().unwrap_or_default());
+        copy["metadata"] = json!({"name": name});
+        for rule in copy["spec"]["matchConstraints"]["resourceRules"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            let pinned = match rule["apiGroups"][0].as_str() {
+                Some("trainer.kubeflow.org") => "v1alpha1",
+                Some("kueue.x-k8s.io") => "v1beta2",
+                _ => continue,
+            };
+            rule["apiVersions"] = json!([pinned]);
+        }
+        let copy: kube::api::DynamicObject = serde_json::from_value(copy).expect("the copy");
+        api.create(&Default::default(), &copy)
+            .await
+            .expect("create the pinned copy");
         let deadline = Instant::now() + Duration::from_secs(60);
         let status = loop {
-            let stored = api.get(&name).await.expect("the policy");
+            let stored = api.get(&name).await.expect("the copy");
             let status = stored.data["status"].clone();
             if status["observedGeneration"].as_i64().is_some() {
                 break status;
@@ -236,6 +257,7 @@ async fn assert_type_checked(admin: &kube::Client, registration: &Registration) 
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        let _ = api.delete(&name, &Default::default()).await;
         let warnings = &status["typeChecking"]["expressionWarnings"];
         assert!(
             warnings.as_array().is_none_or(Vec::is_empty),
