@@ -1238,9 +1238,12 @@ impl ChartRelease {
         .map(str::to_owned)
         .to_vec();
         args.extend(extra.iter().map(|s| s.to_string()));
+        // The tag is a content hash that can be all digits: as a string, or helm reads a
+        // number (which the chart's schema refuses).
+        args.push("--set-string".into());
+        args.push(format!("image.tag={}", self.image.1));
         let image = [
             format!("image.repository={}", self.image.0),
-            format!("image.tag={}", self.image.1),
             "image.pullPolicy=Never".to_owned(),
         ];
         for s in image.iter().map(String::as_str).chain(sets.iter().copied()) {
