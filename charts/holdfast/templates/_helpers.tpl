@@ -257,7 +257,6 @@ definition for both engines: tests/tests/it/match_conditions.rs proves they send
 request the policy refuses. */}}
 {{- define "holdfast.conditions.snapshots" -}}
 {{- $user := "request.userInfo.username" -}}
-{{- $controllers := include "holdfast.cel.list" (include "holdfast.controllerUsers" . | fromJsonArray) -}}
 {{- $creators := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotCreators) -}}
 {{- $deleters := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotDeleters) -}}
 - name: runtime-snapshot
@@ -266,8 +265,8 @@ request the policy refuses. */}}
   expression: "!(request.operation == 'CREATE' && {{ $user }} in {{ $creators }}) && !(request.operation == 'DELETE' && {{ $user }} in {{ $deleters }})"
 {{- end -}}
 
-{{/* The match conditions of the TrainJob and Workload rules (jobs.validate and the jobs
-policy): a write of holdfast state, a suspend flip, the queue keys, a Workload's TrainJob
+{{/* The match conditions of the TrainJob and Workload rules (jobs.validate and the
+trainjobs and workloads policies): a write of holdfast state, a suspend flip, the queue keys, a Workload's TrainJob
 owner or job-uid, a held Workload; not the controller's or Kueue's writes the rules allow. */}}
 {{- define "holdfast.conditions.jobs" -}}
 {{- $user := "request.userInfo.username" -}}
