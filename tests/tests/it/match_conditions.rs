@@ -14,6 +14,7 @@
 //! the policy's own (`holdfast_core::policy`) on the same objects.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use futures::StreamExt;
 use holdfast_core::mode::Mode;
@@ -23,6 +24,7 @@ use holdfast_core::policy::{
     unsuspend_check, validate,
 };
 use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
+use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -670,6 +672,44 @@ pub(crate) fn cases(
     out
 }
 
+/// A TrainJob CREATE by alice carrying `annotations` and `labels`, with `spec`: the probe that
+/// shows a registration has taken effect (or is gone).
+pub(crate) fn probe(
+    ns: &str,
+    annotations: &[(&str, &str)],
+    labels: &[(&str, &str)],
+    spec: Value,
+) -> Case {
+    Case {
+        resource: Resource::TrainJob,
+        op: Operation::Create,
+        user: "alice",
+        old: None,
+        new: Some(fresh(
+            "probe",
+            &Variant {
+                annotations: pairs(annotations),
+                labels: pairs(labels),
+                finalizers: Vec::new(),
+                owners: Vec::new(),
+                spec,
+                name: None,
+            },
+            &Resource::TrainJob,
+            ns,
+        )),
+    }
+}
+
+/// The requests a run counted (its `"<mode> requests"` counters).
+pub(crate) fn requests_counted(counts: &BTreeMap<String, usize>) -> usize {
+    counts
+        .iter()
+        .filter(|(k, _)| k.ends_with(" requests"))
+        .map(|(_, n)| n)
+        .sum()
+}
+
 /// Registers `pass` of `engine` for `ns`, waits until it takes effect, sends every case
 /// (`patched(i)`: the protected mutating entry was sent case i) and unregisters; gives what
 /// each case met.
@@ -702,34 +742,26 @@ async fn run_pass(
         ),
         (false, _) => (&[], &[("kueue.x-k8s.io/queue-name", "q")]),
     };
-    let probe = Case {
-        resource: Resource::TrainJob,
-        op: Operation::Create,
-        user: "alice",
-        old: None,
-        new: Some(fresh(
-            "probe",
-            &Variant {
-                annotations: pairs(annotations),
-                labels: pairs(labels),
-                finalizers: Vec::new(),
-                owners: Vec::new(),
-                spec: json!({"runtimeRef": {"name": "rt"}}),
-                name: None,
-            },
-            &Resource::TrainJob,
-            ns,
-        )),
+    let probe = probe(
+        ns,
+        annotations,
+        labels,
+        json!({"runtimeRef": {"name": "rt"}}),
+    );
+    let probe_meets = |want: Sent| {
+        let probe = &probe;
+        let client = &clients["alice"];
+        move || {
+            let want = want.clone();
+            async move { (probe.send(client, mode, pass, true).await == want).then_some(()) }
+        }
     };
-    let send_probe = || probe.send(&clients["alice"], mode, pass, true);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while send_probe().await != Sent::Matched {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{pass:?} did not take effect"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait_for(
+        &format!("{pass:?} to take effect"),
+        Duration::from_secs(60),
+        probe_meets(Sent::Matched),
+    )
+    .await;
     let results: Vec<(usize, Sent)> = futures::stream::iter(cases.iter().enumerate())
         .map(|(i, case)| {
             let client = clients[case.user].clone();
@@ -741,14 +773,12 @@ async fn run_pass(
         .await;
     unregister(admin).await;
     // Wait until the entries are gone: the probe goes through again.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while send_probe().await != Sent::NotMatched {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{pass:?} was not removed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    wait_for(
+        &format!("{pass:?} to be removed"),
+        Duration::from_secs(60),
+        probe_meets(Sent::NotMatched),
+    )
+    .await;
     results
 }
 
@@ -931,11 +961,7 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
         }
     }
     println!("{counts:#?}");
-    let requests: usize = counts
-        .iter()
-        .filter(|(k, _)| k.ends_with(" requests"))
-        .map(|(_, n)| n)
-        .sum();
+    let requests = requests_counted(&counts);
     assert!(requests > 8_000, "too few requests checked: {counts:?}");
     // The failures by kind, identity, resource and operation.
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();

@@ -13,18 +13,19 @@
 //! protective patch (the match-conditions test proves that patch is always made).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use holdfast_core::mode::Mode;
-use holdfast_core::policy::{Operation, Resource, queue_check, unsuspend_check, validate};
+use holdfast_core::policy::{queue_check, unsuspend_check, validate};
 use holdfast_tests::control_plane::Options;
 use holdfast_tests::in_process_webhook::InProcessWebhook;
 use holdfast_tests::registration::{Engine, Namespaces, Registration, Target, policy_resource};
+use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use serde_json::json;
 
-use crate::match_conditions::{Case, Variant, World, cases, fresh, pairs, who};
+use crate::match_conditions::{Case, World, cases, requests_counted, who};
 
 /// Who refused a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,25 +61,12 @@ async fn judge(case: &Case, client: &kube::Client, mode: Mode) -> Result<Verdict
 
 /// A TrainJob CREATE by alice carrying `annotations` and `labels`: the registration probes.
 fn probe(ns: &str, annotations: &[(&str, &str)], labels: &[(&str, &str)]) -> Case {
-    Case {
-        resource: Resource::TrainJob,
-        op: Operation::Create,
-        user: "alice",
-        old: None,
-        new: Some(fresh(
-            "probe",
-            &Variant {
-                annotations: pairs(annotations),
-                labels: pairs(labels),
-                finalizers: Vec::new(),
-                owners: Vec::new(),
-                spec: json!({"runtimeRef": {"name": "rt"}, "suspend": true}),
-                name: None,
-            },
-            &Resource::TrainJob,
-            ns,
-        )),
-    }
+    crate::match_conditions::probe(
+        ns,
+        annotations,
+        labels,
+        json!({"runtimeRef": {"name": "rt"}, "suspend": true}),
+    )
 }
 
 /// Waits (bounded) until `probe` gets an answer `accept` takes.
@@ -89,16 +77,13 @@ async fn wait_until(
     mode: Mode,
     accept: impl Fn(&Verdict) -> bool,
 ) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(v) = judge(probe, client, mode).await
-            && accept(&v)
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what} within 60 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(what, Duration::from_secs(60), || async {
+        judge(probe, client, mode)
+            .await
+            .is_ok_and(|v| accept(&v))
+            .then_some(())
+    })
+    .await;
 }
 
 /// What one pass registers.
@@ -244,19 +229,19 @@ async fn assert_type_checked(admin: &kube::Client, registration: &Registration) 
         api.create(&Default::default(), &copy)
             .await
             .expect("create the pinned copy");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            let stored = api.get(&name).await.expect("the copy");
-            let status = stored.data["status"].clone();
-            if status["observedGeneration"].as_i64().is_some() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} was not type-checked within 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        let status = wait_for(
+            &format!("{name} to be type-checked"),
+            Duration::from_secs(60),
+            || async {
+                let stored = api.get(&name).await.expect("the copy");
+                let status = stored.data["status"].clone();
+                status["observedGeneration"]
+                    .as_i64()
+                    .is_some()
+                    .then_some(status)
+            },
+        )
+        .await;
         let _ = api.delete(&name, &Default::default()).await;
         let warnings = &status["typeChecking"]["expressionWarnings"];
         assert!(
@@ -355,11 +340,7 @@ async fn the_admission_policies_and_the_webhook_decide_every_request_alike() {
         }
     }
     println!("{counts:#?}");
-    let requests: usize = counts
-        .iter()
-        .filter(|(k, _)| k.ends_with(" requests"))
-        .map(|(_, n)| n)
-        .sum();
+    let requests = requests_counted(&counts);
     assert!(requests > 8_000, "too few requests judged: {counts:?}");
     for mode in [Mode::Plain, Mode::Kueue] {
         assert!(
