@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use holdfast_core::mode::Mode;
+use holdfast_tests::bench::percentile;
 use holdfast_tests::in_process_webhook::InProcessWebhook;
 use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
@@ -77,16 +78,6 @@ impl Write {
             Write::TrainJobLabel => "unrelated: label on a TrainJob",
         }
     }
-}
-
-fn percentile(samples: &[Duration], p: f64) -> Duration {
-    let mut s = samples.to_vec();
-    s.sort();
-    if s.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * (s.len() as f64 - 1.0)).round() as usize;
-    s[rank.min(s.len() - 1)]
 }
 
 /// One configuration's namespace, with its objects.

@@ -8,6 +8,7 @@
 //! `cargo run --release -p holdfast-tests --example hold_bench` (`HOLDFAST_BENCH_ITERS`, default
 //! 300).
 
+use holdfast_tests::bench::percentile;
 use holdfast_tests::hold_support;
 
 use std::time::{Duration, Instant};
@@ -20,14 +21,6 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 
 const WARMUP: usize = 20;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
 
 struct Series {
     name: &'static str,
@@ -42,9 +35,7 @@ impl Series {
         }
     }
     fn p(&self, p: f64) -> Duration {
-        let mut s = self.samples.clone();
-        s.sort();
-        percentile(&s, p)
+        percentile(&self.samples, p)
     }
 }
 

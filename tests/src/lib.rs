@@ -9,6 +9,7 @@
 
 pub mod adversary;
 pub mod audit;
+pub mod bench;
 pub mod binaries;
 pub mod control_plane;
 pub mod crds;
