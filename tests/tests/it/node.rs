@@ -246,6 +246,29 @@ async fn running_pods(pods: &Api<Pod>, jobset: &str) -> Vec<Pod> {
     pods.list(&lp).await.map(|l| l.items).unwrap_or_default()
 }
 
+/// Every pod in `ps` Running, and none of them one of `old` (uids): a new set replaced them.
+fn all_running_and_new(ps: &[Pod], old: &[String]) -> bool {
+    ps.iter().all(is_running)
+        && ps
+            .iter()
+            .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap_or(&String::new())))
+}
+
+/// The pods of `jobset`'s next execution, once there are some, all Running and none of `old`
+/// (the previous execution's uids); panics after `within`.
+async fn next_execution(
+    pods: &Api<Pod>,
+    jobset: &str,
+    old: &[String],
+    within: Duration,
+) -> Vec<Pod> {
+    wait_for("the second execution Running", within, || async {
+        let ps = running_pods(pods, jobset).await;
+        (!ps.is_empty() && all_running_and_new(&ps, old)).then_some(ps)
+    })
+    .await
+}
+
 fn owner_kind(meta: &kube::api::ObjectMeta) -> Option<(String, String)> {
     meta.owner_references
         .as_ref()?
@@ -774,12 +797,7 @@ async fn the_chart_on_the_node_guards_snapshots_fails_over_upgrades_and_uninstal
         Duration::from_secs(120),
         || async {
             let now = release_pods().await;
-            (now.len() == 4
-                && now.iter().all(is_running)
-                && now
-                    .iter()
-                    .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap_or(&String::new()))))
-            .then_some(now)
+            (now.len() == 4 && all_running_and_new(&now, &old)).then_some(now)
         },
     )
     .await;
@@ -1055,20 +1073,7 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
         .iter()
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
-    let second = wait_for(
-        "the second execution Running",
-        Duration::from_secs(120),
-        || async {
-            let ps = running_pods(&pods, "tj").await;
-            (!ps.is_empty()
-                && ps.iter().all(is_running)
-                && ps
-                    .iter()
-                    .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap_or(&String::new()))))
-            .then_some(ps)
-        },
-    )
-    .await;
+    let second = next_execution(&pods, "tj", &old, Duration::from_secs(120)).await;
     recorder.abort();
 
     // In the watch's order: every first-execution pod was deleted before any second one
@@ -1735,20 +1740,7 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
     }
 
     // The second execution runs once the first is gone.
-    let second = wait_for(
-        "the second execution Running",
-        Duration::from_secs(150),
-        || async {
-            let ps = running_pods(&pods, "tj").await;
-            (!ps.is_empty()
-                && ps.iter().all(is_running)
-                && ps
-                    .iter()
-                    .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap_or(&String::new()))))
-            .then_some(ps)
-        },
-    )
-    .await;
+    let second = next_execution(&pods, "tj", &old, Duration::from_secs(150)).await;
     let tj = trainjobs.get("tj").await.expect("tj");
     assert_eq!(
         tj.metadata.annotations.unwrap_or_default().get(ANN_ATTEMPT),
