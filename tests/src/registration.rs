@@ -100,6 +100,12 @@ impl Engine {
     }
 }
 
+/// Whether an apiserver refusal's message is one of holdfast's admission policies' (the
+/// apiserver names the policy and its binding: `ValidatingAdmissionPolicy 'holdfast-…'`).
+pub fn refused_by_policy(message: &str) -> bool {
+    message.contains("ValidatingAdmissionPolicy 'holdfast-")
+}
+
 /// The chart's webhook configurations (and, by engine, its admission policies), re-pointed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Registration {

@@ -10,7 +10,7 @@ use holdfast_core::mode::Mode;
 use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER};
 use holdfast_tests::in_process_webhook::InProcessWebhook;
 use holdfast_tests::objects::trainer_resource as trainer;
-use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
+use holdfast_tests::registration::{Engine, Namespaces, Registration, Target, refused_by_policy};
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
@@ -262,7 +262,7 @@ fn assert_refused<T: std::fmt::Debug>(r: Result<T, kube::Error>, words: &[&str])
             assert!(
                 s.message
                     .contains("validate.holdfast.dev\" denied the request")
-                    || s.message.contains("ValidatingAdmissionPolicy 'holdfast-"),
+                    || refused_by_policy(&s.message),
                 "not holdfast's refusal: {}",
                 s.message
             );
@@ -1216,8 +1216,7 @@ async fn webhook_down_refuses_protected_writes_and_lets_unrelated_ones_through()
     // policy engine the policies, which cannot go down, refuse it themselves.)
     let refused_down = |s: &kube::core::Status| {
         s.message.contains("failed calling webhook")
-            || (Engine::from_env().policies()
-                && s.message.contains("ValidatingAdmissionPolicy 'holdfast-"))
+            || (Engine::from_env().policies() && refused_by_policy(&s.message))
     };
     let down = |r: Result<ConfigMap, kube::Error>| match r {
         Err(kube::Error::Api(s)) => assert!(refused_down(&s), "{s:?}"),

@@ -14,7 +14,7 @@
 
 use holdfast_tests::hold_support;
 use holdfast_tests::kueue_support;
-use holdfast_tests::registration::Engine;
+use holdfast_tests::registration::{Engine, refused_by_policy};
 
 use hold_support::{annotation, meta};
 use holdfast_core::{
@@ -111,9 +111,7 @@ fn refused_by_outage<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Err
     match result {
         Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => {}
         Err(kube::Error::Api(s))
-            if Engine::from_env().policies()
-                && s.code == 403
-                && s.message.contains("ValidatingAdmissionPolicy 'holdfast-") => {}
+            if Engine::from_env().policies() && s.code == 403 && refused_by_policy(&s.message) => {}
         other => panic!("{what}: expected a refusal because the webhook is down, got {other:?}"),
     }
 }

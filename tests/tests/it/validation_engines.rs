@@ -20,7 +20,9 @@ use holdfast_core::mode::Mode;
 use holdfast_core::policy::{queue_check, unsuspend_check, validate};
 use holdfast_tests::control_plane::Options;
 use holdfast_tests::in_process_webhook::InProcessWebhook;
-use holdfast_tests::registration::{Engine, Namespaces, Registration, Target, policy_resource};
+use holdfast_tests::registration::{
+    Engine, Namespaces, Registration, Target, policy_resource, refused_by_policy,
+};
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use serde_json::json;
@@ -46,7 +48,7 @@ impl Verdict {
 async fn judge(case: &Case, client: &kube::Client, mode: Mode) -> Result<Verdict, String> {
     match case.attempt(client, case.mutated(mode, true)).await {
         Ok(()) => Ok(Verdict::Allowed),
-        Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy") => {
+        Err(kube::Error::Api(s)) if refused_by_policy(&s.message) => {
             Ok(Verdict::ByPolicy(s.message))
         }
         Err(kube::Error::Api(s))
