@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use holdfast_core::readmission::{
     is_our_check,
-    queues::{QueueGate, cluster_queue_of, queue_gate},
+    queues::{QueueGate, cluster_queue_of, covered_resources, queue_gate},
 };
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -168,10 +168,15 @@ impl Queues {
 
     /// Whether `workload` (as read) goes through holdfast's readmission gate.
     pub fn gate_for(&self, workload: &Value) -> QueueGate {
+        self.gate_and_coverage(workload).0
+    }
+
+    /// [`Queues::gate_for`], and the resources the Workload's ClusterQueue covers (empty
+    /// when it is not known).
+    pub fn gate_and_coverage(&self, workload: &Value) -> (QueueGate, BTreeSet<String>) {
+        let unresolved = |why| (QueueGate::Unresolved { why }, BTreeSet::new());
         if !self.synced() {
-            return QueueGate::Unresolved {
-                why: "the watches of Kueue's LocalQueues, ClusterQueues and AdmissionChecks have not listed yet; try again shortly".to_owned(),
-            };
+            return unresolved("the watches of Kueue's LocalQueues, ClusterQueues and AdmissionChecks have not listed yet; try again shortly".to_owned());
         }
         let local = |ns: &str, name: &str| {
             Self::object(
@@ -181,23 +186,33 @@ impl Queues {
         };
         let cq = match cluster_queue_of(workload, local) {
             Ok(cq) => cq,
-            Err(why) => return QueueGate::Unresolved { why },
+            Err(why) => return unresolved(why),
         };
         let found = Self::object(
             &self.0.cluster.store,
             ObjectRef::new_with(&cq, cluster_queue_resource()),
         );
-        queue_gate(&cq, found.as_ref(), &self.our_checks())
+        let covered = found.as_ref().map(covered_resources).unwrap_or_default();
+        (queue_gate(&cq, found.as_ref(), &self.our_checks()), covered)
     }
 
     /// Whether a job queued in LocalQueue `namespace/queue` (not admitted yet) would go
     /// through holdfast's readmission gate.
     pub fn gate_for_queue(&self, namespace: &str, queue: &str) -> QueueGate {
+        self.gate_and_coverage_for_queue(namespace, queue).0
+    }
+
+    /// [`Queues::gate_for_queue`], and the resources the ClusterQueue covers.
+    pub fn gate_and_coverage_for_queue(
+        &self,
+        namespace: &str,
+        queue: &str,
+    ) -> (QueueGate, BTreeSet<String>) {
         let workload = serde_json::json!({
             "metadata": {"namespace": namespace, "name": "(new)"},
             "spec": {"queueName": queue},
         });
-        self.gate_for(&workload)
+        self.gate_and_coverage(&workload)
     }
 
     /// Every ClusterQueue that does not require holdfast's check on every flavor, with why.

@@ -64,7 +64,8 @@ use holdfast_core::mode::Mode;
 use holdfast_core::policy::request::decode_review;
 use holdfast_core::policy::{
     AdmissionInput, Identities, Mutation, QueueProblem, Verdict, mutate, queue_check,
-    queue_verdict, runtime_to_record, unsuspend_check, unsuspend_verdict, validate,
+    queue_verdict, requests_check, requests_verdict, runtime_to_record, unsuspend_check,
+    unsuspend_verdict, validate,
 };
 use holdfast_core::readmission::queues::QueueGate;
 use holdfast_core::snapshot::{RuntimeRef, SnapshotError};
@@ -355,14 +356,24 @@ impl Policy {
                 .as_ref()
                 .map(|q| q.gate_for_queue(&check.namespace, &check.local_queue));
             let problem = match &gate {
-                None => Some(QueueProblem::Unresolved(
-                    "the webhook does not watch Kueue's queues",
-                )),
-                Some(QueueGate::Gated { .. }) => None,
-                Some(QueueGate::Ungated { why, .. }) => Some(QueueProblem::Ungated(why)),
-                Some(QueueGate::Unresolved { why }) => Some(QueueProblem::Unresolved(why)),
+                None => Some(QueueProblem::Unresolved(NO_QUEUES)),
+                Some(gate) => queue_problem(gate),
             };
             verdict = queue_verdict(input, &check, problem);
+        }
+        if verdict.is_allowed()
+            && let Some(check) = requests_check(input, self.mode)
+        {
+            let (gate, covered) = match &self.queues {
+                Some(q) => q.gate_and_coverage_for_queue(&check.namespace, &check.local_queue),
+                None => (
+                    QueueGate::Unresolved {
+                        why: NO_QUEUES.to_owned(),
+                    },
+                    Default::default(),
+                ),
+            };
+            verdict = requests_verdict(input, &check, queue_problem(&gate), &covered);
         }
         if verdict.is_allowed()
             && let Some(check) = unsuspend_check(input, self.mode)
@@ -484,6 +495,16 @@ async fn validate_endpoint(State(a): State<Arc<Admission>>, req: Request) -> Res
     a.admit(Endpoint::Validate, req).await
 }
 
+const NO_QUEUES: &str = "the webhook does not watch Kueue's queues";
+
+/// Why a queue does not prove holdfast's gate (`None`: it does), for the verdicts.
+fn queue_problem(gate: &QueueGate) -> Option<QueueProblem<'_>> {
+    match gate {
+        QueueGate::Gated { .. } => None,
+        QueueGate::Ungated { why, .. } => Some(QueueProblem::Ungated(why)),
+        QueueGate::Unresolved { why } => Some(QueueProblem::Unresolved(why)),
+    }
+}
 fn json_ok(answer: &AdmissionResponse) -> Result<Response, WebhookError> {
     let bytes = answer::to_json(answer).map_err(|e| WebhookError::Encode(e.to_string()))?;
     Ok((

@@ -246,6 +246,14 @@ empty are the same (the apiserver omits empty maps). */}}
 (has({{ . }}.metadata.ownerReferences) ? {{ . }}.metadata.ownerReferences.filter(r, r.kind == 'TrainJob' && (r.apiVersion == 'trainer.kubeflow.org' || r.apiVersion.startsWith('trainer.kubeflow.org/'))) : [])
 {{- end -}}
 
+{{/* Whether a pod spec (CEL expression; a Workload pod set's template.spec) requests
+nothing: no container's, init container's or pod-level requests or limits, no overhead
+(Kueue counts a limit as the request it stands in for). */}}
+{{- define "holdfast.cel.requestsNothing" -}}
+{{- $none := "(!has(c.resources) || ((!has(c.resources.requests) || size(c.resources.requests) == 0) && (!has(c.resources.limits) || size(c.resources.limits) == 0)))" -}}
+(!has({{ . }}.overhead) || size({{ . }}.overhead) == 0) && (!has({{ . }}.resources) || ((!has({{ . }}.resources.requests) || size({{ . }}.resources.requests) == 0) && (!has({{ . }}.resources.limits) || size({{ . }}.resources.limits) == 0))) && (!has({{ . }}.containers) || {{ . }}.containers.all(c, {{ $none }})) && (!has({{ . }}.initContainers) || {{ . }}.initContainers.all(c, {{ $none }}))
+{{- end -}}
+
 {{/* A list of user names for a message: sorted, comma-separated, or "none configured". */}}
 {{- define "holdfast.describe" -}}
 {{- if . }}{{ . | uniq | sortAlpha | join ", " }}{{ else }}none configured{{ end -}}

@@ -28,7 +28,9 @@
 //!   even the controller); the queue name stays while the TrainJob is suspended or at its
 //!   closed start gate; a managed TrainJob must be queued. Only the controller flips
 //!   `spec.active` or moves `spec.queueName` of a Workload that carries a hold; only Kueue makes
-//!   a Workload a TrainJob's (ownerReference).
+//!   a Workload a TrainJob's (ownerReference); a TrainJob's Workload whose pods request
+//!   nothing its ClusterQueue covers is refused in a queue that requires the readmission gate
+//!   (Kueue would admit it with no flavor, past every AdmissionCheck: `workload_requests`).
 //! - **both modes**: the hold finalizer is the controller's; a managed TrainJob keeps its
 //!   `managed` label while its start gate is closed.
 //! - **plain mode**: only the controller unsuspends a held TrainJob, or a managed TrainJob at
@@ -45,6 +47,7 @@ mod fields;
 mod mutate;
 mod object;
 mod validate;
+mod workload_requests;
 
 #[cfg(test)]
 mod testkit;
@@ -56,5 +59,6 @@ pub use validate::{
     QueueCheck, QueueProblem, UnsuspendCheck, queue_check, queue_verdict, unsuspend_check,
     unsuspend_verdict, validate,
 };
+pub use workload_requests::{PODS_RESOURCE, RequestsCheck, requests_check, requests_verdict};
 
 pub use crate::names::QUEUE_NAME_LABEL;

@@ -56,6 +56,8 @@ fields! {
     ACTIVE = ["spec", "active"];
     /// A Workload's LocalQueue.
     QUEUE_NAME = ["spec", "queueName"];
+    /// A Workload's pod sets: what its pods request (`workload_requests`).
+    POD_SETS = ["spec", "podSets"];
     /// The runtime a TrainJob names, read (by `snapshot::runtime_ref`) at its CREATE: see
     /// `policy::runtime_to_record`.
     RUNTIME_REF = ["spec", "runtimeRef"];

@@ -153,6 +153,21 @@ pub fn queue_gate(name: &str, cluster_queue: Option<&Value>, ours: &BTreeSet<Str
     }
 }
 
+/// The resources a ClusterQueue covers (`spec.resourceGroups[].coveredResources`): Kueue
+/// assigns a pod set a flavor only for these.
+pub fn covered_resources(cluster_queue: &Value) -> BTreeSet<String> {
+    cluster_queue
+        .pointer("/spec/resourceGroups")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.get("coveredResources").and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
 fn name(v: &Value) -> &str {
     v.pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -207,6 +222,18 @@ mod tests {
                 .is_some_and(|w| w.contains("create one with spec.controllerName")),
             "{none:?}"
         );
+    }
+
+    #[test]
+    fn a_queue_covers_the_resources_of_all_its_resource_groups() {
+        let cq = json!({"spec": {"resourceGroups": [
+            {"coveredResources": ["cpu", "memory"], "flavors": []},
+            {"coveredResources": ["nvidia.com/gpu"]},
+            {"flavors": []}
+        ]}});
+        let names: Vec<String> = covered_resources(&cq).into_iter().collect();
+        assert_eq!(names, ["cpu", "memory", "nvidia.com/gpu"]);
+        assert!(covered_resources(&json!({"spec": {}})).is_empty());
     }
 
     #[test]

@@ -627,6 +627,10 @@ fn webhook_entries_are_sent_the_resources_and_operations_the_policy_reads() {
                 "kueue-unsuspend.validate.holdfast.dev".to_owned(),
                 r(&[("trainjobs", "UPDATE")]),
             ));
+            want_v.push((
+                "workload-requests.validate.holdfast.dev".to_owned(),
+                r(&[("workloads", "CREATE,UPDATE")]),
+            ));
         }
         assert_eq!(v, want_v, "{mode}");
         let want_m = vec![
@@ -696,6 +700,15 @@ fn protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_i
                 "kueue-unsuspend.validate.holdfast.dev".to_owned(),
                 i.clone(),
                 s(&["kueue-unsuspends"]),
+            ));
+            want_v.push((
+                "workload-requests.validate.holdfast.dev".to_owned(),
+                p.clone(),
+                s(&[
+                    "a-trainjobs-workload",
+                    "its-pods-request-nothing",
+                    "created-or-its-pod-sets-or-queue-changed",
+                ]),
             ));
         }
         assert_eq!(v, want_v, "{mode}, {policy}");
@@ -773,6 +786,15 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
                     "kueue-unsuspend.validate.holdfast.dev".to_owned(),
                     "Ignore".to_owned(),
                     s(&["kueue-unsuspends"]),
+                ),
+                (
+                    "workload-requests.validate.holdfast.dev".to_owned(),
+                    "Fail".to_owned(),
+                    s(&[
+                        "a-trainjobs-workload",
+                        "its-pods-request-nothing",
+                        "created-or-its-pod-sets-or-queue-changed",
+                    ]),
                 ),
             ]
         } else {

@@ -20,7 +20,7 @@ use futures::StreamExt;
 use holdfast_core::mode::Mode;
 use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER};
 use holdfast_core::policy::{
-    AdmissionInput, Identities, Operation, Resource, UserInfo, mutate, queue_check,
+    AdmissionInput, Identities, Operation, Resource, UserInfo, mutate, queue_check, requests_check,
     unsuspend_check, validate,
 };
 use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
@@ -479,7 +479,8 @@ impl Case {
             let refused = !validate(&input, &who, mode).is_allowed();
             let lookup = queue_check(&input, &who, mode).is_some()
                 || unsuspend_check(&input, mode).is_some();
-            (refused, refused || lookup)
+            let protected = refused || requests_nothing(&input, mode);
+            (protected, protected || lookup)
         }
     }
 
@@ -994,6 +995,17 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
     );
 }
 
+/// Whether `input` is a TrainJob's Workload whose pods request and limit nothing, which the
+/// webhook judges by its ClusterQueue and LimitRanges (`workload-requests.validate`, failing
+/// closed, under every engine): `requests_check` counts only `pods` for it.
+fn requests_nothing(input: &AdmissionInput, mode: Mode) -> bool {
+    requests_check(input, mode).is_some_and(|c| {
+        c.requested
+            .iter()
+            .all(|r| r == holdfast_core::policy::PODS_RESOURCE)
+    })
+}
+
 /// With `validation.engine: policy` the ValidatingAdmissionPolicies judge every rule (their
 /// equivalence with the policy is `validation_engines`); the webhook keeps only the lookups
 /// CEL cannot make, in kueue mode (plain mode has none). Each lookup the policy needs is sent
@@ -1034,12 +1046,13 @@ async fn with_the_policy_engine_every_lookup_is_sent_and_the_queue_checks_fail_c
     for (case, (protected, best_effort)) in cases.iter().zip(&reached) {
         let input = case.input(case.mutated(mode, true));
         let queue = queue_check(&input, &who(), mode);
-        let gate = queue.is_some()
-            && (case.op == Operation::Update || carries_state(input.object.as_ref()));
+        let gate = (queue.is_some()
+            && (case.op == Operation::Update || carries_state(input.object.as_ref())))
+            || requests_nothing(&input, mode);
         gates += usize::from(gate);
         if *protected != gate {
             failures.push(format!(
-                "sent to the protected entry: {protected}, a queue check that fails closed: {gate}: {case:?}"
+                "sent to the protected entry: {protected}, a lookup that fails closed: {gate}: {case:?}"
             ));
         }
         let allowed = validate(&input, &who(), mode).is_allowed();

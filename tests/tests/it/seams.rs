@@ -982,15 +982,18 @@ async fn an_editor_cannot_detach_a_trainjobs_workload_from_it() {
     f.finish().await;
 }
 
-/// A known hole, found on the real node and not yet closed (README, "Modes"): Kueue applies a
-/// ClusterQueue's AdmissionChecks by the flavors it assigns at admission, and a pod set that
-/// requests no resources is assigned none, so its Workload is admitted with no check — past
-/// the start gate and the readmission gate. This test states what must hold and fails today;
-/// it is ignored until holdfast refuses such an admission (run it with `--ignored`).
+/// Seam 12 (found on the real node): Kueue runs a ClusterQueue's AdmissionChecks by the
+/// flavors it assigns at admission, and assigns a pod set a flavor only for a requested
+/// resource the queue covers, so a Workload whose pods request nothing would be admitted with
+/// no check at all — past the start gate and the readmission gate. The webhook refuses such a
+/// Workload when Kueue creates it (`workload-requests.validate`), naming the remedy. A
+/// LimitRange default does not get it through (the editor who adds one could delete it once
+/// the Workload exists, and Kueue reads it afresh at every admission); a runtime whose
+/// containers request resources does, and its job is admitted only through the check.
 #[tokio::test]
-#[ignore = "known hole: Kueue admits a Workload whose pods request nothing without the readmission check (README, Modes)"]
 async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_readmission_check() {
     let f = Fixture::start("no-requests").await;
+    let webhook = Webhook::serve(&f).await;
     let runtime = format!("bare-{}", f.ns);
     let mut spec = kueue_support::runtime_spec("1");
     // The same runtime without any resources.
@@ -1031,10 +1034,85 @@ async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_read
         .create(&PostParams::default(), &tj)
         .await
         .expect("create the TrainJob");
-    // Once Kueue has reserved quota, the Workload must carry holdfast's check, or nothing
-    // keeps the job at its start gate.
+
+    // Kueue's creation of the Workload is refused, with the remedy, and so the job has no
+    // Workload Kueue could admit.
+    let refusals = || {
+        let events = f
+            .cp
+            .audit_events_where(|l| l.contains(&f.ns) && l.contains("workload-requests.validate"))
+            .unwrap_or_default();
+        events
+            .into_iter()
+            .filter(|e| {
+                e["verb"] == "create"
+                    && e["objectRef"]["resource"] == "workloads"
+                    && e["responseStatus"]["code"] == 403
+            })
+            .collect::<Vec<Value>>()
+    };
+    let refusal = f
+        .eventually(
+            "the webhook refuses Kueue's Workload for the job",
+            MINUTE,
+            || async { refusals().into_iter().next() },
+        )
+        .await;
+    let message = refusal["responseStatus"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    for part in [
+        "request none of the resources",
+        "cpu, memory",
+        "resource requests",
+    ] {
+        assert!(message.contains(part), "{part:?} missing from {message}");
+    }
+    assert!(
+        f.live_workloads("bare").await.is_empty(),
+        "a Workload was created for pods that request nothing"
+    );
+    assert_eq!(
+        f.trainjob("bare").await["spec"]["suspend"],
+        true,
+        "the job started"
+    );
+
+    // A LimitRange default request does not get it through: Kueue's next try (the job is
+    // touched so that it tries now rather than at the end of its backoff) is refused again.
+    let limits: k8s_openapi::api::core::v1::LimitRange = serde_json::from_value(json!({
+        "metadata": {"name": "default-requests"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100m"}}]}
+    }))
+    .expect("limit range");
+    Api::<k8s_openapi::api::core::v1::LimitRange>::namespaced(f.admin.clone(), &f.ns)
+        .create(&PostParams::default(), &limits)
+        .await
+        .expect("create the LimitRange");
+    let before = refusals().len();
+    f.trainjobs(&f.admin)
+        .patch(
+            "bare",
+            &PatchParams::default(),
+            &merge(json!({"metadata": {"labels": {"touched": "1"}}})),
+        )
+        .await
+        .expect("touch the TrainJob");
+    f.eventually("Kueue tries again and is refused again", MINUTE, || async {
+        (refusals().len() > before).then_some(())
+    })
+    .await;
+    assert!(
+        f.live_workloads("bare").await.is_empty(),
+        "a LimitRange default let the Workload through"
+    );
+
+    // The remedy: a runtime whose containers request resources (the fixture's). Its job is
+    // admitted, and only through holdfast's check: once Kueue has reserved quota the Workload
+    // carries it, or nothing would keep the job at its start gate.
+    f.create_job("requesting", json!({})).await;
     let wl = f
-        .workload_when("bare", "Kueue reserves quota", |w| {
+        .workload_when("requesting", "Kueue reserves quota", |w| {
             !w["status"]["admission"].is_null()
         })
         .await;
@@ -1048,4 +1126,6 @@ async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_read
         checks.contains(&kueue_support::CHECK),
         "admitted with checks {checks:?}: the readmission check (and so the start gate) was skipped; workload: {wl:#}"
     );
+    webhook.stop().await;
+    f.finish().await;
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use holdfast_core::mode::Mode;
-use holdfast_core::policy::{queue_check, unsuspend_check, validate};
+use holdfast_core::policy::{queue_check, requests_check, unsuspend_check, validate};
 use holdfast_tests::control_plane::Options;
 use holdfast_tests::in_process_webhook::InProcessWebhook;
 use holdfast_tests::registration::{
@@ -314,7 +314,8 @@ async fn the_admission_policies_and_the_webhook_decide_every_request_alike() {
                 Err(e) => failures.push(format!("[{mode}] policies alone: {e}: {case:?}")),
             }
             let lookup = queue_check(&input, &who(), mode).is_some()
-                || unsuspend_check(&input, mode).is_some();
+                || unsuspend_check(&input, mode).is_some()
+                || requests_check(&input, mode).is_some();
             if lookup {
                 *counts.entry(format!("{mode} with a lookup")).or_default() += 1;
             }
