@@ -3,7 +3,12 @@
 //! does not reach, protection a plain user cannot get past, and a hold placed, refused when
 //! stale, and released with the CLI. Then it waits (Ctrl-C to stop) and prints how to reach
 //! the cluster. `--exit` stops after the walk (used by CI's smoke run).
+//!
+//! `--node` runs the walk on tier 3's real node instead ([`node`]): holdfast installed by its
+//! chart, a TrainJob's pod really running, stopping and starting again.
 #![forbid(unsafe_code)]
+
+mod node;
 
 use anyhow::{Context, bail};
 use holdfast_tests::objects::trainer_resource as trainer;
@@ -15,7 +20,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -26,16 +31,83 @@ fn step(text: &str) {
 struct Demo {
     cp: ControlPlane,
     bin_dir: PathBuf,
-    api_port: u16,
+    cli: HoldCli,
     _procs: Vec<Supervised>,
+}
+
+/// holdfast's CLI (`holdfast`), run as the admin against one hold API.
+struct HoldCli {
+    bin: PathBuf,
+    server: String,
+    ca_file: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl HoldCli {
+    /// Run the CLI; print the command and its output, and return the output.
+    fn run(&self, args: &[&str]) -> anyhow::Result<String> {
+        println!("    $ holdfast {}", args.join(" "));
+        let text = self.quiet(args)?;
+        for line in text.lines() {
+            println!("      {line}");
+        }
+        Ok(text)
+    }
+
+    /// Run the CLI; return its output (stdout, then stderr).
+    fn quiet(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(&self.bin)
+            .args(args)
+            .env("HOLDFAST_SERVER", &self.server)
+            .env("HOLDFAST_CA_FILE", &self.ca_file)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output()
+            .with_context(|| format!("running {}", self.bin.display()))?;
+        Ok(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+
+    /// The environment that points the CLI at this hold API, as shell lines.
+    fn exports(&self) -> String {
+        format!(
+            "  export KUBECONFIG={}\n  export HOLDFAST_SERVER={}\n  export HOLDFAST_CA_FILE={}",
+            self.kubeconfig.display(),
+            self.server,
+            self.ca_file.display()
+        )
+    }
+}
+
+/// The directory of this binary, where `tests/demo.sh` built the CLI and holdfast's binaries.
+fn bin_dir(needs: &[&str]) -> anyhow::Result<PathBuf> {
+    let dir = std::env::current_exe()?
+        .parent()
+        .context("the demo binary has no directory")?
+        .to_owned();
+    for b in needs {
+        if !dir.join(b).is_file() {
+            bail!(
+                "{} is missing: run tests/demo.sh (it builds the binaries first)",
+                dir.join(b).display()
+            );
+        }
+    }
+    Ok(dir)
 }
 
 fn main() -> anyhow::Result<()> {
     let exit = std::env::args().any(|a| a == "--exit");
+    let on_node = std::env::args().any(|a| a == "--node");
     holdfast_serve::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if on_node {
+        return rt.block_on(node::run(exit));
+    }
     rt.block_on(async move {
         step("starting the local control plane (etcd, kube-apiserver, kube-controller-manager)");
         let cp = tokio::task::spawn_blocking(ControlPlane::start).await??;
@@ -53,18 +125,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn start_holdfast(cp: ControlPlane) -> anyhow::Result<Demo> {
-    let bin_dir = std::env::current_exe()?
-        .parent()
-        .context("the demo binary has no directory")?
-        .to_owned();
-    for b in ["holdfast-controller", "holdfast-webhook", "holdfast"] {
-        if !bin_dir.join(b).is_file() {
-            bail!(
-                "{} is missing: run tests/demo.sh (it builds the binaries first)",
-                bin_dir.join(b).display()
-            );
-        }
-    }
+    let bin_dir = bin_dir(&["holdfast-controller", "holdfast-webhook", "holdfast"])?;
     // The control plane has installed the chart's RBAC in holdfast-system (its namespace
     // included): the two binaries run with exactly the chart's roles.
     let admin = cp.client(Identity::Admin).await?;
@@ -137,10 +198,16 @@ async fn start_holdfast(cp: ControlPlane) -> anyhow::Result<Demo> {
         .await?;
     wait_ready("holdfast-controller", controller_admin, &controller).await?;
     println!("    webhook https://127.0.0.1:{webhook_port}, hold API https://127.0.0.1:{api_port}");
+    let cli = HoldCli {
+        bin: bin_dir.join("holdfast"),
+        server: format!("https://127.0.0.1:{api_port}"),
+        ca_file: tls.join("ca.crt"),
+        kubeconfig: cp.kubeconfig(Identity::Admin),
+    };
     Ok(Demo {
         cp,
         bin_dir,
-        api_port,
+        cli,
         _procs: vec![webhook, controller],
     })
 }
@@ -161,33 +228,12 @@ async fn wait_ready(name: &str, admin_port: u16, proc: &Supervised) -> anyhow::R
 
 /// Run the CLI as the admin; print and return its output.
 fn cli(demo: &Demo, args: &[&str]) -> anyhow::Result<String> {
-    println!("    $ holdfast {}", args.join(" "));
-    let text = cli_quiet(demo, args)?;
-    for line in text.lines() {
-        println!("      {line}");
-    }
-    Ok(text)
+    demo.cli.run(args)
 }
 
 /// Run the CLI as the admin; return its output.
 fn cli_quiet(demo: &Demo, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(demo.bin_dir.join("holdfast"))
-        .args(args)
-        .env(
-            "HOLDFAST_SERVER",
-            format!("https://127.0.0.1:{}", demo.api_port),
-        )
-        .env(
-            "HOLDFAST_CA_FILE",
-            demo.cp.dir().join("holdfast-tls").join("ca.crt"),
-        )
-        .env("KUBECONFIG", demo.cp.kubeconfig(Identity::Admin))
-        .output()?;
-    Ok(format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
+    demo.cli.quiet(args)
 }
 
 async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
@@ -369,17 +415,8 @@ async fn walk(demo: &Demo) -> anyhow::Result<()> {
 }
 
 fn print_access(demo: &Demo) {
-    let tls: &Path = &demo.cp.dir().join("holdfast-tls");
     println!("\nThe cluster: {}", demo.cp.server);
-    println!(
-        "  export KUBECONFIG={}",
-        demo.cp.kubeconfig(Identity::Admin).display()
-    );
-    println!(
-        "  export HOLDFAST_SERVER=https://127.0.0.1:{}",
-        demo.api_port
-    );
-    println!("  export HOLDFAST_CA_FILE={}", tls.join("ca.crt").display());
+    println!("{}", demo.cli.exports());
     println!(
         "  {}/holdfast status NAMESPACE/NAME",
         demo.bin_dir.display()

@@ -1,0 +1,459 @@
+//! The demo's node mode (`tests/demo.sh --node`): the tier-3 cluster (a real node with
+//! containerd, kubelet, the real Trainer and JobSet controllers), holdfast installed on it by
+//! its chart from its locally built image, and a walk a newcomer can follow — a TrainJob's pod
+//! really runs, the runtime is edited and the job keeps its snapshot's image, dispatch holds it
+//! with the CLI and the pod really terminates, a stale call is refused, and a release starts a
+//! new pod (A rises once). Plain mode.
+
+use super::{HoldCli, bin_dir, step};
+use anyhow::{Context, bail};
+use futures::{AsyncBufReadExt, StreamExt};
+use holdfast_core::names::ANN_ATTEMPT;
+use holdfast_tests::Identity;
+use holdfast_tests::chart_on_node::ChartRelease;
+use holdfast_tests::node::NodeCluster;
+use holdfast_tests::node_pods::{config_of, is_running, running_pods, training_runtime};
+use holdfast_tests::objects::{trainer_resource, trainjob_resource};
+use holdfast_tests::wait::wait_for;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DynamicObject, LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use std::time::{Duration, Instant};
+
+/// The chart's release and its namespace.
+const RELEASE: &str = "demo";
+const RELEASE_NAMESPACE: &str = "holdfast-demo";
+/// How long the workload keeps running after SIGTERM: the pod stays Terminating that long.
+const WORKLOAD_GRACE_SECONDS: &str = "8";
+/// The image the admin's runtime edit switches to (the workload's content under another name).
+const EDITED_IMAGE: &str = "localhost/holdfast/workload-edited:1";
+
+pub async fn run(exit: bool) -> anyhow::Result<()> {
+    let bin_dir = bin_dir(&["holdfast"])?;
+    let started = Instant::now();
+    step(
+        "starting the tier-3 cluster: control plane, containerd, kubelet, kube-scheduler, kube-proxy, \
+         JobSet and Trainer (all inside a network namespace of their own)",
+    );
+    let cluster = tokio::task::spawn_blocking(NodeCluster::start).await??;
+    println!("    up in {:.0?}", started.elapsed());
+
+    step(
+        "installing holdfast with helm: charts/holdfast, plain mode, its image built locally from the Dockerfile's recipe",
+    );
+    let fullname = format!("{RELEASE}-holdfast");
+    let service = format!("{fullname}-controller");
+    // The hold API's certificate names the Service and, for the CLI on this machine (which
+    // reaches the Service through a forwarded loopback port), `localhost`.
+    let names = [
+        service.clone(),
+        format!("{service}.{RELEASE_NAMESPACE}"),
+        format!("{service}.{RELEASE_NAMESPACE}.svc"),
+        format!("{service}.{RELEASE_NAMESPACE}.svc.cluster.local"),
+        "localhost".to_owned(),
+    ];
+    let mut sets = vec!["mode=plain".to_owned()];
+    for (i, n) in names.iter().enumerate() {
+        sets.push(format!(
+            "controller.extraArgs[{i}]=--cert-api-dns-names={n}"
+        ));
+    }
+    let set_refs: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let install = Instant::now();
+    let release = ChartRelease::install(&cluster, RELEASE, RELEASE_NAMESPACE, &set_refs).await;
+    println!(
+        "    helm install --wait: {:.0?}; the webhook's and the controller's pods Ready on the node",
+        install.elapsed()
+    );
+    let admin = cluster.client(Identity::Admin).await?;
+    for line in holdfast_tests::chart_on_node::pod_states(&admin, RELEASE_NAMESPACE).await {
+        println!("      {}", short_pod_state(&line));
+    }
+    let endpoint = release.hold_api_endpoint(&cluster).await;
+    let ca_file = cluster.dir().join("holdfast-demo-ca.crt");
+    std::fs::write(&ca_file, &endpoint.ca_pem)?;
+    let cli = HoldCli {
+        bin: bin_dir.join("holdfast"),
+        server: format!("https://localhost:{}", endpoint.local_port),
+        ca_file,
+        kubeconfig: cluster.kubeconfig(Identity::Admin),
+    };
+    println!(
+        "    the hold API: Service {} ({}), reached from here at {}",
+        endpoint.host, endpoint.service, cli.server
+    );
+
+    let walked = walk(&cluster, &cli).await;
+    print_access(&cluster, &cli);
+    walked?;
+    println!("\nThe walk took {:.0?} in all.", started.elapsed());
+    if !exit {
+        println!("\nRunning. Ctrl-C stops everything and removes the temporary directory.");
+        tokio::signal::ctrl_c().await?;
+    }
+    drop(release);
+    cluster.stop();
+    Ok(())
+}
+
+/// `Some("name") Some((Some("Running"), ...))` → the pod's name and phase.
+fn short_pod_state(line: &str) -> String {
+    let name = line.split('"').nth(1).unwrap_or(line);
+    let phase = ["Running", "Pending", "Succeeded", "Failed"]
+        .into_iter()
+        .find(|p| line.contains(&format!("\"{p}\"")))
+        .unwrap_or("?");
+    format!("pod {name}: {phase}")
+}
+
+async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
+    let admin = cluster.client(Identity::Admin).await?;
+    let ns = cluster.namespace("demo").await?;
+    let job = format!("{ns}/mnist");
+    let original = cluster.workload_image().to_owned();
+    cluster.tag_image(&original, EDITED_IMAGE)?;
+    let runtimes: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &ns,
+        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+    );
+    let trainjobs: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &trainjob_resource());
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+
+    step(&format!(
+        "a platform admin creates TrainingRuntime torch in namespace {ns}: image {original}"
+    ));
+    let mut runtime = training_runtime("torch", &original);
+    let container = &mut runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+        ["template"]["spec"]["containers"][0];
+    container["env"] = serde_json::json!([
+        {"name": "WORKLOAD_TERM_GRACE_SECONDS", "value": WORKLOAD_GRACE_SECONDS},
+        {"name": "WORKLOAD_MARK", "value": "runtime v1"},
+        {"name": "WORKLOAD_HEARTBEAT_SECONDS", "value": "3"}
+    ]);
+    runtimes
+        .create(&PostParams::default(), &serde_json::from_value(runtime)?)
+        .await?;
+    println!(
+        "    its pods run the workload program: it logs its configuration, a heartbeat every 3 s, \
+         and on SIGTERM keeps running {WORKLOAD_GRACE_SECONDS} s before it exits"
+    );
+
+    step("dispatch creates TrainJob mnist, labelled holdfast.dev/managed=true");
+    let tj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "mnist", "labels": {"holdfast.dev/managed": "true"}},
+        "spec": {"runtimeRef": {"name": "torch", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+    }))?;
+    let created = trainjobs.create(&PostParams::default(), &tj).await?;
+    println!(
+        "    holdfast's webhook (called by the apiserver through its Service) closed the start gate: spec.suspend = {}",
+        created.data["spec"]["suspend"]
+    );
+
+    step("the runtime is snapshotted (KEP-2599)");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    let snapshot = wait_for("the snapshot", Duration::from_secs(60), || async {
+        cms.get_opt("mnist-runtime-snapshot").await.ok().flatten()
+    })
+    .await;
+    let writer = snapshot
+        .metadata
+        .managed_fields
+        .as_ref()
+        .and_then(|f| f.first())
+        .and_then(|f| f.manager.clone())
+        .unwrap_or_default();
+    let yaml = snapshot
+        .data
+        .as_ref()
+        .and_then(|d| d.get("runtime"))
+        .cloned()
+        .unwrap_or_default();
+    println!(
+        "    ConfigMap mnist-runtime-snapshot, written by {writer} (Trainer v2.3.0 and holdfast's controller both write it; \
+         whichever is first, the other keeps it); the runtime in it runs:"
+    );
+    for line in yaml
+        .lines()
+        .filter(|l| l.trim_start().starts_with("image:"))
+    {
+        println!("      {}", line.trim());
+    }
+    if !yaml.contains(&original) {
+        bail!("the snapshot does not hold the runtime's image {original}:\n{yaml}");
+    }
+
+    step(&format!(
+        "the admin edits the runtime: image {EDITED_IMAGE}, WORKLOAD_MARK=edited"
+    ));
+    let path = "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0";
+    let edit: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "replace", "path": format!("{path}/image"), "value": EDITED_IMAGE},
+        {"op": "replace", "path": format!("{path}/env/1/value"), "value": "edited"}
+    ]))?;
+    runtimes
+        .patch("torch", &PatchParams::default(), &Patch::<()>::Json(edit))
+        .await?;
+
+    step(
+        "dispatch opens the start gate with the CLI: Trainer builds the JobSet from the snapshot, the node runs the pod",
+    );
+    cli.run(&["open", &job])?;
+    let first = running_pod(&pods, Duration::from_secs(120)).await;
+    let first_name = first.metadata.name.clone().unwrap_or_default();
+    let first_uid = first.metadata.uid.clone().unwrap_or_default();
+    describe_running(&pods, &first).await?;
+    let image = pod_image(&first);
+    println!("    the pod runs the snapshot's image, not the edited runtime's: {image}");
+    if image != original {
+        bail!("the pod runs {image}, not the snapshot's {original}");
+    }
+    let attempt_before = attempt(&trainjobs).await?;
+    println!("    A (holdfast.dev/attempt) = {attempt_before}");
+
+    step("dispatch holds the job (a node was lost): its pod really terminates");
+    let follower = follow_log(&pods, &first_name).await?;
+    let hold_at = Instant::now();
+    cli.run(&["hold", &job, "--instance", "1", "--reason", "node lost"])?;
+    watch_until_gone(&pods, &first_name, || {
+        println!("\n==> dispatch asks to release while the pod is still terminating: refused, nothing written");
+        cli.run(&["release", &job, "--instance", "1"]).map(|_| ())
+    })
+    .await?;
+    println!("    the pod went {:.1?} after the hold", hold_at.elapsed());
+    if let Ok(Ok(lines)) = tokio::time::timeout(Duration::from_secs(10), follower).await {
+        println!("    its log from the hold on:");
+        for l in lines {
+            println!("      | {l}");
+        }
+    }
+    cli.run(&["status", &job])?;
+
+    step("a late call to release an older hold (instance 0) is refused as stale");
+    cli.run(&["release", &job, "--instance", "0"])?;
+
+    step("dispatch releases hold 1: a new pod runs, and A rises once");
+    cli.run(&["release", &job, "--instance", "1"])?;
+    let second = wait_for("a new pod Running", Duration::from_secs(120), || async {
+        let ps = running_pods(&pods, "mnist").await;
+        ps.into_iter()
+            .find(|p| is_running(p) && p.metadata.uid.as_deref() != Some(first_uid.as_str()))
+    })
+    .await;
+    describe_running(&pods, &second).await?;
+    let image = pod_image(&second);
+    println!("    still the snapshot's image: {image}");
+    if image != original {
+        bail!("the new pod runs {image}, not the snapshot's {original}");
+    }
+    let attempt_after = attempt(&trainjobs).await?;
+    println!("    A (holdfast.dev/attempt): {attempt_before} → {attempt_after}");
+    if attempt_after != attempt_before + 1 {
+        bail!("A went from {attempt_before} to {attempt_after}, not up by one");
+    }
+    cli.run(&["status", &job])?;
+    Ok(())
+}
+
+/// The first pod of TrainJob mnist's JobSet to be Running.
+async fn running_pod(pods: &Api<Pod>, within: Duration) -> Pod {
+    wait_for("the TrainJob's pod Running", within, || async {
+        running_pods(pods, "mnist")
+            .await
+            .into_iter()
+            .find(is_running)
+    })
+    .await
+}
+
+fn pod_image(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
+
+async fn attempt(trainjobs: &Api<DynamicObject>) -> anyhow::Result<u64> {
+    let tj = trainjobs.get("mnist").await?;
+    tj.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_ATTEMPT))
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("mnist has no {ANN_ATTEMPT}"))
+}
+
+/// A running pod's name, node, address, image, and its log so far.
+async fn describe_running(pods: &Api<Pod>, p: &Pod) -> anyhow::Result<()> {
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let status = p.status.clone().unwrap_or_default();
+    println!(
+        "    pod {name}: {} on node {}, IP {}, container started {}",
+        status.phase.unwrap_or_default(),
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default(),
+        status.pod_ip.unwrap_or_default(),
+        status
+            .container_statuses
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+            .map(|t| t.0.to_string())
+            .next()
+            .unwrap_or_default()
+    );
+    let config = config_of(pods, &name, "node").await;
+    println!(
+        "    the workload says it was started from: WORKLOAD_MARK={}",
+        config["env"]["WORKLOAD_MARK"]
+    );
+    // Wait for a heartbeat, so the log shows the program running, not only starting.
+    let log = wait_for(
+        "a heartbeat in the log",
+        Duration::from_secs(30),
+        || async {
+            let log = pods.logs(&name, &LogParams::default()).await.ok()?;
+            log.contains("heartbeat").then_some(log)
+        },
+    )
+    .await;
+    println!("    its log:");
+    for l in log.lines() {
+        let shown = if l.len() > 160 {
+            format!("{}…", &l[..l.floor_char_boundary(160)])
+        } else {
+            l.to_owned()
+        };
+        println!("      | {shown}");
+    }
+    Ok(())
+}
+
+/// Follow pod `name`'s log from now on; the task returns the lines once the log ends.
+async fn follow_log(
+    pods: &Api<Pod>,
+    name: &str,
+) -> anyhow::Result<tokio::task::JoinHandle<Vec<String>>> {
+    let mut lines = pods
+        .log_stream(
+            name,
+            &LogParams {
+                follow: true,
+                since_seconds: Some(1),
+                ..Default::default()
+            },
+        )
+        .await?
+        .lines();
+    Ok(tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(Ok(l)) = lines.next().await {
+            seen.push(l);
+        }
+        seen
+    }))
+}
+
+/// Print pod `name`'s phase and container state each time they change until the pod is gone
+/// (at most 120 s); `while_terminating` runs once, the first time the pod is seen Terminating
+/// with its container still running.
+async fn watch_until_gone(
+    pods: &Api<Pod>,
+    name: &str,
+    mut while_terminating: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let stream = watcher(
+        pods.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    let mut stream = std::pin::pin!(stream);
+    let mut last = String::new();
+    let mut asked = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let ev = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .with_context(|| format!("pod {name} still there after 120 s"))?
+            .context("the pod watch ended")?;
+        let Ok(ev) = ev else { continue };
+        match ev {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                let now = pod_state(&p);
+                if now != last {
+                    println!("    pod {name}: {now}");
+                    last = now;
+                }
+                let running = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                    });
+                if !asked && p.metadata.deletion_timestamp.is_some() && running {
+                    asked = true;
+                    while_terminating()?;
+                }
+            }
+            watcher::Event::Delete(p) => {
+                let now = pod_state(&p);
+                if now != last {
+                    println!("    pod {name}: {now}");
+                }
+                println!("    pod {name}: deleted (gone from the apiserver)");
+                return Ok(());
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+}
+
+/// A pod's phase, whether it is Terminating, and its container's state.
+fn pod_state(p: &Pod) -> String {
+    let status = p.status.clone().unwrap_or_default();
+    let phase = status.phase.unwrap_or_default();
+    let terminating = if p.metadata.deletion_timestamp.is_some() {
+        ", Terminating"
+    } else {
+        ""
+    };
+    let container = status
+        .container_statuses
+        .unwrap_or_default()
+        .first()
+        .and_then(|c| c.state.clone())
+        .map(|s| {
+            if let Some(t) = s.terminated {
+                format!(
+                    "container terminated: exit code {}, reason {}, finished {}",
+                    t.exit_code,
+                    t.reason.unwrap_or_default(),
+                    t.finished_at.map(|f| f.0.to_string()).unwrap_or_default()
+                )
+            } else if s.running.is_some() {
+                "container running".to_owned()
+            } else {
+                "container waiting".to_owned()
+            }
+        })
+        .unwrap_or_else(|| "no container status".to_owned());
+    format!("phase {phase}{terminating}; {container}")
+}
+
+fn print_access(cluster: &NodeCluster, cli: &HoldCli) {
+    let kubectl = cluster.node_binaries().bin("kubectl");
+    println!("\nThe cluster (apiserver {}):", cluster.server);
+    println!("{}", cli.exports());
+    println!("  {} get pods -A", kubectl.display());
+    println!("  {} status NAMESPACE/NAME", cli.bin.display());
+    println!(
+        "Logs: {}/*.log (control plane, containerd, kubelet, JobSet, Trainer); holdfast's: kubectl logs -n {RELEASE_NAMESPACE} deploy/{RELEASE}-holdfast-controller",
+        cluster.dir().display()
+    );
+}
