@@ -236,6 +236,15 @@ fn cli_quiet(demo: &Demo, args: &[&str]) -> anyhow::Result<String> {
     demo.cli.quiet(args)
 }
 
+/// A snapshot ConfigMap's `data.runtime` (the runtime as YAML), or nothing.
+fn snapshot_runtime(cm: &ConfigMap) -> String {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get("runtime"))
+        .cloned()
+        .unwrap_or_default()
+}
+
 async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
@@ -315,12 +324,7 @@ async fn walk(demo: &Demo) -> anyhow::Result<()> {
         Ok(cms.get_opt("mnist-runtime-snapshot").await?)
     })
     .await?;
-    let yaml = snapshot
-        .data
-        .as_ref()
-        .and_then(|d| d.get("runtime"))
-        .cloned()
-        .unwrap_or_default();
+    let yaml = snapshot_runtime(&snapshot);
     println!("    ConfigMap mnist-runtime-snapshot, data.runtime:");
     for line in yaml.lines() {
         println!("      {line}");

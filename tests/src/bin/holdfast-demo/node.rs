@@ -5,7 +5,7 @@
 //! with the CLI and the pod really terminates, a stale call is refused, and a release starts a
 //! new pod (A rises once). Plain mode.
 
-use super::{HoldCli, bin_dir, step};
+use super::{HoldCli, bin_dir, snapshot_runtime, step};
 use anyhow::{Context, bail};
 use futures::{AsyncBufReadExt, StreamExt};
 use holdfast_core::names::ANN_ATTEMPT;
@@ -165,12 +165,7 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
         .and_then(|f| f.first())
         .and_then(|f| f.manager.clone())
         .unwrap_or_default();
-    let yaml = snapshot
-        .data
-        .as_ref()
-        .and_then(|d| d.get("runtime"))
-        .cloned()
-        .unwrap_or_default();
+    let yaml = snapshot_runtime(&snapshot);
     println!(
         "    ConfigMap mnist-runtime-snapshot, written by {writer} (Trainer v2.3.0 and holdfast's controller both write it; \
          whichever is first, the other keeps it); the runtime in it runs:"
@@ -201,15 +196,15 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
         "dispatch opens the start gate with the CLI: Trainer builds the JobSet from the snapshot, the node runs the pod",
     );
     cli.run(&["open", &job])?;
-    let first = running_pod(&pods, Duration::from_secs(120)).await;
+    let first = running_pod(&pods, None).await;
     let first_name = first.metadata.name.clone().unwrap_or_default();
     let first_uid = first.metadata.uid.clone().unwrap_or_default();
     describe_running(&pods, &first).await?;
-    let image = pod_image(&first);
-    println!("    the pod runs the snapshot's image, not the edited runtime's: {image}");
-    if image != original {
-        bail!("the pod runs {image}, not the snapshot's {original}");
-    }
+    runs_snapshot_image(
+        &first,
+        &original,
+        "the pod runs the snapshot's image, not the edited runtime's",
+    )?;
     let attempt_before = attempt(&trainjobs).await?;
     println!("    A (holdfast.dev/attempt) = {attempt_before}");
 
@@ -219,7 +214,7 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
     cli.run(&["hold", &job, "--instance", "1", "--reason", "node lost"])?;
     watch_until_gone(&pods, &first_name, || {
         println!("\n==> dispatch asks to release while the pod is still terminating: refused, nothing written");
-        cli.run(&["release", &job, "--instance", "1"]).map(|_| ())
+        expect_answer(cli.run(&["release", &job, "--instance", "1"])?, "PodsRemain")
     })
     .await?;
     println!("    the pod went {:.1?} after the hold", hold_at.elapsed());
@@ -232,22 +227,13 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
     cli.run(&["status", &job])?;
 
     step("a late call to release an older hold (instance 0) is refused as stale");
-    cli.run(&["release", &job, "--instance", "0"])?;
+    expect_answer(cli.run(&["release", &job, "--instance", "0"])?, "StaleHold")?;
 
     step("dispatch releases hold 1: a new pod runs, and A rises once");
     cli.run(&["release", &job, "--instance", "1"])?;
-    let second = wait_for("a new pod Running", Duration::from_secs(120), || async {
-        let ps = running_pods(&pods, "mnist").await;
-        ps.into_iter()
-            .find(|p| is_running(p) && p.metadata.uid.as_deref() != Some(first_uid.as_str()))
-    })
-    .await;
+    let second = running_pod(&pods, Some(&first_uid)).await;
     describe_running(&pods, &second).await?;
-    let image = pod_image(&second);
-    println!("    still the snapshot's image: {image}");
-    if image != original {
-        bail!("the new pod runs {image}, not the snapshot's {original}");
-    }
+    runs_snapshot_image(&second, &original, "a new pod, still the snapshot's image")?;
     let attempt_after = attempt(&trainjobs).await?;
     println!("    A (holdfast.dev/attempt): {attempt_before} → {attempt_after}");
     if attempt_after != attempt_before + 1 {
@@ -257,23 +243,42 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first pod of TrainJob mnist's JobSet to be Running.
-async fn running_pod(pods: &Api<Pod>, within: Duration) -> Pod {
-    wait_for("the TrainJob's pod Running", within, || async {
-        running_pods(pods, "mnist")
-            .await
-            .into_iter()
-            .find(is_running)
-    })
+/// An error unless the CLI's answer names `what` (an outcome, error or cause).
+fn expect_answer(answer: String, what: &str) -> anyhow::Result<()> {
+    if !answer.contains(&format!("\"{what}\"")) {
+        bail!("expected {what} from the hold API, got: {answer}");
+    }
+    Ok(())
+}
+
+/// A Running pod of TrainJob mnist's JobSet, other than the pod of uid `not` (within 120 s).
+async fn running_pod(pods: &Api<Pod>, not: Option<&str>) -> Pod {
+    wait_for(
+        "the TrainJob's pod Running",
+        Duration::from_secs(120),
+        || async {
+            running_pods(pods, "mnist")
+                .await
+                .into_iter()
+                .find(|p| is_running(p) && (not.is_none() || p.metadata.uid.as_deref() != not))
+        },
+    )
     .await
 }
 
-fn pod_image(p: &Pod) -> String {
-    p.spec
+/// Print pod `p`'s image after `what`; an error unless it is `snapshot_image`.
+fn runs_snapshot_image(p: &Pod, snapshot_image: &str, what: &str) -> anyhow::Result<()> {
+    let image = p
+        .spec
         .as_ref()
         .and_then(|s| s.containers.first())
         .and_then(|c| c.image.clone())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    println!("    {what}: {image}");
+    if image != snapshot_image {
+        bail!("the pod runs {image}, not the snapshot's {snapshot_image}");
+    }
+    Ok(())
 }
 
 async fn attempt(trainjobs: &Api<DynamicObject>) -> anyhow::Result<u64> {
@@ -361,7 +366,7 @@ async fn follow_log(
 
 /// Print pod `name`'s phase and container state each time they change until the pod is gone
 /// (at most 120 s); `while_terminating` runs once, the first time the pod is seen Terminating
-/// with its container still running.
+/// with its container still running (an error if it never is).
 async fn watch_until_gone(
     pods: &Api<Pod>,
     name: &str,
@@ -407,6 +412,9 @@ async fn watch_until_gone(
                     println!("    pod {name}: {now}");
                 }
                 println!("    pod {name}: deleted (gone from the apiserver)");
+                if !asked {
+                    bail!("pod {name} was never seen Terminating with its container running");
+                }
                 return Ok(());
             }
             watcher::Event::Init | watcher::Event::InitDone => {}
