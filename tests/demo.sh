@@ -8,7 +8,8 @@
 # `tests/demo.sh --node` runs the walk on tier 3's real node instead (containerd, kubelet,
 # the real Trainer and JobSet; holdfast installed by its chart from its locally built image):
 # a TrainJob's pod runs, is held and really terminates, and runs again after the release.
-# It builds what the node needs (first run: tens of minutes; cached after). `--exit` combines.
+# It builds what the node needs (first run: tens of minutes; cached after). `--exit` combines;
+# `--node --kueue` runs the same walk in kueue mode (Kueue running, the job queued).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests/cluster/build.sh >/dev/null

@@ -106,7 +106,12 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     if on_node {
-        return rt.block_on(node::run(exit));
+        let mode = if std::env::args().any(|a| a == "--kueue") {
+            node::Mode::Kueue
+        } else {
+            node::Mode::Plain
+        };
+        return rt.block_on(node::run(exit, mode));
     }
     rt.block_on(async move {
         step("starting the local control plane (etcd, kube-apiserver, kube-controller-manager)");

@@ -3,7 +3,8 @@
 //! its chart from its locally built image, and a walk a newcomer can follow — a TrainJob's pod
 //! really runs, the runtime is edited and the job keeps its snapshot's image, dispatch holds it
 //! with the CLI and the pod really terminates, a stale call is refused, and a release starts a
-//! new pod (A rises once). Plain mode.
+//! new pod (A rises once). Plain mode; `--kueue` runs the same walk in kueue mode (Kueue
+//! running, the job queued, holdfast's readmission check gating it).
 
 use super::{HoldCli, bin_dir, snapshot_runtime, step};
 use anyhow::{Context, bail};
@@ -23,12 +24,34 @@ use std::time::{Duration, Instant};
 /// The chart's release and its namespace.
 const RELEASE: &str = "demo";
 const RELEASE_NAMESPACE: &str = "holdfast-demo";
-/// How long the workload keeps running after SIGTERM: the pod stays Terminating that long.
-const WORKLOAD_GRACE_SECONDS: &str = "8";
+/// How long the workload keeps running after SIGTERM: the pod stays Terminating that long
+/// (longer in kueue mode, where Kueue's re-admission is shown while the pod still terminates).
+fn workload_grace_seconds(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Plain => "8",
+        Mode::Kueue => "15",
+    }
+}
 /// The image the admin's runtime edit switches to (the workload's content under another name).
 const EDITED_IMAGE: &str = "localhost/holdfast/workload-edited:1";
 
-pub async fn run(exit: bool) -> anyhow::Result<()> {
+/// holdfast's mode for the walk.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Mode {
+    Plain,
+    Kueue,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Kueue => "kueue",
+        }
+    }
+}
+
+pub async fn run(exit: bool, mode: Mode) -> anyhow::Result<()> {
     let bin_dir = bin_dir(&["holdfast"])?;
     let started = Instant::now();
     step(
@@ -37,10 +60,15 @@ pub async fn run(exit: bool) -> anyhow::Result<()> {
     );
     let cluster = tokio::task::spawn_blocking(NodeCluster::start).await??;
     println!("    up in {:.0?}", started.elapsed());
+    if mode == Mode::Kueue {
+        step("starting Kueue (as a process inside the cluster's namespace)");
+        cluster.start_kueue().await?;
+    }
 
-    step(
-        "installing holdfast with helm: charts/holdfast, plain mode, its image built locally from the Dockerfile's recipe",
-    );
+    step(&format!(
+        "installing holdfast with helm: charts/holdfast, {} mode, its image built locally from the Dockerfile's recipe",
+        mode.name()
+    ));
     let fullname = format!("{RELEASE}-holdfast");
     let service = format!("{fullname}-controller");
     // The hold API's certificate names the Service and, for the CLI on this machine (which
@@ -52,7 +80,7 @@ pub async fn run(exit: bool) -> anyhow::Result<()> {
         format!("{service}.{RELEASE_NAMESPACE}.svc.cluster.local"),
         "localhost".to_owned(),
     ];
-    let mut sets = vec!["mode=plain".to_owned()];
+    let mut sets = vec![format!("mode={}", mode.name())];
     for (i, n) in names.iter().enumerate() {
         sets.push(format!(
             "controller.extraArgs[{i}]=--cert-api-dns-names={n}"
@@ -83,7 +111,7 @@ pub async fn run(exit: bool) -> anyhow::Result<()> {
         endpoint.host, endpoint.service, cli.server
     );
 
-    let walked = walk(&cluster, &cli).await;
+    let walked = walk(&cluster, &cli, mode).await;
     print_access(&cluster, &cli);
     walked?;
     println!("\nThe walk took {:.0?} in all.", started.elapsed());
@@ -106,9 +134,16 @@ fn short_pod_state(line: &str) -> String {
     format!("pod {name}: {phase}")
 }
 
-async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
+async fn walk(cluster: &NodeCluster, cli: &HoldCli, mode: Mode) -> anyhow::Result<()> {
     let admin = cluster.client(Identity::Admin).await?;
     let ns = cluster.namespace("demo").await?;
+    let check = format!("{RELEASE}-holdfast-readmission");
+    if mode == Mode::Kueue {
+        holdfast_tests::kueue::create_queues(&admin, &ns, "main", &[check.as_str()]).await?;
+        println!(
+            "    LocalQueue main in {ns}, its ClusterQueue gated by holdfast's AdmissionCheck {check}"
+        );
+    }
     let job = format!("{ns}/mnist");
     let original = cluster.workload_image().to_owned();
     cluster.tag_image(&original, EDITED_IMAGE)?;
@@ -128,29 +163,48 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
     let container = &mut runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
         ["template"]["spec"]["containers"][0];
     container["env"] = serde_json::json!([
-        {"name": "WORKLOAD_TERM_GRACE_SECONDS", "value": WORKLOAD_GRACE_SECONDS},
+        {"name": "WORKLOAD_TERM_GRACE_SECONDS", "value": workload_grace_seconds(mode)},
         {"name": "WORKLOAD_MARK", "value": "runtime v1"},
         {"name": "WORKLOAD_HEARTBEAT_SECONDS", "value": "3"}
     ]);
+    // Kueue applies a ClusterQueue's AdmissionChecks by the flavors a Workload is assigned: a
+    // pod set requesting nothing would be admitted past the gate.
+    container["resources"] = serde_json::json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
     runtimes
         .create(&PostParams::default(), &serde_json::from_value(runtime)?)
         .await?;
     println!(
         "    its pods run the workload program: it logs its configuration, a heartbeat every 3 s, \
-         and on SIGTERM keeps running {WORKLOAD_GRACE_SECONDS} s before it exits"
+         and on SIGTERM keeps running {} s before it exits",
+        workload_grace_seconds(mode)
     );
 
-    step("dispatch creates TrainJob mnist, labelled holdfast.dev/managed=true");
+    let mut labels = serde_json::json!({"holdfast.dev/managed": "true"});
+    if mode == Mode::Kueue {
+        labels["kueue.x-k8s.io/queue-name"] = "main".into();
+    }
+    step(&format!(
+        "dispatch creates TrainJob mnist, labelled {labels}"
+    ));
     let tj: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "mnist", "labels": {"holdfast.dev/managed": "true"}},
+        "metadata": {"name": "mnist", "labels": labels},
         "spec": {"runtimeRef": {"name": "torch", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
     }))?;
     let created = trainjobs.create(&PostParams::default(), &tj).await?;
-    println!(
-        "    holdfast's webhook (called by the apiserver through its Service) closed the start gate: spec.suspend = {}",
-        created.data["spec"]["suspend"]
-    );
+    match mode {
+        Mode::Plain => println!(
+            "    holdfast's webhook (called by the apiserver through its Service) closed the start gate: spec.suspend = {}",
+            created.data["spec"]["suspend"]
+        ),
+        Mode::Kueue => {
+            println!(
+                "    queued: spec.suspend = {}; Kueue reserves quota, holdfast's check keeps the Workload at the start gate",
+                created.data["spec"]["suspend"]
+            );
+            gate(&admin, &ns, &check, "Pending", "start gate").await;
+        }
+    }
 
     step("the runtime is snapshotted (KEP-2599)");
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
@@ -192,9 +246,14 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
         .patch("torch", &PatchParams::default(), &Patch::<()>::Json(edit))
         .await?;
 
-    step(
-        "dispatch opens the start gate with the CLI: Trainer builds the JobSet from the snapshot, the node runs the pod",
-    );
+    step(match mode {
+        Mode::Plain => {
+            "dispatch opens the start gate with the CLI: Trainer builds the JobSet from the snapshot, the node runs the pod"
+        }
+        Mode::Kueue => {
+            "dispatch opens the start gate with the CLI: holdfast's check turns Ready, Kueue admits the job, Trainer builds the JobSet from the snapshot, the node runs the pod"
+        }
+    });
     cli.run(&["open", &job])?;
     let first = running_pod(&pods, None).await;
     let first_name = first.metadata.name.clone().unwrap_or_default();
@@ -208,13 +267,30 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
     let attempt_before = attempt(&trainjobs).await?;
     println!("    A (holdfast.dev/attempt) = {attempt_before}");
 
-    step("dispatch holds the job (a node was lost): its pod really terminates");
+    step(match mode {
+        Mode::Plain => {
+            "dispatch holds the job (a node was lost): holdfast suspends the TrainJob, Trainer the JobSet; its pod really terminates"
+        }
+        Mode::Kueue => {
+            "dispatch holds the job (a node was lost): holdfast deactivates the Workload, Kueue evicts it and suspends the TrainJob, Trainer the JobSet; its pod really terminates"
+        }
+    });
     let follower = follow_log(&pods, &first_name).await?;
     let hold_at = Instant::now();
     cli.run(&["hold", &job, "--instance", "1", "--reason", "node lost"])?;
-    watch_until_gone(&pods, &first_name, || {
-        println!("\n==> dispatch asks to release while the pod is still terminating: refused, nothing written");
-        expect_answer(cli.run(&["release", &job, "--instance", "1"])?, "PodsRemain")
+    watch_until_gone(&pods, &first_name, async || match mode {
+        Mode::Plain => {
+            println!("\n==> dispatch asks to release while the pod is still terminating: refused, nothing written");
+            expect_answer(cli.run(&["release", &job, "--instance", "1"])?, "PodsRemain")
+        }
+        Mode::Kueue => {
+            println!("\n==> while the pod is still terminating: a late call to release an older hold (instance 0) is refused as stale");
+            expect_answer(cli.run(&["release", &job, "--instance", "0"])?, "StaleHold")?;
+            println!("\n==> dispatch releases hold 1 while the pod is still terminating: Kueue may admit again, holdfast's gate waits");
+            expect_answer(cli.run(&["release", &job, "--instance", "1"])?, "Released")?;
+            gate(&admin, &ns, &check, "Pending", "previous execution").await;
+            Ok(())
+        }
     })
     .await?;
     println!("    the pod went {:.1?} after the hold", hold_at.elapsed());
@@ -226,21 +302,69 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli) -> anyhow::Result<()> {
     }
     cli.run(&["status", &job])?;
 
-    step("a late call to release an older hold (instance 0) is refused as stale");
-    expect_answer(cli.run(&["release", &job, "--instance", "0"])?, "StaleHold")?;
-
-    step("dispatch releases hold 1: a new pod runs, and A rises once");
-    cli.run(&["release", &job, "--instance", "1"])?;
+    if mode == Mode::Plain {
+        step("a late call to release an older hold (instance 0) is refused as stale");
+        expect_answer(cli.run(&["release", &job, "--instance", "0"])?, "StaleHold")?;
+        step("dispatch releases hold 1: a new pod runs, and A rises once");
+        cli.run(&["release", &job, "--instance", "1"])?;
+    } else {
+        step(
+            "the old pod is gone: holdfast's gate lets the Workload in, a new pod runs, and A rises once",
+        );
+        gate(&admin, &ns, &check, "Ready", "").await;
+    }
     let second = running_pod(&pods, Some(&first_uid)).await;
     describe_running(&pods, &second).await?;
     runs_snapshot_image(&second, &original, "a new pod, still the snapshot's image")?;
-    let attempt_after = attempt(&trainjobs).await?;
+    let attempt_after = wait_for("A to rise", Duration::from_secs(30), || async {
+        attempt(&trainjobs)
+            .await
+            .ok()
+            .filter(|a| *a > attempt_before)
+    })
+    .await;
     println!("    A (holdfast.dev/attempt): {attempt_before} → {attempt_after}");
     if attempt_after != attempt_before + 1 {
         bail!("A went from {attempt_before} to {attempt_after}, not up by one");
     }
     cli.run(&["status", &job])?;
     Ok(())
+}
+
+/// Wait until the Workload's readmission check `check` is in `state` with a message containing
+/// `message`; print it.
+async fn gate(admin: &kube::Client, ns: &str, check: &str, state: &str, message: &str) {
+    let workloads: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        ns,
+        &holdfast_tests::kueue::api_resource("Workload", "workloads"),
+    );
+    let (name, said) = wait_for(
+        "the Workload's readmission check",
+        Duration::from_secs(90),
+        || async {
+            workloads
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find_map(|w| {
+                    let c = w
+                        .data
+                        .pointer("/status/admissionChecks")?
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["name"] == check)?
+                        .clone();
+                    let said = c["message"].as_str().unwrap_or_default().to_owned();
+                    (c["state"] == state && said.contains(message))
+                        .then(|| (w.metadata.name.unwrap_or_default(), said))
+                })
+        },
+    )
+    .await;
+    println!("    Workload {name}: check {check} {state}: {said}");
 }
 
 /// An error unless the CLI's answer names `what` (an outcome, error or cause).
@@ -370,7 +494,7 @@ async fn follow_log(
 async fn watch_until_gone(
     pods: &Api<Pod>,
     name: &str,
-    mut while_terminating: impl FnMut() -> anyhow::Result<()>,
+    mut while_terminating: impl AsyncFnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let stream = watcher(
         pods.clone(),
@@ -403,7 +527,7 @@ async fn watch_until_gone(
                     });
                 if !asked && p.metadata.deletion_timestamp.is_some() && running {
                     asked = true;
-                    while_terminating()?;
+                    while_terminating().await?;
                 }
             }
             watcher::Event::Delete(p) => {
