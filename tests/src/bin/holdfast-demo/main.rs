@@ -9,8 +9,10 @@
 #![forbid(unsafe_code)]
 
 mod node;
+mod pods;
+mod shared;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::registration::{Registration, Target};
@@ -20,82 +22,15 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use shared::{HoldCli, bin_dir, snapshot_runtime, step};
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn step(text: &str) {
-    println!("\n==> {text}");
-}
 
 struct Demo {
     cp: ControlPlane,
     bin_dir: PathBuf,
     cli: HoldCli,
     _procs: Vec<Supervised>,
-}
-
-/// holdfast's CLI (`holdfast`), run as the admin against one hold API.
-struct HoldCli {
-    bin: PathBuf,
-    server: String,
-    ca_file: PathBuf,
-    kubeconfig: PathBuf,
-}
-
-impl HoldCli {
-    /// Run the CLI; print the command and its output, and return the output.
-    fn run(&self, args: &[&str]) -> anyhow::Result<String> {
-        println!("    $ holdfast {}", args.join(" "));
-        let text = self.quiet(args)?;
-        for line in text.lines() {
-            println!("      {line}");
-        }
-        Ok(text)
-    }
-
-    /// Run the CLI; return its output (stdout, then stderr).
-    fn quiet(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new(&self.bin)
-            .args(args)
-            .env("HOLDFAST_SERVER", &self.server)
-            .env("HOLDFAST_CA_FILE", &self.ca_file)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .output()
-            .with_context(|| format!("running {}", self.bin.display()))?;
-        Ok(format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-
-    /// The environment that points the CLI at this hold API, as shell lines.
-    fn exports(&self) -> String {
-        format!(
-            "  export KUBECONFIG={}\n  export HOLDFAST_SERVER={}\n  export HOLDFAST_CA_FILE={}",
-            self.kubeconfig.display(),
-            self.server,
-            self.ca_file.display()
-        )
-    }
-}
-
-/// The directory of this binary, where `tests/demo.sh` built the CLI and holdfast's binaries.
-fn bin_dir(needs: &[&str]) -> anyhow::Result<PathBuf> {
-    let dir = std::env::current_exe()?
-        .parent()
-        .context("the demo binary has no directory")?
-        .to_owned();
-    for b in needs {
-        if !dir.join(b).is_file() {
-            bail!(
-                "{} is missing: run tests/demo.sh (it builds the binaries first)",
-                dir.join(b).display()
-            );
-        }
-    }
-    Ok(dir)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -239,15 +174,6 @@ fn cli(demo: &Demo, args: &[&str]) -> anyhow::Result<String> {
 /// Run the CLI as the admin; return its output.
 fn cli_quiet(demo: &Demo, args: &[&str]) -> anyhow::Result<String> {
     demo.cli.quiet(args)
-}
-
-/// A snapshot ConfigMap's `data.runtime` (the runtime as YAML), or nothing.
-fn snapshot_runtime(cm: &ConfigMap) -> String {
-    cm.data
-        .as_ref()
-        .and_then(|d| d.get("runtime"))
-        .cloned()
-        .unwrap_or_default()
 }
 
 async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
