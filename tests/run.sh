@@ -4,7 +4,7 @@
 # local control plane (etcd, kube-apiserver, kube-controller-manager, Kueue) built from Go
 # modules on first use and cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}; later runs start
 # it in seconds. Tier 3 (a real node, tests/tests/it/node.rs) runs last, in a network namespace
-# of its own.
+# of its own, followed by the demo's walk on that node (tests/demo.sh --node --exit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -58,6 +58,8 @@ HOLDFAST_TEST_VALIDATION_ENGINE=policy cargo test -p holdfast-tests --locked --t
 echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"
 tests/cluster/node/holdfast-image.sh
 cargo test -p holdfast-tests --locked --test it -- --ignored node:: --test-threads 1 2>&1 | tee -a "$log"
+echo "== the demo on the node (tests/demo.sh --node, stopping after its walk-through)"
+tests/demo.sh --node --exit
 echo "== benchmarks at a tiny size (so that none rots; the README has the real sizes)"
 cargo run --locked -q -p holdfast-webhook --example admission_bench -- --seconds 1 --rate 50 --connections 2
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_bench

@@ -3,9 +3,16 @@
 //! does not reach, protection a plain user cannot get past, and a hold placed, refused when
 //! stale, and released with the CLI. Then it waits (Ctrl-C to stop) and prints how to reach
 //! the cluster. `--exit` stops after the walk (used by CI's smoke run).
+//!
+//! `--node` runs the walk on tier 3's real node instead ([`node`]): holdfast installed by its
+//! chart, a TrainJob's pod really running, stopping and starting again.
 #![forbid(unsafe_code)]
 
-use anyhow::{Context, bail};
+mod node;
+mod pods;
+mod shared;
+
+use anyhow::bail;
 use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::registration::{Registration, Target};
@@ -15,27 +22,32 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use shared::{HoldCli, bin_dir, snapshot_runtime, step};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-fn step(text: &str) {
-    println!("\n==> {text}");
-}
 
 struct Demo {
     cp: ControlPlane,
     bin_dir: PathBuf,
-    api_port: u16,
+    cli: HoldCli,
     _procs: Vec<Supervised>,
 }
 
 fn main() -> anyhow::Result<()> {
     let exit = std::env::args().any(|a| a == "--exit");
+    let on_node = std::env::args().any(|a| a == "--node");
     holdfast_serve::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if on_node {
+        let mode = if std::env::args().any(|a| a == "--kueue") {
+            node::Mode::Kueue
+        } else {
+            node::Mode::Plain
+        };
+        return rt.block_on(node::run(exit, mode));
+    }
     rt.block_on(async move {
         step("starting the local control plane (etcd, kube-apiserver, kube-controller-manager)");
         let cp = tokio::task::spawn_blocking(ControlPlane::start).await??;
@@ -53,18 +65,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn start_holdfast(cp: ControlPlane) -> anyhow::Result<Demo> {
-    let bin_dir = std::env::current_exe()?
-        .parent()
-        .context("the demo binary has no directory")?
-        .to_owned();
-    for b in ["holdfast-controller", "holdfast-webhook", "holdfast"] {
-        if !bin_dir.join(b).is_file() {
-            bail!(
-                "{} is missing: run tests/demo.sh (it builds the binaries first)",
-                bin_dir.join(b).display()
-            );
-        }
-    }
+    let bin_dir = bin_dir(&["holdfast-controller", "holdfast-webhook", "holdfast"])?;
     // The control plane has installed the chart's RBAC in holdfast-system (its namespace
     // included): the two binaries run with exactly the chart's roles.
     let admin = cp.client(Identity::Admin).await?;
@@ -137,10 +138,16 @@ async fn start_holdfast(cp: ControlPlane) -> anyhow::Result<Demo> {
         .await?;
     wait_ready("holdfast-controller", controller_admin, &controller).await?;
     println!("    webhook https://127.0.0.1:{webhook_port}, hold API https://127.0.0.1:{api_port}");
+    let cli = HoldCli {
+        bin: bin_dir.join("holdfast"),
+        server: format!("https://127.0.0.1:{api_port}"),
+        ca_file: tls.join("ca.crt"),
+        kubeconfig: cp.kubeconfig(Identity::Admin),
+    };
     Ok(Demo {
         cp,
         bin_dir,
-        api_port,
+        cli,
         _procs: vec![webhook, controller],
     })
 }
@@ -161,33 +168,12 @@ async fn wait_ready(name: &str, admin_port: u16, proc: &Supervised) -> anyhow::R
 
 /// Run the CLI as the admin; print and return its output.
 fn cli(demo: &Demo, args: &[&str]) -> anyhow::Result<String> {
-    println!("    $ holdfast {}", args.join(" "));
-    let text = cli_quiet(demo, args)?;
-    for line in text.lines() {
-        println!("      {line}");
-    }
-    Ok(text)
+    demo.cli.run(args)
 }
 
 /// Run the CLI as the admin; return its output.
 fn cli_quiet(demo: &Demo, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(demo.bin_dir.join("holdfast"))
-        .args(args)
-        .env(
-            "HOLDFAST_SERVER",
-            format!("https://127.0.0.1:{}", demo.api_port),
-        )
-        .env(
-            "HOLDFAST_CA_FILE",
-            demo.cp.dir().join("holdfast-tls").join("ca.crt"),
-        )
-        .env("KUBECONFIG", demo.cp.kubeconfig(Identity::Admin))
-        .output()?;
-    Ok(format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
+    demo.cli.quiet(args)
 }
 
 async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
@@ -269,12 +255,7 @@ async fn walk(demo: &Demo) -> anyhow::Result<()> {
         Ok(cms.get_opt("mnist-runtime-snapshot").await?)
     })
     .await?;
-    let yaml = snapshot
-        .data
-        .as_ref()
-        .and_then(|d| d.get("runtime"))
-        .cloned()
-        .unwrap_or_default();
+    let yaml = snapshot_runtime(&snapshot);
     println!("    ConfigMap mnist-runtime-snapshot, data.runtime:");
     for line in yaml.lines() {
         println!("      {line}");
@@ -369,17 +350,8 @@ async fn walk(demo: &Demo) -> anyhow::Result<()> {
 }
 
 fn print_access(demo: &Demo) {
-    let tls: &Path = &demo.cp.dir().join("holdfast-tls");
     println!("\nThe cluster: {}", demo.cp.server);
-    println!(
-        "  export KUBECONFIG={}",
-        demo.cp.kubeconfig(Identity::Admin).display()
-    );
-    println!(
-        "  export HOLDFAST_SERVER=https://127.0.0.1:{}",
-        demo.api_port
-    );
-    println!("  export HOLDFAST_CA_FILE={}", tls.join("ca.crt").display());
+    println!("{}", demo.cli.exports());
     println!(
         "  {}/holdfast status NAMESPACE/NAME",
         demo.bin_dir.display()

@@ -1,0 +1,286 @@
+//! holdfast's chart installed on the tier-3 node the way users install it: `helm install` of
+//! `charts/holdfast` with holdfast's image built locally from the Dockerfile's recipe
+//! (`tests/cluster/node/holdfast-image.sh`) and imported into the node, and the hold API
+//! reached through the controller's Service. Used by the node tests and the demo's node mode.
+
+use crate::identity::Identity;
+use crate::node::NodeCluster;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use std::time::{Duration, Instant};
+
+/// holdfast's image, built from the Dockerfile's recipe (cached) and imported into the node:
+/// its archive and its `repository:tag` reference.
+pub fn holdfast_image(cluster: &NodeCluster) -> (std::path::PathBuf, String) {
+    let script = crate::binaries::cluster_module_dir().join("node/holdfast-image.sh");
+    let image_dir = crate::binaries::run_build_script(&script).expect("holdfast image");
+    let archive = image_dir.join("image.tar");
+    let reference = std::fs::read_to_string(image_dir.join("image.ref")).expect("ref");
+    cluster.import_image(&archive).expect("import");
+    (archive, reference.trim().to_owned())
+}
+
+/// The pods of namespace `ns`, each with its phase and container states: what a failed
+/// install or rollout is explained by.
+pub async fn pod_states(admin: &kube::Client, ns: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    pods.list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{:?} {:?}",
+                        p.metadata.name,
+                        p.status.as_ref().map(|s| (&s.phase, &s.container_statuses))
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A release of the chart installed on the node from the local image (`helm install --wait`).
+/// Dropped while still installed, it is uninstalled, so a failing test leaves no webhook of
+/// its own guarding the next test's writes.
+pub struct ChartRelease {
+    /// The helm binary the release was installed with.
+    pub helm: crate::helm::Helm,
+    name: String,
+    namespace: String,
+    /// The admin's kubeconfig, as helm is given it.
+    pub kubeconfig: String,
+    image: (String, String),
+    installed: bool,
+}
+
+impl ChartRelease {
+    /// `helm install` of release `name` in `namespace` with `sets` besides the image's.
+    pub async fn install(
+        cluster: &NodeCluster,
+        name: &str,
+        namespace: &str,
+        sets: &[&str],
+    ) -> Self {
+        let (_, reference) = holdfast_image(cluster);
+        let (repository, tag) = reference.rsplit_once(':').expect("tag");
+        let mut release = ChartRelease {
+            helm: crate::helm::ensure().expect("helm"),
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            kubeconfig: cluster.kubeconfig(Identity::Admin).display().to_string(),
+            image: (repository.to_owned(), tag.to_owned()),
+            installed: false,
+        };
+        let started = Instant::now();
+        let out = release.helm_run("install", &["--create-namespace"], sets);
+        release.installed = out.is_ok();
+        release.explain(cluster, "helm install", out).await;
+        eprintln!(
+            "helm install {name} ({sets:?}) --wait took {:?}",
+            started.elapsed()
+        );
+        release
+    }
+
+    /// `helm upgrade` with `sets` (the image's are always set; nothing is reused).
+    pub async fn upgrade(&self, cluster: &NodeCluster, sets: &[&str]) {
+        let out = self.helm_run("upgrade", &[], sets);
+        self.explain(cluster, "helm upgrade", out).await;
+    }
+
+    /// `helm uninstall`, as the chart README says (without `--wait`: a kueue-mode
+    /// AdmissionCheck stays until no ClusterQueue names it, Kueue's finalizer says).
+    pub fn uninstall(&mut self) -> anyhow::Result<String> {
+        self.installed = false;
+        self.helm.run(
+            &[
+                "uninstall",
+                &self.name,
+                "--namespace",
+                &self.namespace,
+                "--kubeconfig",
+                &self.kubeconfig,
+            ]
+            .map(str::to_owned),
+        )
+    }
+
+    fn helm_run(&self, verb: &str, extra: &[&str], sets: &[&str]) -> anyhow::Result<String> {
+        let mut args: Vec<String> = [
+            verb,
+            &self.name,
+            &crate::helm::chart_dir().display().to_string(),
+            "--namespace",
+            &self.namespace,
+            "--kubeconfig",
+            &self.kubeconfig,
+            "--wait",
+            "--timeout",
+            "5m",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        // The tag is a content hash that can be all digits: as a string, or helm reads a
+        // number (which the chart's schema refuses).
+        args.push("--set-string".into());
+        args.push(format!("image.tag={}", self.image.1));
+        let image = [
+            format!("image.repository={}", self.image.0),
+            "image.pullPolicy=Never".to_owned(),
+        ];
+        for s in image.iter().map(String::as_str).chain(sets.iter().copied()) {
+            args.push("--set".into());
+            args.push(s.to_owned());
+        }
+        self.helm.run(&args)
+    }
+
+    /// Panics with the release's pods and the kubelet's log if `out` failed.
+    async fn explain(&self, cluster: &NodeCluster, what: &str, out: anyhow::Result<String>) {
+        if let Err(e) = out {
+            let admin = cluster.client(Identity::Admin).await.expect("client");
+            panic!(
+                "{what}: {e:#}\npods: {:#?}\nkubelet:\n{}",
+                pod_states(&admin, &self.namespace).await,
+                cluster.log_tail("kubelet", 30)
+            );
+        }
+    }
+
+    /// The chart's names for this release (`<fullname>`): the release name, or
+    /// `<release>-holdfast`.
+    pub fn fullname(&self) -> String {
+        if self.name.contains("holdfast") {
+            self.name.clone()
+        } else {
+            format!("{}-holdfast", self.name)
+        }
+    }
+
+    /// The hold API through the controller's Service, as a caller inside the cluster reaches
+    /// it: by the Service's DNS name, verified against the CA the controller issued its
+    /// serving certificate from (the endpoint's `ca_pem`), with connections to that name sent
+    /// to a loopback port forwarded to the Service's address.
+    pub async fn hold_api_endpoint(&self, cluster: &NodeCluster) -> HoldApiEndpoint {
+        use k8s_openapi::api::core::v1::{Secret, Service};
+        let admin = cluster.client(Identity::Admin).await.expect("client");
+        let service = format!("{}-controller", self.fullname());
+        let svc = Api::<Service>::namespaced(admin.clone(), &self.namespace)
+            .get(&service)
+            .await
+            .expect("the controller's Service");
+        let spec = svc.spec.expect("spec");
+        let ip: std::net::IpAddr = spec
+            .cluster_ip
+            .as_deref()
+            .expect("cluster IP")
+            .parse()
+            .expect("an IP");
+        let port = spec
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .find(|p| p.name.as_deref() == Some("https"))
+            .map(|p| p.port)
+            .expect("the https port");
+        let local_port = cluster
+            .forward(std::net::SocketAddr::new(ip, port as u16))
+            .expect("forward");
+        let tls = Api::<Secret>::namespaced(admin, &self.namespace)
+            .get(&format!("{}-controller-tls", self.fullname()))
+            .await
+            .expect("the controller's serving Secret");
+        let ca = tls
+            .data
+            .and_then(|d| d.get("ca.crt").cloned())
+            .expect("ca.crt");
+        HoldApiEndpoint {
+            host: format!("{service}.{}.svc", self.namespace),
+            service: std::net::SocketAddr::new(ip, port as u16),
+            local_port,
+            ca_pem: ca.0,
+        }
+    }
+
+    /// A client of the hold API through the controller's Service ([`Self::hold_api_endpoint`]).
+    pub async fn hold_api(&self, cluster: &NodeCluster) -> ServiceHoldApi {
+        holdfast_serve::install_crypto_provider();
+        let ep = self.hold_api_endpoint(cluster).await;
+        let http = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ep.ca_pem).expect("CA"))
+            .resolve(
+                &ep.host,
+                std::net::SocketAddr::from(([127, 0, 0, 1], ep.local_port)),
+            )
+            .timeout(Duration::from_secs(90))
+            .build()
+            .expect("http client");
+        ServiceHoldApi {
+            base: format!("https://{}:{}", ep.host, ep.local_port),
+            http,
+        }
+    }
+}
+
+/// Where the hold API's Service is, and how to reach and trust it from the host.
+pub struct HoldApiEndpoint {
+    /// The Service's DNS name (`<fullname>-controller.<namespace>.svc`).
+    pub host: String,
+    /// The Service's cluster IP and port, inside the cluster's network namespace.
+    pub service: std::net::SocketAddr,
+    /// The loopback port forwarded to `service`.
+    pub local_port: u16,
+    /// The CA (PEM) that signed the controller's serving certificate.
+    pub ca_pem: Vec<u8>,
+}
+
+impl Drop for ChartRelease {
+    fn drop(&mut self) {
+        if !self.installed {
+            return;
+        }
+        if let Err(e) = self.uninstall() {
+            eprintln!("helm uninstall {} on drop: {e:#}", self.name);
+        }
+    }
+}
+
+/// The hold API reached through the controller's Service.
+pub struct ServiceHoldApi {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl ServiceHoldApi {
+    /// `POST .../trainjobs/{name}/{call}` as the holder of `token`; the status and JSON body.
+    pub async fn call(
+        &self,
+        token: &str,
+        ns: &str,
+        name: &str,
+        call: &str,
+        instance: Option<u64>,
+    ) -> (u16, serde_json::Value) {
+        let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60);
+        let mut body = serde_json::json!({"deadline": deadline.to_string(), "reason": "node lost"});
+        if let Some(i) = instance {
+            body["instance"] = i.into();
+        }
+        let resp = self
+            .http
+            .post(format!(
+                "{}/v1/namespaces/{ns}/trainjobs/{name}/{call}",
+                self.base
+            ))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{call} through the Service: {e:#}"));
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("a JSON body"))
+    }
+}
