@@ -28,6 +28,7 @@ pub mod objects;
 pub mod process;
 pub mod rbac;
 pub mod registration;
+pub mod values_table;
 pub mod wait;
 
 pub use control_plane::ControlPlane;

@@ -51,6 +51,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: holdfast
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* Selector labels of a component: (list ctx "controller"|"webhook"). */}}
@@ -67,11 +70,21 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
 {{- define "holdfast.image" -}}
+{{- $repository := .Values.image.repository -}}
+{{- with .Values.image.registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}{{ end -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The service account of a component: (list ctx "controller"|"webhook"). Its
+serviceAccount.name, else the component's own name. */}}
+{{- define "holdfast.serviceAccountName" -}}
+{{- $ctx := index . 0 -}}{{- $component := index . 1 -}}
+{{- $values := index $ctx.Values $component -}}
+{{- default (printf "%s-%s" (include "holdfast.fullname" $ctx) $component) $values.serviceAccount.name -}}
 {{- end -}}
 
 {{/* timeouts.apiserverRequest as a duration the controller parses: a number of seconds
@@ -158,7 +171,7 @@ clientConfig:
 
 {{/* The controller identities: this release's controller and identities.extraControllerUsers. */}}
 {{- define "holdfast.controllerUsers" -}}
-{{- prepend .Values.identities.extraControllerUsers (include "holdfast.saUser" (list . (include "holdfast.controller.name" .))) | toJson -}}
+{{- prepend .Values.identities.extraControllerUsers (include "holdfast.saUser" (list . (include "holdfast.serviceAccountName" (list . "controller")))) | toJson -}}
 {{- end -}}
 
 {{/* A list of user names as a CEL list of single-quoted strings. */}}

@@ -1937,3 +1937,179 @@ fn a_renamed_environment_variable_is_refused_at_start_naming_its_replacement() {
         assert!(out.status.success(), "{binary} --help without them");
     }
 }
+
+/// The chart README's values table is what `values.yaml` says (issue #18: it cannot drift).
+/// `HOLDFAST_BLESS=1` rewrites the table instead of comparing.
+#[test]
+fn the_chart_readme_values_table_is_generated_from_values_yaml() {
+    use holdfast_tests::values_table;
+    let dir = holdfast_tests::helm::chart_dir();
+    let values = std::fs::read_to_string(dir.join("values.yaml")).expect("values.yaml");
+    let rows = values_table::rows(&values).expect("values.yaml reads");
+    // Every top-level value is in the table.
+    let top: serde_json::Map<String, Value> =
+        serde_saphyr::from_str(&values).expect("values.yaml parses");
+    for key in top.keys() {
+        assert!(
+            rows.iter()
+                .any(|r| r.key == *key || r.key.starts_with(&format!("{key}."))),
+            "{key} has no row"
+        );
+    }
+    let readme_path = dir.join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).expect("chart README");
+    let want = values_table::replace(&readme, &values_table::markdown(&rows)).expect("markers");
+    if std::env::var_os("HOLDFAST_BLESS").is_some() {
+        std::fs::write(&readme_path, &want).expect("rewrite the README");
+        return;
+    }
+    assert!(
+        want == readme,
+        "the chart README's values table differs from values.yaml; run\n  HOLDFAST_BLESS=1 cargo test -p holdfast-tests --test it -- chart::the_chart_readme_values_table\n"
+    );
+}
+
+/// The conventions the Kueue and Trainer charts' users rely on (issue #18 item 4), rendered:
+/// `image.registry`, `commonLabels` on every object, service accounts supplied by the user
+/// (and their user name the controller identity everywhere), probes and the controller's
+/// startup probe, `hostNetwork`, extra volumes and `envFrom`, the rollout strategy and grace
+/// period, and per-namespace hold-caller RoleBindings.
+#[test]
+fn chart_conventions_render_as_documented() {
+    let helm = helm();
+    let install = helm::Install::new("hf", "holdfast-system")
+        .set("mode=kueue")
+        .set("image.registry=registry.example/mirror/")
+        .set("image.repository=holdfast/holdfast")
+        .set("image.tag=1.2.3")
+        .set("commonLabels.team=ml-platform")
+        .set("controller.serviceAccount.create=false")
+        .set("controller.serviceAccount.name=ctl-sa")
+        .set("webhook.hostNetwork=true")
+        .set("webhook.terminationGracePeriodSeconds=45")
+        .set("controller.strategy.type=Recreate")
+        .set("controller.startupProbe.failureThreshold=90")
+        .set("webhook.envFrom[0].configMapRef.name=proxy-env")
+        .set("controller.extraVolumes[0].name=extra")
+        .set("controller.extraVolumes[0].emptyDir.medium=Memory")
+        .set("controller.extraVolumeMounts[0].name=extra")
+        .set("controller.extraVolumeMounts[0].mountPath=/extra")
+        .set("rbac.holdCallerBindings[0].namespace=team-a")
+        .set("rbac.holdCallerBindings[0].subjects[0].kind=ServiceAccount")
+        .set("rbac.holdCallerBindings[0].subjects[0].name=dispatch")
+        .set("rbac.holdCallerBindings[0].subjects[0].namespace=team-a");
+    let docs = helm.render(&install).expect("render");
+    for d in &docs {
+        assert_eq!(
+            d["metadata"]["labels"]["team"],
+            "ml-platform",
+            "{} lacks commonLabels",
+            helm::id(d)
+        );
+    }
+    let controller = find(&docs, "Deployment", "-controller");
+    let webhook = find(&docs, "Deployment", "-webhook");
+    for d in [controller, webhook] {
+        check_deployment(d);
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.example/mirror/holdfast/holdfast:1.2.3"
+        );
+        // Selectors stay as they were: commonLabels would make a Deployment's selector
+        // immutable-changing on upgrade.
+        assert!(d["spec"]["selector"]["matchLabels"]["team"].is_null());
+    }
+    // The controller's service account is the user's: not rendered, used by the pod and the
+    // bindings, and its user name is the controller identity of the webhook and policies.
+    let accounts: Vec<&str> = helm::of_kind(&docs, "ServiceAccount")
+        .iter()
+        .filter_map(|a| a["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(accounts, ["hf-holdfast-webhook"]);
+    let cpod = &controller["spec"]["template"]["spec"];
+    assert_eq!(cpod["serviceAccountName"], "ctl-sa");
+    let user = "system:serviceaccount:holdfast-system:ctl-sa";
+    assert_eq!(env_of(webhook)["HOLDFAST_CONTROLLER_USERS"], user);
+    let bound: Vec<&Value> = ["ClusterRoleBinding", "RoleBinding"]
+        .iter()
+        .flat_map(|k| helm::of_kind(&docs, k))
+        .filter(|b| {
+            b["roleRef"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-controller"))
+        })
+        .collect();
+    assert!(!bound.is_empty());
+    for b in bound {
+        assert_eq!(b["subjects"][0]["name"], "ctl-sa", "{}", helm::id(b));
+    }
+    let vwc = find(&docs, "ValidatingWebhookConfiguration", "hf-holdfast");
+    assert!(
+        serde_json::to_string(vwc).expect("json").contains(user),
+        "the match conditions name the controller by its service account"
+    );
+    assert!(
+        !serde_json::to_string(vwc)
+            .expect("json")
+            .contains("serviceaccount:holdfast-system:hf-holdfast-controller")
+    );
+    // Probes, strategy, grace, volumes.
+    let cc = &cpod["containers"][0];
+    assert_eq!(cc["startupProbe"]["failureThreshold"], 90);
+    assert_eq!(cc["startupProbe"]["httpGet"]["path"], "/livez");
+    assert_eq!(controller["spec"]["strategy"]["type"], "Recreate");
+    assert!(cpod["volumes"].as_array().is_some_and(|v| {
+        v.iter()
+            .any(|v| v["name"] == "extra" && v["emptyDir"]["medium"] == "Memory")
+    }));
+    assert!(cc["volumeMounts"].as_array().is_some_and(|v| {
+        v.iter()
+            .any(|m| m["name"] == "extra" && m["mountPath"] == "/extra")
+    }));
+    let wpod = &webhook["spec"]["template"]["spec"];
+    assert_eq!(wpod["hostNetwork"], true);
+    assert_eq!(wpod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(wpod["terminationGracePeriodSeconds"], 45);
+    assert_eq!(
+        webhook["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        0
+    );
+    assert_eq!(
+        wpod["containers"][0]["envFrom"][0]["configMapRef"]["name"],
+        "proxy-env"
+    );
+    // Tenant delegation: the hold-caller ClusterRole bound in team-a only.
+    let rb = helm::of_kind(&docs, "RoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == "hf-holdfast-hold-caller")
+        .expect("the hold-caller RoleBinding");
+    assert_eq!(rb["metadata"]["namespace"], "team-a");
+    assert_eq!(rb["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(rb["subjects"][0]["name"], "dispatch");
+    // Without the ClusterRole there is nothing to bind: a clear error.
+    let err = helm
+        .render(&install.clone().set("rbac.holdCallerRole=false"))
+        .expect_err("bindings without the role");
+    assert!(
+        format!("{err:#}").contains("rbac.holdCallerRole=true"),
+        "{err:#}"
+    );
+    // Defaults: the chart's own service accounts, no host network, no startup probe on the
+    // webhook, the webhook's careful rollout.
+    let defaults = helm
+        .render(&helm::Install::new("hf", "holdfast-system"))
+        .expect("render defaults");
+    let accounts = helm::of_kind(&defaults, "ServiceAccount").len();
+    assert_eq!(accounts, 2);
+    let w = find(&defaults, "Deployment", "-webhook");
+    assert!(w["spec"]["template"]["spec"]["hostNetwork"].is_null());
+    assert_eq!(
+        w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        30
+    );
+    assert_eq!(
+        find(&defaults, "Deployment", "-controller")["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+            ["httpGet"]["path"],
+        "/livez"
+    );
+}
