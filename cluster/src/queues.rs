@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use holdfast_core::readmission::{
     is_our_check,
-    queues::{QueueGate, cluster_queue_of, covered_resources, queue_gate},
+    queues::{QueueGate, admitted_without_flavor, cluster_queue_of, covered_resources, queue_gate},
 };
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -193,7 +193,26 @@ impl Queues {
             ObjectRef::new_with(&cq, cluster_queue_resource()),
         );
         let covered = found.as_ref().map(covered_resources).unwrap_or_default();
-        (queue_gate(&cq, found.as_ref(), &self.our_checks()), covered)
+        let gate = match queue_gate(&cq, found.as_ref(), &self.our_checks()) {
+            QueueGate::Gated { cluster_queue } if admitted_without_flavor(workload) => {
+                QueueGate::Ungated {
+                    why: format!(
+                        "Workload {}/{} was admitted to ClusterQueue {cluster_queue} with no flavor (its pods request nothing the queue covers), so Kueue ran none of the queue's AdmissionChecks, holdfast's readmission gate among them: give the pods resource requests and create the TrainJob again",
+                        workload
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default(),
+                        workload
+                            .pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default(),
+                    ),
+                    cluster_queue,
+                }
+            }
+            gate => gate,
+        };
+        (gate, covered)
     }
 
     /// Whether a job queued in LocalQueue `namespace/queue` (not admitted yet) would go

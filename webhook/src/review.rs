@@ -505,6 +505,7 @@ fn queue_problem(gate: &QueueGate) -> Option<QueueProblem<'_>> {
         QueueGate::Unresolved { why } => Some(QueueProblem::Unresolved(why)),
     }
 }
+
 fn json_ok(answer: &AdmissionResponse) -> Result<Response, WebhookError> {
     let bytes = answer::to_json(answer).map_err(|e| WebhookError::Encode(e.to_string()))?;
     Ok((

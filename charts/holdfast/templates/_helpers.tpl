@@ -259,12 +259,20 @@ empty are the same (the apiserver omits empty maps). */}}
 (has({{ . }}.metadata.ownerReferences) ? {{ . }}.metadata.ownerReferences.filter(r, r.kind == 'TrainJob' && (r.apiVersion == 'trainer.kubeflow.org' || r.apiVersion.startsWith('trainer.kubeflow.org/'))) : [])
 {{- end -}}
 
-{{/* Whether a pod spec (CEL expression; a Workload pod set's template.spec) requests
-nothing: no container's, init container's or pod-level requests or limits, no overhead
-(Kueue counts a limit as the request it stands in for). */}}
+{{/* Whether a resource list (CEL expression) holds no quantity above zero, or is absent
+(Kubernetes' CEL quantity library; a resource quantity is never negative). */}}
+{{- define "holdfast.cel.zeroes" -}}
+(!has({{ . }}) || {{ . }}.all(k, !quantity(string({{ . }}[k])).isGreaterThan(quantity('0'))))
+{{- end -}}
+
+{{/* Whether a pod spec (CEL expression; a Workload pod set's template.spec) requests or
+limits no non-zero quantity of anything: no container's, init container's or pod-level
+request or limit, no overhead, but zeros. A zero request of a resource the ClusterQueue does
+not cover gets no flavor either (Kueue skips it), so zeros are sent to the webhook, which
+judges by the names the queue covers. */}}
 {{- define "holdfast.cel.requestsNothing" -}}
-{{- $none := "(!has(c.resources) || ((!has(c.resources.requests) || size(c.resources.requests) == 0) && (!has(c.resources.limits) || size(c.resources.limits) == 0)))" -}}
-(!has({{ . }}.overhead) || size({{ . }}.overhead) == 0) && (!has({{ . }}.resources) || ((!has({{ . }}.resources.requests) || size({{ . }}.resources.requests) == 0) && (!has({{ . }}.resources.limits) || size({{ . }}.resources.limits) == 0))) && (!has({{ . }}.containers) || {{ . }}.containers.all(c, {{ $none }})) && (!has({{ . }}.initContainers) || {{ . }}.initContainers.all(c, {{ $none }}))
+{{- $c := printf "(!has(c.resources) || (%s && %s))" (include "holdfast.cel.zeroes" "c.resources.requests") (include "holdfast.cel.zeroes" "c.resources.limits") -}}
+{{ include "holdfast.cel.zeroes" (printf "%s.overhead" .) }} && (!has({{ . }}.resources) || ({{ include "holdfast.cel.zeroes" (printf "%s.resources.requests" .) }} && {{ include "holdfast.cel.zeroes" (printf "%s.resources.limits" .) }})) && (!has({{ . }}.containers) || {{ . }}.containers.all(c, {{ $c }})) && (!has({{ . }}.initContainers) || {{ . }}.initContainers.all(c, {{ $c }}))
 {{- end -}}
 
 {{/* A list of user names for a message: sorted, comma-separated, or "none configured". */}}

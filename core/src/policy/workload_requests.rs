@@ -1,4 +1,4 @@
-//! Kueue mode: a TrainJob's Workload whose pods request nothing its ClusterQueue counts.
+//! Kueue mode: a TrainJob's Workload whose pods request nothing its ClusterQueue covers.
 //!
 //! Kueue runs a ClusterQueue's AdmissionChecks by the flavors it assigns at admission (v0.19
 //! `AdmissionChecksForWorkload`: the checks whose flavors meet the admission's), and it
@@ -39,13 +39,14 @@ pub struct RequestsCheck {
     /// Its LocalQueue (`spec.queueName`).
     pub local_queue: String,
     /// Every resource name a pod of the Workload requests or limits (containers, init
-    /// containers, overhead), and `pods`.
+    /// containers, pod-level resources, overhead), zero quantities included, and `pods`.
     pub requested: BTreeSet<String>,
 }
 
 /// Kueue mode: whether `input` creates a queued TrainJob's Workload (one with a TrainJob
 /// controller ownerReference and a `spec.queueName`), or changes such a Workload's pod sets
-/// or queue, and what its pods request. A Workload without a queue is not checked: no
+/// or queue, or makes a Workload a TrainJob's (Kueue adopting a prebuilt one), and what its
+/// pods request. A Workload without a queue is not checked: no
 /// ClusterQueue admits it until one is set, and setting one is checked.
 pub fn requests_check(input: &AdmissionInput, mode: Mode) -> Option<RequestsCheck> {
     if mode != Mode::Kueue || input.resource != Resource::Workload || input.subresource.is_some() {
@@ -68,7 +69,12 @@ pub fn requests_check(input: &AdmissionInput, mode: Mode) -> Option<RequestsChec
         Operation::Create => {}
         Operation::Update => {
             let o = Doc::of(input.old_object.as_ref()).object()?;
-            if o.get(POD_SETS) == n.get(POD_SETS)
+            // Adopted: Kueue makes a prebuilt Workload the TrainJob's by adding the owner.
+            let adopted = !fields::trainjob_owners(o)
+                .iter()
+                .any(|(_, controller)| *controller);
+            if !adopted
+                && o.get(POD_SETS) == n.get(POD_SETS)
                 && fields::workload_queue(o) == fields::workload_queue(n)
             {
                 return None;
@@ -241,6 +247,16 @@ mod tests {
             ("team-a", "other")
         );
         // Not queued: no ClusterQueue admits it.
+        // Adopted: a prebuilt Workload made the TrainJob's.
+        let prebuilt = with(&w, |w| w["metadata"]["ownerReferences"] = json!([]));
+        let adopted = input(
+            Resource::Workload,
+            Operation::Update,
+            KUEUE,
+            Some(&prebuilt),
+            Some(&w),
+        );
+        assert!(requests_check(&adopted, Mode::Kueue).is_some());
         let unqueued = with(&w, |w| w["spec"]["queueName"] = json!(""));
         assert!(requests_check(&create(&unqueued), Mode::Kueue).is_none());
         let mut status = create(&w);

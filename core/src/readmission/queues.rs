@@ -153,6 +153,26 @@ pub fn queue_gate(name: &str, cluster_queue: Option<&Value>, ours: &BTreeSet<Str
     }
 }
 
+/// Whether Kueue admitted `workload` with no flavor at all: every pod set assignment of its
+/// `status.admission` has empty `flavors`. Kueue then ran none of its ClusterQueue's
+/// AdmissionChecks (it runs those of the flavors it assigned), so the readmission gate did
+/// not keep it; the webhook refuses such Workloads when Kueue creates them (seam 12), and a
+/// Workload admitted so anyway (before holdfast, or where Kueue drops a request holdfast
+/// counts) is treated as ungated.
+pub fn admitted_without_flavor(workload: &Value) -> bool {
+    let Some(assignments) = workload
+        .pointer("/status/admission/podSetAssignments")
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    assignments.iter().all(|a| {
+        a.get("flavors")
+            .and_then(Value::as_object)
+            .is_none_or(serde_json::Map::is_empty)
+    })
+}
+
 /// The resources a ClusterQueue covers (`spec.resourceGroups[].coveredResources`): Kueue
 /// assigns a pod set a flavor only for these.
 pub fn covered_resources(cluster_queue: &Value) -> BTreeSet<String> {
@@ -222,6 +242,24 @@ mod tests {
                 .is_some_and(|w| w.contains("create one with spec.controllerName")),
             "{none:?}"
         );
+    }
+
+    #[test]
+    fn a_workload_is_admitted_without_flavor_only_when_no_pod_set_got_one() {
+        let admitted = |assignments: Value| json!({"status": {"admission": {"clusterQueue": "cq", "podSetAssignments": assignments}}});
+        assert!(admitted_without_flavor(&admitted(
+            json!([{"name": "node", "count": 1}])
+        )));
+        assert!(admitted_without_flavor(&admitted(json!([
+            {"name": "a", "flavors": {}}, {"name": "b"}
+        ]))));
+        assert!(!admitted_without_flavor(&admitted(json!([
+            {"name": "a", "flavors": {}}, {"name": "b", "flavors": {"cpu": "default"}}
+        ]))));
+        assert!(!admitted_without_flavor(&json!({"status": {}})));
+        assert!(!admitted_without_flavor(
+            &json!({"spec": {"queueName": "q"}})
+        ));
     }
 
     #[test]

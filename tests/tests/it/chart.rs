@@ -707,7 +707,7 @@ fn protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_i
                 s(&[
                     "a-trainjobs-workload",
                     "its-pods-request-nothing",
-                    "created-or-its-pod-sets-or-queue-changed",
+                    "created-adopted-or-its-pod-sets-or-queue-changed",
                 ]),
             ));
         }
@@ -793,7 +793,7 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
                     s(&[
                         "a-trainjobs-workload",
                         "its-pods-request-nothing",
-                        "created-or-its-pod-sets-or-queue-changed",
+                        "created-adopted-or-its-pod-sets-or-queue-changed",
                     ]),
                 ),
             ]

@@ -995,14 +995,50 @@ async fn the_charts_match_conditions_send_every_request_the_policy_refuses_or_pa
     );
 }
 
-/// Whether `input` is a TrainJob's Workload whose pods request and limit nothing, which the
-/// webhook judges by its ClusterQueue and LimitRanges (`workload-requests.validate`, failing
-/// closed, under every engine): `requests_check` counts only `pods` for it.
+/// Whether `input` is one the webhook judges by its ClusterQueue (`workload-requests.validate`,
+/// failing closed, under every engine): `requests_check` names it, and its pods request and
+/// limit no non-zero quantity (the entry's match conditions send zeros too).
 fn requests_nothing(input: &AdmissionInput, mode: Mode) -> bool {
-    requests_check(input, mode).is_some_and(|c| {
-        c.requested
+    requests_check(input, mode).is_some()
+        && input
+            .object
+            .as_ref()
+            .is_some_and(|w| only_zero_quantities(&w["spec"]["podSets"]))
+}
+
+/// Whether every request, limit and overhead quantity under `pod_sets` is zero.
+fn only_zero_quantities(pod_sets: &Value) -> bool {
+    let zero = |q: &Value| match q {
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => {
+            let digits = s.trim_start_matches(['+', '-']);
+            let number: String = digits
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            !number.is_empty() && number.chars().all(|c| c == '0' || c == '.')
+        }
+        _ => false,
+    };
+    let lists = |spec: &Value| -> Vec<Value> {
+        let mut out = vec![
+            spec["overhead"].clone(),
+            spec["resources"]["requests"].clone(),
+            spec["resources"]["limits"].clone(),
+        ];
+        for key in ["containers", "initContainers"] {
+            for c in spec[key].as_array().into_iter().flatten() {
+                out.push(c["resources"]["requests"].clone());
+                out.push(c["resources"]["limits"].clone());
+            }
+        }
+        out
+    };
+    pod_sets.as_array().into_iter().flatten().all(|ps| {
+        lists(&ps["template"]["spec"])
             .iter()
-            .all(|r| r == holdfast_core::policy::PODS_RESOURCE)
+            .filter_map(Value::as_object)
+            .all(|m| m.values().all(zero))
     })
 }
 

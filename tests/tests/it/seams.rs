@@ -982,29 +982,20 @@ async fn an_editor_cannot_detach_a_trainjobs_workload_from_it() {
     f.finish().await;
 }
 
-/// Seam 12 (found on the real node): Kueue runs a ClusterQueue's AdmissionChecks by the
-/// flavors it assigns at admission, and assigns a pod set a flavor only for a requested
-/// resource the queue covers, so a Workload whose pods request nothing would be admitted with
-/// no check at all — past the start gate and the readmission gate. The webhook refuses such a
-/// Workload when Kueue creates it (`workload-requests.validate`), naming the remedy. A
-/// LimitRange default does not get it through (the editor who adds one could delete it once
-/// the Workload exists, and Kueue reads it afresh at every admission); a runtime whose
-/// containers request resources does, and its job is admitted only through the check.
-#[tokio::test]
-async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_readmission_check() {
-    let f = Fixture::start("no-requests").await;
-    let webhook = Webhook::serve(&f).await;
-    let runtime = format!("bare-{}", f.ns);
+/// A managed TrainJob `name`, queued, whose runtime (`<name>-<namespace>`) is the fixture's
+/// with every container's resources replaced by `resources` (none: removed).
+async fn job_with_resources(f: &Fixture, name: &str, resources: Option<Value>) {
+    let runtime = format!("{name}-{}", f.ns);
     let mut spec = kueue_support::runtime_spec("1");
-    // The same runtime without any resources.
     if let Some(containers) = spec
         .pointer_mut("/template/spec/replicatedJobs/0/template/spec/template/spec/containers")
         .and_then(Value::as_array_mut)
     {
-        for c in containers {
-            if let Some(c) = c.as_object_mut() {
-                c.remove("resources");
-            }
+        for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+            match &resources {
+                Some(r) => c.insert("resources".to_owned(), r.clone()),
+                None => c.remove("resources"),
+            };
         }
     }
     let rt: DynamicObject = serde_json::from_value(json!({
@@ -1025,7 +1016,7 @@ async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_read
     .expect("create the runtime");
     let tj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "bare", "labels": {
+        "metadata": {"name": name, "labels": {
             "holdfast.dev/managed": "true", "kueue.x-k8s.io/queue-name": QUEUE}},
         "spec": {"runtimeRef": {"name": runtime}}
     }))
@@ -1034,6 +1025,58 @@ async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_read
         .create(&PostParams::default(), &tj)
         .await
         .expect("create the TrainJob");
+}
+
+/// Seam 12's backstop: a Workload Kueue admitted with no flavor anyway (before holdfast's
+/// webhook was installed, as here, or where Kueue drops a request holdfast counts) passed no
+/// AdmissionCheck, so holdfast treats its job as ungated: Hold, Release and Open answer
+/// `Unsupported`, naming why, rather than promise a readmission gate that never ran.
+#[tokio::test]
+async fn a_workload_admitted_with_no_flavor_is_not_held_as_if_the_gate_kept_it() {
+    let f = Fixture::start("no-flavor").await;
+    job_with_resources(&f, "bare", None).await;
+    let wl = f
+        .workload_when("bare", "Kueue admits it (no webhook yet)", |w| {
+            !w["status"]["admission"].is_null()
+        })
+        .await;
+    assert!(
+        holdfast_core::readmission::queues::admitted_without_flavor(&wl),
+        "admitted with a flavor: {wl:#}"
+    );
+    for (what, result) in [
+        (
+            "hold",
+            f.exec.hold(&f.ns, "bare", meta(Some(1), MINUTE)).await,
+        ),
+        ("open", f.exec.open(&f.ns, "bare", meta(None, MINUTE)).await),
+        (
+            "release",
+            f.exec.release(&f.ns, "bare", meta(Some(1), MINUTE)).await,
+        ),
+    ] {
+        assert!(
+            matches!(&result, Err(HoldError::Unsupported { reason }) if reason.contains("with no flavor")),
+            "{what}: {result:?}"
+        );
+    }
+    f.finish().await;
+}
+
+/// Seam 12 (found on the real node): Kueue runs a ClusterQueue's AdmissionChecks by the
+/// flavors it assigns at admission, and assigns a pod set a flavor only for a requested
+/// resource the queue covers, so a Workload whose pods request nothing would be admitted with
+/// no check at all — past the start gate and the readmission gate. The webhook refuses such a
+/// Workload when Kueue creates it (`workload-requests.validate`), naming the remedy; so is
+/// one whose only request is a zero of a resource the queue does not cover. A
+/// LimitRange default does not get it through (the editor who adds one could delete it once
+/// the Workload exists, and Kueue reads it afresh at every admission); a runtime whose
+/// containers request resources does, and its job is admitted only through the check.
+#[tokio::test]
+async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_readmission_check() {
+    let f = Fixture::start("no-requests").await;
+    let webhook = Webhook::serve(&f).await;
+    job_with_resources(&f, "bare", None).await;
 
     // Kueue's creation of the Workload is refused, with the remedy, and so the job has no
     // Workload Kueue could admit.
@@ -1077,6 +1120,31 @@ async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_read
         true,
         "the job started"
     );
+
+    // Nor does a zero request of a resource the queue does not cover (Kueue skips it when it
+    // assigns flavors): the match conditions send zero quantities to the webhook too.
+    job_with_resources(
+        &f,
+        "zero",
+        Some(json!({"requests": {"ephemeral-storage": "0"}})),
+    )
+    .await;
+    let refused_zero = f
+        .eventually("the zero-request Workload is refused", MINUTE, || async {
+            refusals().into_iter().find(|e| {
+                e["objectRef"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("trainjob-zero-"))
+            })
+        })
+        .await;
+    assert!(
+        refused_zero["responseStatus"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("they request: ephemeral-storage, pods")),
+        "{refused_zero:#}"
+    );
+    assert!(f.live_workloads("zero").await.is_empty());
 
     // A LimitRange default request does not get it through: Kueue's next try (the job is
     // touched so that it tries now rather than at the end of its backoff) is refused again.
