@@ -7,14 +7,15 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use holdfast_core::names::ANN_HOLD_INSTANCE;
+use holdfast_core::names::{ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON};
 use holdfast_tests::hold_support::api::{grant_alice, start_api};
 use holdfast_tests::hold_support::{
     annotation, create_trainjob, executor, hold_annotations, read_trainjob, suspended,
 };
 use holdfast_tests::holdfast::binary;
 use holdfast_tests::{ControlPlane, Identity};
-use serde_json::Value;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{Value, json};
 
 /// Runs `kubectl-holdfast` with `kubeconfig` against the hold API at `server` (trusting the
 /// control plane's CA), nothing taken from the environment.
@@ -289,4 +290,67 @@ async fn a_client_certificate_user_is_told_the_hold_api_needs_a_token() {
     assert!(message.contains("kubectl create token"), "{message}");
     let tj = read_trainjob(cp, &ns, "mnist").await;
     assert!(hold_annotations(&tj).is_empty(), "{tj}");
+}
+
+#[tokio::test]
+async fn status_lists_a_kueue_mode_hold_written_on_the_trainjobs_workload() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("cli-kueue").await.expect("namespace");
+    let tj = create_trainjob(cp, &ns, "job", true).await;
+    let uid = tj["metadata"]["uid"].as_str().expect("uid");
+    let api = start_api(cp, executor(cp).await).await;
+    // The Workload as Kueue makes it (owned by the TrainJob) and as holdfast holds it in
+    // Kueue mode (deactivated, the hold's annotations): written here by the admin.
+    let workload: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": holdfast_tests::kueue::KUEUE_API_VERSION, "kind": "Workload",
+        "metadata": {"name": "trainjob-job-1", "annotations": {
+                ANN_HOLD_INSTANCE: "5", ANN_HOLD_REASON: "preempted",
+                ANN_HOLD_PLACED_AT: holdfast_core::rfc3339::seconds(jiff::Timestamp::now())},
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob", "name": "job", "uid": uid, "controller": true}]},
+        "spec": {"active": false, "queueName": "q", "podSets": [{"name": "node", "count": 1,
+            "template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}]}
+    }))
+    .expect("workload");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    Api::<DynamicObject>::namespaced_with(
+        admin,
+        &ns,
+        &holdfast_cluster::queues::workload_resource(),
+    )
+    .create(&PostParams::default(), &workload)
+    .await
+    .expect("create the Workload");
+
+    let kubeconfig = cp.kubeconfig(Identity::Admin);
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["status", "-n", &ns, "-o", "json"],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let listed = json(&out);
+    let items = listed["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{listed}");
+    assert_eq!(
+        (
+            &items[0]["name"],
+            &items[0]["mode"],
+            &items[0]["heldObject"],
+            &items[0]["hold"]["instance"],
+            &items[0]["hold"]["reason"],
+            &items[0]["state"]["kind"]
+        ),
+        (
+            &json!("job"),
+            &json!("kueue"),
+            &json!("Workload"),
+            &json!(5),
+            &json!("preempted"),
+            &json!("HeldByUs")
+        ),
+        "{listed}"
+    );
 }
