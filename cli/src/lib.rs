@@ -185,6 +185,11 @@ async fn list_held(cli: &Cli, selection: &KubeSelection) -> Result<u8, Failure> 
     })?;
     let statuses: Vec<Value> = jobs.iter().map(|j| j.status.body()).collect();
     match cli.output.unwrap_or(Output::Table) {
+        // As kubectl says it: on stderr, with no header.
+        Output::Table if jobs.is_empty() => match scope {
+            Some(ns) => eprintln!("No held jobs in namespace {ns}."),
+            None => eprintln!("No held jobs."),
+        },
         Output::Table => {
             let rows: Vec<output::Row<'_>> = jobs
                 .iter()
