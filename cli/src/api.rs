@@ -29,9 +29,10 @@ fn deadline(within: Duration) -> String {
 }
 
 impl ApiRequest {
-    /// The request a command makes.
-    pub fn of(command: &Command) -> ApiRequest {
-        match command {
+    /// The request a command makes; `None` for `status` without a TrainJob (a listing read
+    /// from the cluster, not the hold API).
+    pub fn of(command: &Command) -> Option<ApiRequest> {
+        Some(match command {
             Command::Hold {
                 target,
                 instance,
@@ -65,11 +66,15 @@ impl ApiRequest {
                 path: call_path(target, "open"),
                 body: Some(json!({"deadline": deadline(*deadline_in)})),
             },
-            Command::Status { target } => ApiRequest {
+            Command::Status {
+                target: Some(target),
+                ..
+            } => ApiRequest {
                 post: false,
                 path: call_path(target, "status"),
                 body: None,
             },
+            Command::Status { target: None, .. } => return None,
             Command::Drift { namespace } => ApiRequest {
                 post: false,
                 path: match namespace {
@@ -86,7 +91,7 @@ impl ApiRequest {
                 },
                 body: None,
             },
-        }
+        })
     }
 
     /// Sends it; the answer's status and JSON body.
@@ -129,7 +134,8 @@ mod tests {
             instance: 3,
             reason: Some("node lost".into()),
             deadline_in: Duration::from_secs(30),
-        });
+        })
+        .expect("a call");
         assert!(req.post);
         assert_eq!(req.path, "/v1/namespaces/team-a/trainjobs/mnist/hold");
         let body = req.body.expect("body");
@@ -148,12 +154,22 @@ mod tests {
         let req = ApiRequest::of(&Command::Open {
             target: target(),
             deadline_in: Duration::from_secs(5),
-        });
+        })
+        .expect("a call");
         assert!(req.body.expect("body").get("instance").is_none());
         let req = ApiRequest::of(&Command::Preflight {
             target: Some(target()),
-        });
+        })
+        .expect("a call");
         assert_eq!(req.path, "/v1/preflight?namespace=team-a&name=mnist");
         assert!(!req.post);
+        assert!(
+            ApiRequest::of(&Command::Status {
+                target: None,
+                all_namespaces: true,
+                namespace: None,
+            })
+            .is_none()
+        );
     }
 }

@@ -6,8 +6,13 @@ use clap::{Parser, Subcommand};
 use holdfast_core::duration;
 
 /// Call holdfast's hold API: place, lift and inspect holds on Kubeflow TrainJobs.
+///
+/// Installed as `kubectl-holdfast` it is `kubectl holdfast ...`. It authenticates as kubectl
+/// does: the kubeconfig's (or, in a pod, the ServiceAccount's) bearer token, from a static
+/// token, a token file, an exec credential plugin (EKS, GKE, AKS, OIDC login helpers) or an
+/// auth-provider's OIDC token. The hold API accepts bearer tokens only.
 #[derive(Parser, Debug)]
-#[command(name = "holdfast", version)]
+#[command(name = "holdfast", version, after_help = crate::exit::HELP)]
 pub struct Cli {
     /// The hold API, e.g. https://holdfast-controller.holdfast-system.svc:8443.
     #[arg(long, env = "HOLDFAST_SERVER", global = true)]
@@ -15,9 +20,20 @@ pub struct Cli {
     /// A PEM file of the CA that signed the hold API's certificate (else the system roots).
     #[arg(long, env = "HOLDFAST_CA_FILE", global = true)]
     pub ca_file: Option<PathBuf>,
-    /// The kubeconfig whose current user's bearer token authenticates the calls.
-    #[arg(long, env = "KUBECONFIG", global = true)]
+    /// The kubeconfig to use (else `KUBECONFIG`, a list as kubectl reads it, else
+    /// ~/.kube/config, else the pod's ServiceAccount).
+    #[arg(long, global = true)]
     pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (else its current context).
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The kubeconfig user to use (else the context's).
+    #[arg(long, global = true)]
+    pub user: Option<String>,
+    /// Output format: table (the default for `status`), json (the default for the other
+    /// commands: the hold API's answer as it came) or yaml.
+    #[arg(long, short = 'o', global = true, value_enum)]
+    pub output: Option<Output>,
     /// A bearer token to use instead of the kubeconfig's.
     #[arg(long, env = "HOLDFAST_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
@@ -56,10 +72,18 @@ pub enum Command {
         #[arg(long, default_value = "30s", value_parser = duration::parse)]
         deadline_in: Duration,
     },
-    /// Show the hold in force, the opened mark, A and the TrainJob's state.
+    /// Show the hold in force, the opened mark, A and the TrainJob's state; without TARGET,
+    /// every held job in NAMESPACE (or, with -A, in the cluster), read from the TrainJobs and
+    /// Workloads themselves with your own kube credentials (the hold API has no list call).
     Status {
-        #[arg(value_parser = parse_target)]
-        target: Target,
+        #[arg(value_parser = parse_target, required_unless_present_any = ["all_namespaces", "namespace"])]
+        target: Option<Target>,
+        /// Every held job in every namespace.
+        #[arg(long, short = 'A', conflicts_with_all = ["target", "namespace"])]
+        all_namespaces: bool,
+        /// Every held job in NAMESPACE.
+        #[arg(long, short = 'n', conflicts_with = "target")]
+        namespace: Option<String>,
     },
     /// Which calls the cluster supports, and the CallBound; dry-runs a hold on TARGET if given.
     Preflight {
@@ -72,6 +96,14 @@ pub enum Command {
         #[arg(long, short = 'n')]
         namespace: Option<String>,
     },
+}
+
+/// How answers are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+    Yaml,
 }
 
 /// `NAMESPACE/NAME`.

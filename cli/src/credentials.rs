@@ -1,92 +1,186 @@
-//! The bearer token: given, or the kubeconfig's current user's.
+//! The bearer token, obtained as kubectl obtains it: kube's own client configuration reads the
+//! kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else ~/.kube/config, else the pod's
+//! ServiceAccount) and kube's own auth layer yields the `Authorization` header it would send to
+//! the apiserver — a static token, a token file, an exec credential plugin's token or an
+//! auth-provider's OIDC token. The hold API authenticates bearer tokens only, so a user whose
+//! kubeconfig yields a client certificate (or a password) is told so, and what to do instead.
 
-use std::path::Path;
+use std::path::PathBuf;
 
-use kube::config::Kubeconfig;
-use secrecy::ExposeSecret;
+use kube::client::ConfigExt;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tower::{ServiceBuilder, ServiceExt, service_fn};
+
+/// Which kubeconfig, context and user.
+#[derive(Clone, Debug, Default)]
+pub struct KubeSelection {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub user: Option<String>,
+}
+
+const USE_A_TOKEN: &str = "the hold API authenticates bearer tokens only: use a kubeconfig user \
+     with a token, a token file or an exec plugin that prints a token, or a ServiceAccount's \
+     token (`kubectl create token SERVICEACCOUNT -n NAMESPACE`, then --token or \
+     HOLDFAST_TOKEN)";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
     #[error("reading the kubeconfig: {0}")]
     Kubeconfig(#[from] kube::config::KubeconfigError),
-    #[error("the kubeconfig has no current context")]
-    NoContext,
-    #[error("the kubeconfig has no context {0:?}")]
-    MissingContext(String),
-    #[error("the kubeconfig's user {0:?} has no bearer token (token or tokenFile); pass --token")]
-    NoToken(String),
+    #[error("no kube configuration: {0}")]
+    Infer(#[from] kube::config::InferConfigError),
+    #[error("obtaining the kubeconfig user's credentials: {0}")]
+    Auth(#[source] kube::Error),
     #[error("reading the token file {path}: {source}")]
     TokenFile {
         path: String,
         source: std::io::Error,
     },
+    #[error("the credential plugin or token refresh failed: {0}")]
+    Refresh(String),
+    #[error(
+        "the kubeconfig user authenticates with a client certificate, not a token; {USE_A_TOKEN}"
+    )]
+    ClientCertificate,
+    #[error(
+        "the kubeconfig user authenticates with a username and password, not a token; {USE_A_TOKEN}"
+    )]
+    Basic,
+    #[error(
+        "the kubeconfig user's exec plugin gave a client certificate (or nothing), not a token; {USE_A_TOKEN}"
+    )]
+    ExecWithoutToken,
+    #[error("the kubeconfig user has no credentials; {USE_A_TOKEN}")]
+    None,
 }
 
-/// The current context's user's bearer token, from `path` or (with `None`) the default
-/// kubeconfig (`KUBECONFIG`, `~/.kube/config`).
-pub fn kubeconfig_token(path: Option<&Path>) -> Result<String, CredentialsError> {
-    let kc = match path {
-        Some(p) => Kubeconfig::read_from(p)?,
-        None => Kubeconfig::read()?,
+/// kube's client configuration for `sel`, as kubectl would resolve it.
+pub async fn kube_config(sel: &KubeSelection) -> Result<kube::Config, CredentialsError> {
+    let options = KubeConfigOptions {
+        context: sel.context.clone(),
+        cluster: None,
+        user: sel.user.clone(),
     };
-    token_of(&kc)
+    Ok(match &sel.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        None if options.context.is_none() && options.user.is_none() => {
+            kube::Config::infer().await?
+        }
+        None => kube::Config::from_kubeconfig(&options).await?,
+    })
 }
 
-fn token_of(kc: &Kubeconfig) -> Result<String, CredentialsError> {
-    let context_name = kc
-        .current_context
-        .clone()
-        .ok_or(CredentialsError::NoContext)?;
-    let user = kc
-        .contexts
-        .iter()
-        .find(|c| c.name == context_name)
-        .and_then(|c| c.context.as_ref())
-        .and_then(|c| c.user.clone())
-        .ok_or_else(|| CredentialsError::MissingContext(context_name.clone()))?;
-    let auth = kc
-        .auth_infos
-        .iter()
-        .find(|a| a.name == user)
-        .and_then(|a| a.auth_info.as_ref())
-        .ok_or_else(|| CredentialsError::NoToken(user.clone()))?;
-    if let Some(token) = &auth.token {
-        return Ok(token.expose_secret().trim().to_owned());
+/// The bearer token kube would send to the apiserver with `config` (running exec plugins and
+/// refreshing tokens as it would).
+pub async fn bearer_token(config: &kube::Config) -> Result<String, CredentialsError> {
+    let config = &with_token_file_read(config)?;
+    let Some(layer) = config.auth_layer().map_err(CredentialsError::Auth)? else {
+        return Err(without_token(config));
+    };
+    let header = ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(|req: http::Request<String>| async move {
+            let header = req.headers().get(http::header::AUTHORIZATION).cloned();
+            Ok::<_, tower::BoxError>(http::Response::new(header))
+        }))
+        .oneshot(http::Request::new(String::new()))
+        .await
+        .map_err(|e| CredentialsError::Refresh(e.to_string()))?;
+    let value = header.into_body().ok_or_else(|| without_token(config))?;
+    let value = value.to_str().map_err(|_| CredentialsError::None)?;
+    match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
+            Ok(token.trim().to_owned())
+        }
+        Some((scheme, _)) if scheme.eq_ignore_ascii_case("basic") => Err(CredentialsError::Basic),
+        _ => Err(CredentialsError::None),
     }
-    if let Some(file) = &auth.token_file {
-        return std::fs::read_to_string(file)
-            .map(|t| t.trim().to_owned())
-            .map_err(|source| CredentialsError::TokenFile {
+}
+
+/// `config` with a token file's token read and trimmed, as client-go does (kube sends the
+/// file's bytes as they are, so the newline `kubectl create token > FILE` leaves would make
+/// an invalid header).
+fn with_token_file_read(config: &kube::Config) -> Result<kube::Config, CredentialsError> {
+    let mut config = config.clone();
+    let a = &mut config.auth_info;
+    if let (None, Some(file)) = (&a.token, &a.token_file) {
+        let token =
+            std::fs::read_to_string(file).map_err(|source| CredentialsError::TokenFile {
                 path: file.clone(),
                 source,
-            });
+            })?;
+        a.token = Some(token.trim().to_owned().into());
+        a.token_file = None;
     }
-    Err(CredentialsError::NoToken(user))
+    Ok(config)
+}
+
+/// Why a configuration with no `Authorization` header has no token.
+fn without_token(config: &kube::Config) -> CredentialsError {
+    let a = &config.auth_info;
+    let certificate = a.client_certificate.is_some()
+        || a.client_certificate_data.is_some()
+        || a.client_key.is_some()
+        || a.client_key_data.is_some();
+    if certificate {
+        CredentialsError::ClientCertificate
+    } else if a.exec.is_some() {
+        CredentialsError::ExecWithoutToken
+    } else {
+        CredentialsError::None
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\nusers:\n- name: alice\n  user:\n    token: s3cret\n- name: bob\n  user:\n    tokenFile: TOKEN_FILE\ncontexts:\n- name: a\n  context:\n    cluster: c\n    user: alice\n- name: b\n  context:\n    cluster: c\n    user: bob\ncurrent-context: a\n";
+    const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\nusers:\n- name: alice\n  user:\n    token: s3cret\n- name: bob\n  user:\n    tokenFile: TOKEN_FILE\n- name: carol\n  user:\n    client-certificate-data: Y2VydA==\n    client-key-data: a2V5\n- name: dave\n  user:\n    username: dave\n    password: pw\ncontexts:\n- name: a\n  context:\n    cluster: c\n    user: alice\n- name: b\n  context:\n    cluster: c\n    user: bob\ncurrent-context: a\n";
 
-    #[test]
-    fn the_current_users_token_is_used() {
+    async fn token(
+        path: &std::path::Path,
+        context: Option<&str>,
+        user: Option<&str>,
+    ) -> Result<String, CredentialsError> {
+        let config = kube_config(&KubeSelection {
+            kubeconfig: Some(path.to_owned()),
+            context: context.map(str::to_owned),
+            user: user.map(str::to_owned),
+        })
+        .await?;
+        bearer_token(&config).await
+    }
+
+    #[tokio::test]
+    async fn the_selected_users_token_is_used_and_a_certificate_user_is_told_to_use_a_token() {
         let dir = tempfile::tempdir().expect("tempdir");
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, "from-file\n").expect("write");
         let text = KUBECONFIG.replace("TOKEN_FILE", &token_file.display().to_string());
         let path = dir.path().join("config");
         std::fs::write(&path, &text).expect("write");
-        assert_eq!(kubeconfig_token(Some(&path)).expect("token"), "s3cret");
 
-        let mut kc = Kubeconfig::read_from(&path).expect("kubeconfig");
-        kc.current_context = Some("b".into());
-        assert_eq!(token_of(&kc).expect("token"), "from-file");
-        kc.current_context = Some("nope".into());
+        assert_eq!(token(&path, None, None).await.expect("token"), "s3cret");
+        assert_eq!(
+            token(&path, Some("b"), None).await.expect("token"),
+            "from-file"
+        );
         assert!(matches!(
-            token_of(&kc),
-            Err(CredentialsError::MissingContext(_))
+            token(&path, Some("nope"), None).await,
+            Err(CredentialsError::Kubeconfig(_))
         ));
+        let carol = token(&path, None, Some("carol")).await;
+        assert!(
+            matches!(carol, Err(CredentialsError::ClientCertificate)),
+            "{carol:?}"
+        );
+        let message = carol.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("kubectl create token"), "{message}");
+        let dave = token(&path, None, Some("dave")).await;
+        assert!(matches!(dave, Err(CredentialsError::Basic)), "{dave:?}");
     }
 }

@@ -439,11 +439,28 @@ impl ControlPlane {
     /// A kubeconfig for this control plane that authenticates with bearer `token` (as user
     /// `user` of the file) in namespace `namespace`.
     pub fn kubeconfig_yaml(&self, user: &str, token: &str, namespace: &str) -> String {
+        self.kubeconfig_yaml_with(user, &format!("    token: {token}\n"), namespace)
+    }
+
+    /// A kubeconfig for this control plane whose user `user` has the credentials `user_yaml`
+    /// (the lines under `user:`, indented four spaces: a token, a client certificate, an exec
+    /// plugin), in namespace `namespace`.
+    pub fn kubeconfig_yaml_with(&self, user: &str, user_yaml: &str, namespace: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: holdfast-local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: {user}\n  context:\n    cluster: holdfast-local\n    user: {user}\n    namespace: {namespace}\ncurrent-context: {user}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: holdfast-local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {user}\n  user:\n{user_yaml}contexts:\n- name: {user}\n  context:\n    cluster: holdfast-local\n    user: {user}\n    namespace: {namespace}\ncurrent-context: {user}\n",
             server = self.server,
             ca = self.dir.join("ca.crt").display(),
         )
+    }
+
+    /// A client certificate for user `common_name` from the CA the apiserver trusts for
+    /// clients (`--client-ca-file`).
+    pub fn issue_client_cert(
+        &self,
+        common_name: &str,
+        valid_for: Duration,
+    ) -> anyhow::Result<IssuedCertificate> {
+        Ok(self.ca.issue_client(common_name, valid_for)?)
     }
 
     /// A client acting as `id`, bound to the calling tokio runtime.

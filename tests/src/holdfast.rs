@@ -19,12 +19,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A binary of this workspace, built by `cargo build` (debug); panics saying how to build it.
+/// Looked up next to the running test binary (`<target>/debug/deps/..`, so a
+/// `CARGO_TARGET_DIR` elsewhere is followed), else in the tree's `target/debug`.
 pub fn binary(name: &str) -> PathBuf {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("target")
-        .join("debug")
-        .join(name);
+    let beside_tests = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join(name)))
+        .filter(|bin| bin.is_file());
+    let bin = beside_tests.unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("target")
+            .join("debug")
+            .join(name)
+    });
     assert!(
         bin.is_file(),
         "{} is missing: build it first with `cargo build -p {name}` \

@@ -15,6 +15,7 @@ mod admission;
 mod adversary;
 mod cert_rotation;
 mod chart;
+mod cli;
 mod cluster_smoke;
 mod faults;
 mod hold_race;

@@ -1,0 +1,76 @@
+//! Exit codes: one per member of the hold API's error set, and for what fails before an
+//! answer (credentials, transport).
+
+use serde_json::Value;
+
+/// The table `--help` prints (the README has the same).
+pub const HELP: &str = "\
+Exit codes:
+  0   success
+  1   an answer outside the set below
+  2   usage (a bad flag or argument)
+  3   Invalid       (400: malformed call, bad name, no deadline)
+  4   Rejected      (409/404: StaleHold, DeadlinePassed, NoWorkload, NotFound; final)
+  5   PodsRemain    (423: pods of an earlier execution remain; retry later)
+  6   Unsupported   (501: a probe failed, or the ClusterQueue lacks the readmission check)
+  7   Conflict      (503: eight preconditioned tries all met a 409; retry)
+  8   Unknown       (504: the write's answer was lost; read status after the CallBound)
+  9   Unavailable   (503: drift asked of a replica not holding the Lease; retry)
+  10  Unauthenticated or Forbidden (401/403 from the hold API: token or RBAC)
+  11  credentials   (the kubeconfig yields no bearer token, or its plugin failed)
+  12  transport     (the hold API or the apiserver could not be reached)";
+
+pub const OTHER: u8 = 1;
+pub const USAGE: u8 = 2;
+pub const CREDENTIALS: u8 = 11;
+pub const TRANSPORT: u8 = 12;
+
+/// The exit code of an answer of the hold API.
+pub fn of_answer(status: u16, body: &Value) -> u8 {
+    if (200..300).contains(&status) {
+        return 0;
+    }
+    match body.get("error").and_then(Value::as_str) {
+        Some("Invalid") => 3,
+        Some("Rejected") => 4,
+        Some("PodsRemain") => 5,
+        Some("Unsupported") => 6,
+        Some("Conflict") => 7,
+        Some("Unknown") => 8,
+        Some("Unavailable") => 9,
+        Some("Unauthenticated" | "Forbidden") => 10,
+        _ => OTHER,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_member_of_the_error_set_has_its_own_code() {
+        let code = |status, error: &str| of_answer(status, &json!({"error": error}));
+        assert_eq!(of_answer(200, &json!({"result": "Ok"})), 0);
+        let codes = [
+            code(400, "Invalid"),
+            code(409, "Rejected"),
+            code(423, "PodsRemain"),
+            code(501, "Unsupported"),
+            code(503, "Conflict"),
+            code(504, "Unknown"),
+            code(503, "Unavailable"),
+            code(401, "Unauthenticated"),
+        ];
+        assert_eq!(codes, [3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(code(404, "Rejected"), 4);
+        assert_eq!(code(403, "Forbidden"), 10);
+        assert_eq!(of_answer(502, &json!("bad gateway")), OTHER);
+        for c in codes {
+            assert!(
+                HELP.contains(&format!("\n  {c} ")),
+                "{c} is not in the help table"
+            );
+        }
+    }
+}

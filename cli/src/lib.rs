@@ -1,0 +1,222 @@
+//! `holdfast` and `kubectl-holdfast` (one program, two names): the hold API from the command
+//! line.
+#![forbid(unsafe_code)]
+
+mod api;
+mod args;
+mod credentials;
+mod exit;
+mod held;
+mod output;
+
+use std::process::ExitCode;
+
+use anyhow::{Context, anyhow};
+use clap::Parser;
+use serde_json::{Value, json};
+
+use args::{Cli, Command, Output};
+use credentials::KubeSelection;
+
+/// The program: parse the command line, run the command, exit with its code.
+pub fn main() -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("holdfast: {e}");
+            return ExitCode::from(exit::OTHER);
+        }
+    };
+    match rt.block_on(execute(&cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("holdfast: {:#}", f.error);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// What failed before an answer, and the exit code that says so.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+fn failure<E: Into<anyhow::Error>>(code: u8) -> impl FnOnce(E) -> Failure {
+    move |e| Failure {
+        code,
+        error: e.into(),
+    }
+}
+
+async fn execute(cli: &Cli) -> Result<u8, Failure> {
+    let selection = KubeSelection {
+        kubeconfig: cli.kubeconfig.clone(),
+        context: cli.context.clone(),
+        user: cli.user.clone(),
+    };
+    match api::ApiRequest::of(&cli.command) {
+        Some(request) => call(cli, &selection, request).await,
+        None => list_held(cli, &selection).await,
+    }
+}
+
+/// The kube configuration, with `--token` in place of the kubeconfig user's credentials.
+async fn kube_config(cli: &Cli, selection: &KubeSelection) -> Result<kube::Config, Failure> {
+    let mut config = credentials::kube_config(selection)
+        .await
+        .map_err(failure(exit::CREDENTIALS))?;
+    if let Some(token) = &cli.token {
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.clone().into()),
+            ..Default::default()
+        };
+    }
+    Ok(config)
+}
+
+async fn call(
+    cli: &Cli,
+    selection: &KubeSelection,
+    request: api::ApiRequest,
+) -> Result<u8, Failure> {
+    let server = cli.server.clone().ok_or_else(|| Failure {
+        code: exit::USAGE,
+        error: anyhow!("no hold API: pass --server https://... (or set HOLDFAST_SERVER)"),
+    })?;
+    let token = match &cli.token {
+        Some(t) => t.clone(),
+        None => {
+            let config = kube_config(cli, selection).await?;
+            credentials::bearer_token(&config)
+                .await
+                .map_err(failure(exit::CREDENTIALS))?
+        }
+    };
+    let http = http_client(cli).map_err(failure(exit::USAGE))?;
+    let (status, body) = request
+        .send(&http, &server, &token)
+        .await
+        .map_err(failure(exit::TRANSPORT))?;
+    print_answer(cli, status, &body);
+    Ok(exit::of_answer(status, &body))
+}
+
+fn http_client(cli: &Cli) -> anyhow::Result<reqwest::Client> {
+    let mut http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(120));
+    if let Some(ca) = &cli.ca_file {
+        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+        http = http.add_root_certificate(
+            reqwest::Certificate::from_pem(&pem)
+                .with_context(|| format!("{} is not a PEM certificate", ca.display()))?,
+        );
+    }
+    Ok(http.build()?)
+}
+
+fn print_answer(cli: &Cli, status: u16, body: &Value) {
+    let default = match cli.command {
+        Command::Status { .. } => Output::Table,
+        _ => Output::Json,
+    };
+    let format = cli.output.unwrap_or(default);
+    let ok = (200..300).contains(&status);
+    let target = match &cli.command {
+        Command::Hold { target, .. }
+        | Command::Release { target, .. }
+        | Command::Open { target, .. }
+        | Command::Status {
+            target: Some(target),
+            ..
+        } => Some(target),
+        _ => None,
+    };
+    match (format, target) {
+        (Output::Table, Some(t)) if ok && matches!(cli.command, Command::Status { .. }) => {
+            let row = output::Row {
+                namespace: &t.namespace,
+                name: &t.name,
+                status: body,
+            };
+            println!("{}", output::status_table(&[row], jiff::Timestamp::now()));
+        }
+        (Output::Table, Some(t)) => {
+            let line = output::answer_line(&format!("{}/{}", t.namespace, t.name), status, body);
+            if ok {
+                println!("{line}");
+            } else {
+                eprintln!("{line}");
+            }
+        }
+        // Preflight and drift have no table: JSON.
+        (format, _) => println!("{}", output::document(body, format)),
+    }
+}
+
+/// `status -A` / `status -n NS`: read from the cluster with the user's own credentials.
+async fn list_held(cli: &Cli, selection: &KubeSelection) -> Result<u8, Failure> {
+    let Command::Status {
+        all_namespaces,
+        namespace,
+        ..
+    } = &cli.command
+    else {
+        return Ok(exit::OTHER);
+    };
+    let config = kube_config(cli, selection).await?;
+    let client = kube::Client::try_from(config).map_err(failure(exit::CREDENTIALS))?;
+    let scope = if *all_namespaces {
+        None
+    } else {
+        namespace.as_deref()
+    };
+    let jobs = held::held_jobs(&client, scope).await.map_err(|e| {
+        let code = match &e {
+            kube::Error::Api(s) if s.code == 401 || s.code == 403 => 10,
+            kube::Error::Api(_) => exit::OTHER,
+            _ => exit::TRANSPORT,
+        };
+        failure(code)(anyhow::Error::new(e).context("listing TrainJobs"))
+    })?;
+    let statuses: Vec<Value> = jobs.iter().map(|j| j.status.body()).collect();
+    match cli.output.unwrap_or(Output::Table) {
+        // As kubectl says it: on stderr, with no header.
+        Output::Table if jobs.is_empty() => match scope {
+            Some(ns) => eprintln!("No held jobs in namespace {ns}."),
+            None => eprintln!("No held jobs."),
+        },
+        Output::Table => {
+            let rows: Vec<output::Row<'_>> = jobs
+                .iter()
+                .zip(&statuses)
+                .map(|(j, s)| output::Row {
+                    namespace: &j.namespace,
+                    name: &j.name,
+                    status: s,
+                })
+                .collect();
+            println!("{}", output::status_table(&rows, jiff::Timestamp::now()));
+        }
+        format => {
+            let items: Vec<Value> = jobs
+                .iter()
+                .zip(statuses)
+                .map(|(j, mut s)| {
+                    if let Some(o) = s.as_object_mut() {
+                        o.remove("result");
+                        o.insert("namespace".into(), json!(j.namespace));
+                        o.insert("name".into(), json!(j.name));
+                    }
+                    s
+                })
+                .collect();
+            println!("{}", output::document(&json!({ "items": items }), format));
+        }
+    }
+    Ok(0)
+}

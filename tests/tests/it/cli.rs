@@ -1,0 +1,356 @@
+//! The CLI run as a user runs it: the real `kubectl-holdfast` binary (what `kubectl holdfast`
+//! executes) as a process, with a kubeconfig of the real apiserver — an exec credential
+//! plugin, a static token, a client certificate — against the hold API on loopback.
+//! Needs `cargo build -p holdfast-cli` first (`tests/run.sh` builds every binary).
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use holdfast_core::names::{ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON};
+use holdfast_tests::hold_support::api::{grant_alice, start_api};
+use holdfast_tests::hold_support::{
+    annotation, create_trainjob, executor, hold_annotations, read_trainjob, suspended,
+};
+use holdfast_tests::holdfast::binary;
+use holdfast_tests::{ControlPlane, Identity};
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::{Value, json};
+
+/// Runs `kubectl-holdfast` with `kubeconfig` against the hold API at `server` (trusting the
+/// control plane's CA), nothing taken from the environment.
+async fn holdfast(cp: &ControlPlane, kubeconfig: &Path, server: &str, args: &[&str]) -> Output {
+    let ca = cp.dir().join("ca.crt");
+    tokio::process::Command::new(binary("kubectl-holdfast"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--server", server, "--ca-file"])
+        .arg(&ca)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("HOLDFAST_SERVER")
+        .env_remove("HOLDFAST_CA_FILE")
+        .env_remove("HOLDFAST_TOKEN")
+        .output()
+        .await
+        .expect("run kubectl-holdfast")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The exit code, with the output in the message if there is none.
+fn code(out: &Output) -> i32 {
+    out.status
+        .code()
+        .unwrap_or_else(|| panic!("killed: {}{}", stdout(out), stderr(out)))
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(out), stderr(out)))
+}
+
+/// A kubeconfig whose user is an exec credential plugin: a script printing an ExecCredential
+/// with `token` (expiring in an hour, so kube treats it as refreshable) and appending a line to
+/// the returned marker file each time it runs.
+fn exec_plugin_kubeconfig(
+    cp: &ControlPlane,
+    dir: &Path,
+    token: &str,
+    ns: &str,
+) -> (PathBuf, PathBuf) {
+    let marker = dir.join("plugin-ran");
+    let expiry = jiff::Timestamp::now() + Duration::from_secs(3600);
+    let script = dir.join("credential-plugin.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho ran >> '{marker}'\ncat <<'EOF'\n{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{token}\",\"expirationTimestamp\":\"{expiry}\"}}}}\nEOF\n",
+            marker = marker.display(),
+            expiry = holdfast_core::rfc3339::seconds(expiry),
+        ),
+    )
+    .expect("write the plugin");
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .expect("chmod the plugin");
+    let user = format!(
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      interactiveMode: Never\n",
+        script.display()
+    );
+    let path = dir.join("kubeconfig-exec.yaml");
+    std::fs::write(&path, cp.kubeconfig_yaml_with("alice-exec", &user, ns)).expect("write");
+    (path, marker)
+}
+
+#[tokio::test]
+async fn an_exec_plugin_user_holds_and_releases_and_refusals_exit_with_their_codes() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("cli-exec").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let api = start_api(cp, executor(cp).await).await;
+    grant_alice(
+        cp,
+        &ns,
+        &["hold", "release", "open", "status"],
+        &["create", "get"],
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (kubeconfig, marker) =
+        exec_plugin_kubeconfig(cp, dir.path(), cp.token(Identity::User), &ns);
+    let job = format!("{ns}/mnist");
+
+    let out = holdfast(cp, &kubeconfig, &api.base, &["open", &job]).await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(json(&out)["outcome"], "Opened");
+    assert!(marker.is_file(), "the exec plugin was not run");
+    assert!(!suspended(&read_trainjob(cp, &ns, "mnist").await));
+
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["hold", &job, "--instance", "1", "--reason", "node lost"],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(json(&out)["outcome"], "Held");
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
+    assert!(suspended(&tj));
+
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["release", &job, "--instance", "0"],
+    )
+    .await;
+    assert_eq!(
+        code(&out),
+        4,
+        "a stale release is Rejected: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let body = json(&out);
+    assert_eq!(
+        (body["error"].as_str(), body["cause"].as_str()),
+        (Some("Rejected"), Some("StaleHold"))
+    );
+
+    let out = holdfast(cp, &kubeconfig, &api.base, &["status", &job, "-o", "yaml"]).await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let status: Value = serde_saphyr::from_str(&stdout(&out))
+        .unwrap_or_else(|e| panic!("not YAML ({e}): {}", stdout(&out)));
+    assert_eq!(status["hold"]["instance"], 1, "{status}");
+    assert_eq!(status["hold"]["reason"], "node lost", "{status}");
+
+    let bad = format!("{ns}/Not_A_Name");
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["hold", &bad, "--instance", "2"],
+    )
+    .await;
+    assert_eq!(
+        code(&out),
+        3,
+        "a name no TrainJob can have is Invalid: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(json(&out)["error"], "Invalid");
+
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["release", &job, "--instance", "1"],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(json(&out)["outcome"], "Released");
+    assert_eq!(json(&out)["resumed"], true);
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(hold_annotations(&tj).is_empty(), "{tj}");
+    assert!(!suspended(&tj));
+}
+
+#[tokio::test]
+async fn a_static_token_user_lists_every_held_job_with_status_all_namespaces() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("cli-list").await.expect("namespace");
+    create_trainjob(cp, &ns, "held", false).await;
+    create_trainjob(cp, &ns, "free", false).await;
+    let api = start_api(cp, executor(cp).await).await;
+    let kubeconfig = cp.kubeconfig(Identity::Admin);
+    let job = format!("{ns}/held");
+
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &[
+            "hold",
+            &job,
+            "--instance",
+            "7",
+            "--reason",
+            "drain",
+            "-o",
+            "table",
+        ],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(stdout(&out).trim(), format!("{job}: Held"));
+
+    let out = holdfast(cp, &kubeconfig, &api.base, &["status", "-A"]).await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let table = stdout(&out);
+    let ours: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|cols| cols.first() == Some(&ns.as_str()))
+        .collect();
+    assert_eq!(ours.len(), 1, "only the held job is listed:\n{table}");
+    let row = &ours[0];
+    assert_eq!(
+        &row[..5],
+        [ns.as_str(), "held", "plain", "7", "drain"],
+        "{table}"
+    );
+    assert_eq!(row.last(), Some(&"HeldByUs"), "{table}");
+
+    let out = holdfast(cp, &kubeconfig, &api.base, &["status", "-A", "-o", "json"]).await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let listed = json(&out);
+    let item = listed["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["namespace"] == ns.as_str()))
+        .unwrap_or_else(|| panic!("{ns} is not listed: {listed}"));
+    assert_eq!(item["name"], "held");
+    assert_eq!(item["hold"]["instance"], 7);
+    assert_eq!(item["state"]["kind"], "HeldByUs");
+}
+
+#[tokio::test]
+async fn a_client_certificate_user_is_told_the_hold_api_needs_a_token() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("cli-cert").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let api = start_api(cp, executor(cp).await).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cert = cp
+        .issue_client_cert("carol", Duration::from_secs(3600))
+        .expect("client certificate");
+    let (crt, key) = (dir.path().join("carol.crt"), dir.path().join("carol.key"));
+    std::fs::write(&crt, &cert.cert_pem).expect("write");
+    std::fs::write(&key, &cert.key_pem).expect("write");
+    let user = format!(
+        "    client-certificate: {}\n    client-key: {}\n",
+        crt.display(),
+        key.display()
+    );
+    let kubeconfig = dir.path().join("kubeconfig-cert.yaml");
+    std::fs::write(&kubeconfig, cp.kubeconfig_yaml_with("carol", &user, &ns)).expect("write");
+    // A credential the apiserver accepts, as kubectl would use it.
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config)
+        .expect("client")
+        .apiserver_version()
+        .await
+        .expect("the apiserver accepts carol's certificate");
+
+    let job = format!("{ns}/mnist");
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["hold", &job, "--instance", "1"],
+    )
+    .await;
+    assert_eq!(code(&out), 11, "{}{}", stdout(&out), stderr(&out));
+    let message = stderr(&out);
+    assert!(message.contains("client certificate"), "{message}");
+    assert!(message.contains("kubectl create token"), "{message}");
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(hold_annotations(&tj).is_empty(), "{tj}");
+}
+
+#[tokio::test]
+async fn status_lists_a_kueue_mode_hold_written_on_the_trainjobs_workload() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("cli-kueue").await.expect("namespace");
+    let tj = create_trainjob(cp, &ns, "job", true).await;
+    let uid = tj["metadata"]["uid"].as_str().expect("uid");
+    let api = start_api(cp, executor(cp).await).await;
+    // The Workload as Kueue makes it (owned by the TrainJob) and as holdfast holds it in
+    // Kueue mode (deactivated, the hold's annotations): written here by the admin.
+    let workload: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": holdfast_tests::kueue::KUEUE_API_VERSION, "kind": "Workload",
+        "metadata": {"name": "trainjob-job-1", "annotations": {
+                ANN_HOLD_INSTANCE: "5", ANN_HOLD_REASON: "preempted",
+                ANN_HOLD_PLACED_AT: holdfast_core::rfc3339::seconds(jiff::Timestamp::now())},
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob", "name": "job", "uid": uid, "controller": true}]},
+        "spec": {"active": false, "queueName": "q", "podSets": [{"name": "node", "count": 1,
+            "template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}]}
+    }))
+    .expect("workload");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    Api::<DynamicObject>::namespaced_with(
+        admin,
+        &ns,
+        &holdfast_cluster::queues::workload_resource(),
+    )
+    .create(&PostParams::default(), &workload)
+    .await
+    .expect("create the Workload");
+
+    let kubeconfig = cp.kubeconfig(Identity::Admin);
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["status", "-n", &ns, "-o", "json"],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let listed = json(&out);
+    let items = listed["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{listed}");
+    assert_eq!(
+        (
+            &items[0]["name"],
+            &items[0]["mode"],
+            &items[0]["heldObject"],
+            &items[0]["hold"]["instance"],
+            &items[0]["hold"]["reason"],
+            &items[0]["state"]["kind"]
+        ),
+        (
+            &json!("job"),
+            &json!("kueue"),
+            &json!("Workload"),
+            &json!(5),
+            &json!("preempted"),
+            &json!("HeldByUs")
+        ),
+        "{listed}"
+    );
+}
