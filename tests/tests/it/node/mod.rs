@@ -9,6 +9,8 @@
 //! cargo test -p holdfast-tests --test it -- --ignored node:: --test-threads 1
 //! ```
 
+mod kep;
+
 use futures::{AsyncBufReadExt, StreamExt};
 use holdfast_tests::Identity;
 use holdfast_tests::node::{NodeCluster, jobset_resource};
@@ -42,7 +44,7 @@ fn workload_pod(name: &str, image: &str, grace_seconds: u32, mark: &str) -> Pod 
     .expect("pod")
 }
 
-fn is_running(p: &Pod) -> bool {
+pub(super) fn is_running(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         && p.status
             .as_ref()
@@ -92,7 +94,7 @@ async fn wait_running(cluster: &NodeCluster, pods: &Api<Pod>, name: &str) -> Pod
 }
 
 /// The `workload: config {...}` line of a pod's log, parsed.
-async fn config_of(pods: &Api<Pod>, name: &str, container: &str) -> serde_json::Value {
+pub(super) async fn config_of(pods: &Api<Pod>, name: &str, container: &str) -> serde_json::Value {
     wait_for(
         "the workload's config line",
         Duration::from_secs(30),
@@ -212,7 +214,7 @@ async fn a_plain_pod_runs_and_terminates_with_its_grace() {
     );
 }
 
-fn training_runtime(name: &str, image: &str) -> serde_json::Value {
+pub(super) fn training_runtime(name: &str, image: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainingRuntime",
@@ -241,7 +243,7 @@ fn training_runtime(name: &str, image: &str) -> serde_json::Value {
     })
 }
 
-async fn running_pods(pods: &Api<Pod>, jobset: &str) -> Vec<Pod> {
+pub(super) async fn running_pods(pods: &Api<Pod>, jobset: &str) -> Vec<Pod> {
     let lp = ListParams::default().labels(&format!("jobset.sigs.k8s.io/jobset-name={jobset}"));
     pods.list(&lp).await.map(|l| l.items).unwrap_or_default()
 }
@@ -256,7 +258,7 @@ fn all_running_and_new(ps: &[Pod], old: &[String]) -> bool {
 
 /// The pods of `jobset`'s next execution, once there are some, all Running and none of `old`
 /// (the previous execution's uids); panics after `within`.
-async fn next_execution(
+pub(super) async fn next_execution(
     pods: &Api<Pod>,
     jobset: &str,
     old: &[String],
@@ -269,7 +271,7 @@ async fn next_execution(
     .await
 }
 
-fn owner_kind(meta: &kube::api::ObjectMeta) -> Option<(String, String)> {
+pub(super) fn owner_kind(meta: &kube::api::ObjectMeta) -> Option<(String, String)> {
     meta.owner_references
         .as_ref()?
         .iter()
@@ -1112,7 +1114,7 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
 
 /// holdfast's image, built from the Dockerfile's recipe (cached) and imported into the node:
 /// its archive and its `repository:tag` reference.
-fn holdfast_image(cluster: &NodeCluster) -> (std::path::PathBuf, String) {
+pub(super) fn holdfast_image(cluster: &NodeCluster) -> (std::path::PathBuf, String) {
     let script = holdfast_tests::binaries::cluster_module_dir().join("node/holdfast-image.sh");
     let image_dir = holdfast_tests::binaries::run_build_script(&script).expect("holdfast image");
     let archive = image_dir.join("image.tar");
@@ -1123,7 +1125,7 @@ fn holdfast_image(cluster: &NodeCluster) -> (std::path::PathBuf, String) {
 
 /// The pods of namespace `ns`, each with its phase and container states: what a failed
 /// install or rollout is explained by.
-async fn pod_states(admin: &kube::Client, ns: &str) -> Vec<String> {
+pub(super) async fn pod_states(admin: &kube::Client, ns: &str) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     pods.list(&ListParams::default())
         .await
@@ -1143,7 +1145,7 @@ async fn pod_states(admin: &kube::Client, ns: &str) -> Vec<String> {
 }
 
 /// The last lines of each of holdfast's controller pods' logs in `ns`.
-async fn controller_logs(admin: &kube::Client, ns: &str) -> Vec<String> {
+pub(super) async fn controller_logs(admin: &kube::Client, ns: &str) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     let mut out = Vec::new();
     let list = pods
@@ -1171,7 +1173,7 @@ async fn controller_logs(admin: &kube::Client, ns: &str) -> Vec<String> {
 /// A release of the chart installed on the node from the local image (`helm install --wait`).
 /// Dropped while still installed, it is uninstalled, so a failing test leaves no webhook of
 /// its own guarding the next test's writes.
-struct ChartRelease {
+pub(super) struct ChartRelease {
     helm: holdfast_tests::helm::Helm,
     name: String,
     namespace: String,
@@ -1182,7 +1184,12 @@ struct ChartRelease {
 
 impl ChartRelease {
     /// `helm install` of release `name` in `namespace` with `sets` besides the image's.
-    async fn install(cluster: &NodeCluster, name: &str, namespace: &str, sets: &[&str]) -> Self {
+    pub(super) async fn install(
+        cluster: &NodeCluster,
+        name: &str,
+        namespace: &str,
+        sets: &[&str],
+    ) -> Self {
         let (_, reference) = holdfast_image(cluster);
         let (repository, tag) = reference.rsplit_once(':').expect("tag");
         let mut release = ChartRelease {
@@ -1212,7 +1219,7 @@ impl ChartRelease {
 
     /// `helm uninstall`, as the chart README says (without `--wait`: a kueue-mode
     /// AdmissionCheck stays until no ClusterQueue names it, Kueue's finalizer says).
-    fn uninstall(&mut self) -> anyhow::Result<String> {
+    pub(super) fn uninstall(&mut self) -> anyhow::Result<String> {
         self.installed = false;
         self.helm.run(
             &[
@@ -1272,7 +1279,7 @@ impl ChartRelease {
 
     /// The chart's names for this release (`<fullname>`): the release name, or
     /// `<release>-holdfast`.
-    fn fullname(&self) -> String {
+    pub(super) fn fullname(&self) -> String {
         if self.name.contains("holdfast") {
             self.name.clone()
         } else {
@@ -1283,7 +1290,7 @@ impl ChartRelease {
     /// A client of the hold API through the controller's Service, as a caller inside the
     /// cluster reaches it: by the Service's DNS name, verified against the CA the controller
     /// issued its serving certificate from.
-    async fn hold_api(&self, cluster: &NodeCluster) -> ServiceHoldApi {
+    pub(super) async fn hold_api(&self, cluster: &NodeCluster) -> ServiceHoldApi {
         use k8s_openapi::api::core::v1::{Secret, Service};
         holdfast_serve::install_crypto_provider();
         let admin = cluster.client(Identity::Admin).await.expect("client");
@@ -1343,14 +1350,14 @@ impl Drop for ChartRelease {
 }
 
 /// The hold API reached through the controller's Service.
-struct ServiceHoldApi {
+pub(super) struct ServiceHoldApi {
     base: String,
     http: reqwest::Client,
 }
 
 impl ServiceHoldApi {
     /// `POST .../trainjobs/{name}/{call}` as the holder of `token`; the status and JSON body.
-    async fn call(
+    pub(super) async fn call(
         &self,
         token: &str,
         ns: &str,
@@ -1910,7 +1917,7 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
 }
 
 /// Restarts Trainer when dropped, if it is not running.
-struct TrainerBack(&'static NodeCluster);
+pub(super) struct TrainerBack(pub(super) &'static NodeCluster);
 
 impl Drop for TrainerBack {
     fn drop(&mut self) {
@@ -1929,7 +1936,7 @@ impl Drop for TrainerBack {
 
 /// Set `failurePolicy` on every webhook of Trainer's two webhook configurations (as the
 /// harness registers them from its manifests).
-async fn trainer_webhooks_failure_policy(admin: &kube::Client, policy: &str) {
+pub(super) async fn trainer_webhooks_failure_policy(admin: &kube::Client, policy: &str) {
     use k8s_openapi::api::admissionregistration::v1::{
         MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
     };
@@ -1981,7 +1988,8 @@ async fn trainer_webhooks_failure_policy(admin: &kube::Client, policy: &str) {
 /// its runtime edited, then holdfast snapshots the edited version and flags it
 /// (`RuntimeChangedSinceAdmission`); the pod runs exactly what the snapshot holds. While
 /// Trainer is stopped its webhooks are set to `Ignore` (they would refuse every TrainJob and
-/// runtime write), and restored after.
+/// runtime write), and restored after. Every snapshot read here, Trainer's or holdfast's, has
+/// KEP-2599's structure and ownerReference ([`kep::assert_snapshot_structure`]).
 #[tokio::test]
 #[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
 async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshots_image() {
@@ -2049,9 +2057,11 @@ async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshot
                 .expect("edit the runtime");
         }
     };
-    // The snapshot once it exists: which image it holds, and who created it.
+    // The snapshot once it exists: which image it holds, and who created it; whoever wrote
+    // it, its structure and ownerReference are the KEP's.
     let snapshot = |job: &'static str| {
         let cms = cms.clone();
+        let trainjobs = trainjobs.clone();
         async move {
             let cm = wait_for("the snapshot", Duration::from_secs(60), || async {
                 cms.get_opt(&format!("{job}-runtime-snapshot"))
@@ -2060,6 +2070,8 @@ async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshot
                     .flatten()
             })
             .await;
+            let tj = trainjobs.get(job).await.expect("the TrainJob");
+            kep::assert_snapshot_structure(&cm, &tj, job);
             let yaml = cm
                 .data
                 .as_ref()
