@@ -189,11 +189,18 @@ impl Jobs {
             .count()
     }
 
-    /// A pause that does not take, where the JobSet Trainer computes differs from the one the
-    /// job runs: JobSet refuses a change of a JobSet's pod template (shown with a dry-run of
-    /// the same change), Trainer's patch is refused after the pause (its log says so), and
+    /// A pause (`pause`: `spec.suspend`, or a hold) that does not take, where the JobSet
+    /// Trainer computes differs from the one the job runs: JobSet refuses a change of a
+    /// JobSet's pod template (shown with a dry-run of the same change); after the pause the
+    /// TrainJob is suspended, Trainer's update of the JobSet is refused (its log says so), and
     /// the JobSet stays unsuspended, its pods (`running`) running.
-    async fn pause_refused(&self, cluster: &NodeCluster, job: &str, running: &[String]) {
+    async fn pause_refused(
+        &self,
+        cluster: &NodeCluster,
+        job: &str,
+        running: &[String],
+        pause: impl std::future::Future<Output = ()>,
+    ) {
         let dry = PatchParams {
             dry_run: true,
             ..Default::default()
@@ -216,7 +223,16 @@ impl Jobs {
             other => panic!("JobSet accepted a pod template change: {other:?}"),
         }
         let before = self.refusals(cluster, job);
-        self.suspend(job, true).await;
+        pause.await;
+        wait_for(
+            "the TrainJob suspended",
+            Duration::from_secs(60),
+            || async {
+                let tj = self.trainjobs.get(job).await.ok()?;
+                (tj.data["spec"]["suspend"] == true).then_some(())
+            },
+        )
+        .await;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while self.refusals(cluster, job) <= before {
             assert!(
@@ -343,48 +359,127 @@ impl Jobs {
     }
 }
 
-/// Call the hold API and check its outcome.
-async fn hold_call(
-    api: &ServiceHoldApi,
-    token: &str,
-    jobs: &Jobs,
-    job: &str,
-    call: &str,
-    instance: Option<u64>,
-    outcome: &str,
-) {
-    let (status, answer) = api.call(token, &jobs.ns, job, call, instance).await;
-    assert_eq!(
-        (status, answer["outcome"].as_str()),
-        (200, Some(outcome)),
-        "{call}: {answer}"
-    );
+/// holdfast installed by its chart in plain or kueue mode, a namespace for the test's jobs (in
+/// kueue mode with a LocalQueue `main` of a ClusterQueue naming the chart's AdmissionCheck),
+/// and alice allowed to call the hold API, reached through the controller's Service.
+struct Installed {
+    release: ChartRelease,
+    jobs: Jobs,
+    api: ServiceHoldApi,
+    alice: String,
+    /// The ClusterQueue, in kueue mode.
+    cluster_queue: Option<String>,
+}
+
+impl Installed {
+    async fn new(cluster: &NodeCluster, name: &str, kueue_mode: bool, prefix: &str) -> Self {
+        let mode = if kueue_mode {
+            cluster.start_kueue().await.expect("kueue starts");
+            "mode=kueue"
+        } else {
+            "mode=plain"
+        };
+        let release =
+            ChartRelease::install(cluster, name, &format!("{name}-system"), &[mode]).await;
+        let jobs = Jobs::new(cluster, prefix).await;
+        let mut cluster_queue = None;
+        if kueue_mode {
+            let admin = cluster.client(Identity::Admin).await.expect("client");
+            let check = format!("{}-readmission", release.fullname());
+            kueue::create_queues(&admin, &jobs.ns, "main", &[check.as_str()])
+                .await
+                .expect("queues");
+            cluster_queue = Some(format!("cq-{}", jobs.ns));
+        }
+        holdfast_tests::hold_support::api::grant_alice(
+            cluster,
+            &jobs.ns,
+            &["open", "hold", "release"],
+            &["create"],
+        )
+        .await;
+        Installed {
+            api: release.hold_api(cluster).await,
+            alice: cluster.token(Identity::User).to_owned(),
+            release,
+            jobs,
+            cluster_queue,
+        }
+    }
+
+    /// A TrainJob's labels here: queued in kueue mode, and `more`.
+    fn labels(&self, more: Value) -> Value {
+        let mut labels = more;
+        if self.cluster_queue.is_some() {
+            labels["kueue.x-k8s.io/queue-name"] = json!("main");
+        }
+        labels
+    }
+
+    /// Call the hold API as alice and check its outcome.
+    async fn call(&self, job: &str, call: &str, instance: Option<u64>, outcome: &str) {
+        let (status, answer) = self
+            .api
+            .call(&self.alice, &self.jobs.ns, job, call, instance)
+            .await;
+        assert_eq!(
+            (status, answer["outcome"].as_str()),
+            (200, Some(outcome)),
+            "{call}: {answer}"
+        );
+    }
+
+    /// A managed TrainJob of `runtime`, created and opened; its first execution, checked to
+    /// run the runtime's original configuration (uids).
+    async fn start(&self, cluster: &NodeCluster, job: &str, runtime: &str) -> Vec<String> {
+        let labels = self.labels(json!({"holdfast.dev/managed": "true"}));
+        let created = self.jobs.create_trainjob(job, runtime, labels).await;
+        self.call(job, "open", None, "Opened").await;
+        let first = self
+            .jobs
+            .assert_runs(job, &[], &Config::original(cluster, runtime))
+            .await;
+        assert_snapshot_structure(&self.jobs.snapshot(job).await, &created, runtime);
+        first
+    }
+
+    /// Hold the job (its first hold: instance 1) and wait until its pods are gone.
+    async fn hold(&self, cluster: &NodeCluster, job: &str) {
+        self.call(job, "hold", Some(1), "Held").await;
+        self.jobs.pods_gone(cluster, job).await;
+    }
+
+    /// `helm uninstall`; in kueue mode the ClusterQueue goes too (the chart's AdmissionCheck
+    /// stays until no ClusterQueue names it).
+    async fn uninstall(mut self, cluster: &NodeCluster) {
+        self.release.uninstall().expect("helm uninstall");
+        if let Some(cq) = self.cluster_queue {
+            let admin = cluster.client(Identity::Admin).await.expect("client");
+            Api::<DynamicObject>::all_with(
+                admin,
+                &kueue::api_resource("ClusterQueue", "clusterqueues"),
+            )
+            .delete(&cq, &DeleteParams::default())
+            .await
+            .expect("delete the ClusterQueue");
+        }
+    }
 }
 
 /// The KEP's e2e flow with holdfast's hold as the pause: a managed TrainJob is opened, runs,
 /// is held (its pods gone), its runtime updated, released; the new execution runs the
 /// original configuration.
-async fn paused_by_a_hold_keeps_the_original(
-    cluster: &NodeCluster,
-    release: &ChartRelease,
-    jobs: &Jobs,
-    labels: Value,
-) {
-    let api = release.hold_api(cluster).await;
-    let alice = cluster.token(Identity::User).to_owned();
-    jobs.create_runtime(cluster, "held").await;
-    let mut labels = labels;
-    labels["holdfast.dev/managed"] = json!("true");
-    jobs.create_trainjob("held", "held", labels).await;
-    hold_call(&api, &alice, jobs, "held", "open", None, "Opened").await;
-    let original = Config::original(cluster, "held");
-    let first = jobs.assert_runs("held", &[], &original).await;
-    hold_call(&api, &alice, jobs, "held", "hold", Some(1), "Held").await;
-    jobs.pods_gone(cluster, "held").await;
-    jobs.edit_runtime("held").await;
-    hold_call(&api, &alice, jobs, "held", "release", Some(1), "Released").await;
-    jobs.assert_runs("held", &first, &original).await;
-    jobs.delete("held").await;
+async fn paused_by_a_hold_keeps_the_original(cluster: &NodeCluster, installed: &Installed) {
+    installed.jobs.create_runtime(cluster, "held").await;
+    let first = installed.start(cluster, "held", "held").await;
+    installed.hold(cluster, "held").await;
+    installed.jobs.edit_runtime("held").await;
+    installed.call("held", "release", Some(1), "Released").await;
+    installed
+        .jobs
+        .assert_runs("held", &first, &Config::original(cluster, "held"))
+        .await;
+    installed.jobs.delete("held").await;
 }
 
 /// Priority classes for the preemption case (cluster-scoped; applied, so a rerun finds them).
@@ -422,37 +517,15 @@ async fn e2e_updating_a_training_runtime_does_not_affect_a_paused_trainjob() {
     cluster.tag_image(&workload, EDITED_IMAGE).expect("tag");
 
     // Plain mode: a hold.
-    {
-        let release = ChartRelease::install(cluster, "kep", "kep-system", &["mode=plain"]).await;
-        let jobs = Jobs::new(cluster, "kep-e2e-plain").await;
-        holdfast_tests::hold_support::api::grant_alice(
-            cluster,
-            &jobs.ns,
-            &["open", "hold", "release"],
-            &["create"],
-        )
-        .await;
-        paused_by_a_hold_keeps_the_original(cluster, &release, &jobs, json!({})).await;
-        drop(release);
-    }
+    let plain = Installed::new(cluster, "kep", false, "kep-e2e-plain").await;
+    paused_by_a_hold_keeps_the_original(cluster, &plain).await;
+    plain.uninstall(cluster).await;
 
     // Kueue mode: a hold, then Kueue's preemption.
-    cluster.start_kueue().await.expect("kueue starts");
-    let mut release = ChartRelease::install(cluster, "kepq", "kepq-system", &["mode=kueue"]).await;
-    let check = format!("{}-readmission", release.fullname());
-    let jobs = Jobs::new(cluster, "kep-e2e-kueue").await;
-    kueue::create_queues(&admin, &jobs.ns, "main", &[check.as_str()])
-        .await
-        .expect("queues");
-    holdfast_tests::hold_support::api::grant_alice(
-        cluster,
-        &jobs.ns,
-        &["open", "hold", "release"],
-        &["create"],
-    )
-    .await;
-    let queued = json!({"kueue.x-k8s.io/queue-name": "main"});
-    paused_by_a_hold_keeps_the_original(cluster, &release, &jobs, queued).await;
+    let installed = Installed::new(cluster, "kepq", true, "kep-e2e-kueue").await;
+    paused_by_a_hold_keeps_the_original(cluster, &installed).await;
+    let jobs = &installed.jobs;
+    let cq = installed.cluster_queue.clone().expect("kueue mode");
 
     // Preemption: the ClusterQueue's CPU (25m) fits the running job (10m) or the
     // higher-priority one (two nodes, 20m), not both: Kueue preempts the running one.
@@ -464,7 +537,6 @@ async fn e2e_updating_a_training_runtime_does_not_affect_a_paused_trainjob() {
         admin.clone(),
         &kueue::api_resource("ClusterQueue", "clusterqueues"),
     );
-    let cq = format!("cq-{}", jobs.ns);
     cqs.patch(
         &cq,
         &PatchParams::default(),
@@ -510,10 +582,7 @@ async fn e2e_updating_a_training_runtime_does_not_affect_a_paused_trainjob() {
     jobs.assert_runs("preempted", &first, &original).await;
     jobs.delete("preempted").await;
 
-    release.uninstall().expect("helm uninstall");
-    cqs.delete(&cq, &DeleteParams::default())
-        .await
-        .expect("delete the ClusterQueue");
+    installed.uninstall(cluster).await;
 }
 
 /// Switches the node back to the current Trainer when dropped (a failing test must not leave
@@ -616,46 +685,47 @@ async fn upgrade_from_trainer_2_2_with_holdfast_keeps_the_original_configuration
     // Its JobSet, from the original runtime, differs from the snapshot's: the pause does not
     // take until the JobSet is made again, from the snapshot, and the job then runs the
     // updated configuration.
-    jobs.pause_refused(cluster, "alone", &first).await;
+    jobs.pause_refused(cluster, "alone", &first, jobs.suspend("alone", true))
+        .await;
     jobs.recreate_jobset(cluster, "alone").await;
     jobs.suspend("alone", false).await;
     jobs.assert_runs("alone", &first, &Config::edited()).await;
     jobs.delete("alone").await;
 
-    // With holdfast installed before the upgrade.
-    cluster
-        .switch_trainer(TrainerRelease::Previous)
-        .await
-        .expect("Trainer v2.2.1");
-    let release = ChartRelease::install(cluster, "kepu", "kepu-system", &["mode=plain"]).await;
-    let jobs = Jobs::new(cluster, "kep-upgrade-holdfast").await;
-    jobs.create_runtime(cluster, "rt").await;
-    jobs.create_trainjob("kept", "rt", json!({})).await;
-    let snap = jobs.snapshot("kept").await;
-    assert_eq!(creator(&snap), "holdfast", "holdfast wrote it under v2.2.1");
-    assert!(
-        runtime_yaml(&snap).contains(&workload) && !runtime_yaml(&snap).contains(EDITED_IMAGE),
-        "{}",
-        runtime_yaml(&snap)
-    );
-    let original = Config::original(cluster, "rt");
-    let first = jobs.assert_runs("kept", &[], &original).await;
-    jobs.edit_runtime("rt").await;
-    cluster
-        .switch_trainer(TrainerRelease::Current)
-        .await
-        .expect("Trainer v2.3.0");
-    jobs.suspend("kept", true).await;
-    jobs.pods_gone(cluster, "kept").await;
-    jobs.suspend("kept", false).await;
-    jobs.assert_runs("kept", &first, &original).await;
-    let now = jobs.snapshot("kept").await;
-    assert_eq!(
-        now.metadata.resource_version, snap.metadata.resource_version,
-        "Trainer v2.3.0 used holdfast's snapshot as it was"
-    );
-    jobs.delete("kept").await;
-    drop(release);
+    // With holdfast installed before the upgrade, in each mode; paused by a hold.
+    for (name, kueue_mode) in [("kepu", false), ("kepuq", true)] {
+        cluster
+            .switch_trainer(TrainerRelease::Previous)
+            .await
+            .expect("Trainer v2.2.1");
+        let installed = Installed::new(cluster, name, kueue_mode, "kep-upgrade-holdfast").await;
+        let jobs = &installed.jobs;
+        jobs.create_runtime(cluster, "rt").await;
+        let first = installed.start(cluster, "kept", "rt").await;
+        let snap = jobs.snapshot("kept").await;
+        assert_eq!(creator(&snap), "holdfast", "holdfast wrote it under v2.2.1");
+        assert!(
+            runtime_yaml(&snap).contains(&workload) && !runtime_yaml(&snap).contains(EDITED_IMAGE),
+            "{}",
+            runtime_yaml(&snap)
+        );
+        jobs.edit_runtime("rt").await;
+        cluster
+            .switch_trainer(TrainerRelease::Current)
+            .await
+            .expect("Trainer v2.3.0");
+        installed.hold(cluster, "kept").await;
+        installed.call("kept", "release", Some(1), "Released").await;
+        jobs.assert_runs("kept", &first, &Config::original(cluster, "rt"))
+            .await;
+        let now = jobs.snapshot("kept").await;
+        assert_eq!(
+            now.metadata.resource_version, snap.metadata.resource_version,
+            "Trainer v2.3.0 used holdfast's snapshot as it was"
+        );
+        jobs.delete("kept").await;
+        installed.uninstall(cluster).await;
+    }
 }
 
 /// A user's edit of the snapshot is refused by holdfast's webhook.
@@ -680,10 +750,12 @@ async fn snapshot_edit_is_refused(cluster: &NodeCluster, ns: &str, job: &str) {
 }
 
 /// The KEP's rollback ("if the trainer controller is rolled back, TrainJobs reconcile from
-/// the runtime again"), with holdfast running: Trainer v2.3.0 runs a job from its snapshot,
-/// the runtime is updated, the controller is rolled back to v2.2.1, and the paused and resumed
-/// job runs the updated runtime; the snapshot stays as it was, a user's edit of it is refused,
-/// and deleting the TrainJob removes it with the JobSet and the pods: nothing is orphaned.
+/// the runtime again"), with holdfast running, in each mode: Trainer v2.3.0 runs a job from
+/// its snapshot, the runtime is updated, the controller is rolled back to v2.2.1, which
+/// computes the JobSet from the updated runtime — JobSet refuses that change, so a hold does
+/// not stop the job until its JobSet is made again; released, the job runs the updated
+/// runtime. The snapshot stays as it was, a user's edit of it is refused, and deleting the
+/// TrainJob removes it with the JobSet, Jobs and pods: nothing is orphaned.
 #[tokio::test]
 #[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
 async fn rollback_to_trainer_2_2_reconciles_from_the_runtime_and_holdfasts_snapshots_stay_protected_and_go_with_their_jobs()
@@ -692,81 +764,67 @@ async fn rollback_to_trainer_2_2_reconciles_from_the_runtime_and_holdfasts_snaps
     let workload = cluster.workload_image().to_owned();
     cluster.tag_image(&workload, EDITED_IMAGE).expect("tag");
     let _back = CurrentTrainerBack(cluster);
-    cluster
-        .switch_trainer(TrainerRelease::Current)
-        .await
-        .expect("Trainer v2.3.0");
-    let release = ChartRelease::install(cluster, "kepr", "kepr-system", &["mode=plain"]).await;
-    let jobs = Jobs::new(cluster, "kep-rollback").await;
-    jobs.create_runtime(cluster, "rt").await;
-    jobs.create_trainjob("rolled", "rt", json!({})).await;
-    let snap = jobs.snapshot("rolled").await;
-    let first = jobs
-        .assert_runs("rolled", &[], &Config::original(cluster, "rt"))
-        .await;
-    jobs.edit_runtime("rt").await;
-
-    cluster
-        .switch_trainer(TrainerRelease::Previous)
-        .await
-        .expect("Trainer v2.2.1");
-    // v2.2.1 computes the JobSet from the updated runtime: the pause does not take until the
-    // JobSet is made again, from the runtime, and the job then runs the updated configuration.
-    jobs.pause_refused(cluster, "rolled", &first).await;
-    jobs.recreate_jobset(cluster, "rolled").await;
-    jobs.suspend("rolled", false).await;
-    jobs.assert_runs("rolled", &first, &Config::edited()).await;
-    let now = jobs.snapshot("rolled").await;
-    assert_eq!(
-        (now.metadata.resource_version, now.data),
-        (snap.metadata.resource_version, snap.data),
-        "the snapshot stays as it was"
-    );
-    snapshot_edit_is_refused(cluster, &jobs.ns, "rolled").await;
-
-    // Deleted, the TrainJob takes its snapshot, JobSet, Jobs and pods along.
-    jobs.delete("rolled").await;
     let admin = cluster.client(Identity::Admin).await.expect("client");
-    let batch: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(admin, &jobs.ns);
-    let snapshots = ListParams::default().labels("holdfast.dev/runtime-snapshot=true");
-    let snapshot = "rolled-runtime-snapshot";
-    wait_for(
-        "nothing left of the TrainJob",
-        Duration::from_secs(90),
-        || async {
-            let left = jobs
-                .trainjobs
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .len()
-                + jobs.snapshots.list(&snapshots).await.ok()?.items.len()
-                + usize::from(jobs.snapshots.get_opt(snapshot).await.ok()?.is_some())
-                + jobs
-                    .jobsets
-                    .list(&ListParams::default())
-                    .await
-                    .ok()?
-                    .items
-                    .len()
-                + batch.list(&ListParams::default()).await.ok()?.items.len()
-                + jobs
-                    .pods
-                    .list(&ListParams::default())
-                    .await
-                    .ok()?
-                    .items
-                    .len();
-            (left == 0).then_some(())
-        },
-    )
-    .await;
+    for (name, kueue_mode) in [("kepr", false), ("keprq", true)] {
+        cluster
+            .switch_trainer(TrainerRelease::Current)
+            .await
+            .expect("Trainer v2.3.0");
+        let installed = Installed::new(cluster, name, kueue_mode, "kep-rollback").await;
+        let jobs = &installed.jobs;
+        jobs.create_runtime(cluster, "rt").await;
+        let first = installed.start(cluster, "rolled", "rt").await;
+        let snap = jobs.snapshot("rolled").await;
+        jobs.edit_runtime("rt").await;
+
+        // v2.2.1 computes the JobSet from the updated runtime: the pause (a hold) does not
+        // take until the JobSet is made again, from the runtime; released, the job runs the
+        // updated configuration.
+        cluster
+            .switch_trainer(TrainerRelease::Previous)
+            .await
+            .expect("Trainer v2.2.1");
+        let hold = installed.call("rolled", "hold", Some(1), "Held");
+        jobs.pause_refused(cluster, "rolled", &first, hold).await;
+        jobs.recreate_jobset(cluster, "rolled").await;
+        installed
+            .call("rolled", "release", Some(1), "Released")
+            .await;
+        jobs.assert_runs("rolled", &first, &Config::edited()).await;
+        let now = jobs.snapshot("rolled").await;
+        assert_eq!(
+            (now.metadata.resource_version, now.data),
+            (snap.metadata.resource_version, snap.data),
+            "the snapshot stays as it was"
+        );
+        snapshot_edit_is_refused(cluster, &jobs.ns, "rolled").await;
+
+        // Deleted, the TrainJob takes its snapshot, JobSet, Jobs and pods along.
+        jobs.delete("rolled").await;
+        let batch: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(admin.clone(), &jobs.ns);
+        let snapshots = ListParams::default().labels("holdfast.dev/runtime-snapshot=true");
+        let snapshot = "rolled-runtime-snapshot";
+        wait_for(
+            "nothing left of the TrainJob",
+            Duration::from_secs(90),
+            || async {
+                let all = ListParams::default();
+                let left = jobs.trainjobs.list(&all).await.ok()?.items.len()
+                    + jobs.snapshots.list(&snapshots).await.ok()?.items.len()
+                    + usize::from(jobs.snapshots.get_opt(snapshot).await.ok()?.is_some())
+                    + jobs.jobsets.list(&all).await.ok()?.items.len()
+                    + batch.list(&all).await.ok()?.items.len()
+                    + jobs.pods.list(&all).await.ok()?.items.len();
+                (left == 0).then_some(())
+            },
+        )
+        .await;
+        installed.uninstall(cluster).await;
+    }
     cluster
         .switch_trainer(TrainerRelease::Current)
         .await
         .expect("Trainer v2.3.0 again");
-    drop(release);
 }
 
 /// KEP-2599, integration: "snapshot ConfigMap is created with correct structure and
