@@ -694,15 +694,15 @@ async fn upgrade_from_trainer_2_2_with_holdfast_keeps_the_original_configuration
 
     // With holdfast installed before the upgrade, in each mode; paused by a hold.
     for (name, kueue_mode) in [("kepu", false), ("kepuq", true)] {
-        cluster
-            .switch_trainer(TrainerRelease::Previous)
-            .await
-            .expect("Trainer v2.2.1");
-        let installed = Installed::new(cluster, name, kueue_mode, "kep-upgrade-holdfast").await;
+        let (installed, first, snap) = job_with_holdfast(
+            cluster,
+            TrainerRelease::Previous,
+            (name, kueue_mode),
+            "kep-upgrade-holdfast",
+            "kept",
+        )
+        .await;
         let jobs = &installed.jobs;
-        jobs.create_runtime(cluster, "rt").await;
-        let first = installed.start(cluster, "kept", "rt").await;
-        let snap = jobs.snapshot("kept").await;
         assert_eq!(creator(&snap), "holdfast", "holdfast wrote it under v2.2.1");
         assert!(
             runtime_yaml(&snap).contains(&workload) && !runtime_yaml(&snap).contains(EDITED_IMAGE),
@@ -726,6 +726,26 @@ async fn upgrade_from_trainer_2_2_with_holdfast_keeps_the_original_configuration
         jobs.delete("kept").await;
         installed.uninstall(cluster).await;
     }
+}
+
+/// The node on Trainer `trainer`, holdfast installed (release name, kueue mode) and a managed
+/// TrainJob `job` of runtime `rt` started: its first execution (uids) and its snapshot.
+async fn job_with_holdfast(
+    cluster: &NodeCluster,
+    trainer: TrainerRelease,
+    (name, kueue_mode): (&str, bool),
+    prefix: &str,
+    job: &str,
+) -> (Installed, Vec<String>, ConfigMap) {
+    cluster
+        .switch_trainer(trainer)
+        .await
+        .expect("switch Trainer");
+    let installed = Installed::new(cluster, name, kueue_mode, prefix).await;
+    installed.jobs.create_runtime(cluster, "rt").await;
+    let first = installed.start(cluster, job, "rt").await;
+    let snap = installed.jobs.snapshot(job).await;
+    (installed, first, snap)
 }
 
 /// A user's edit of the snapshot is refused by holdfast's webhook.
@@ -766,15 +786,15 @@ async fn rollback_to_trainer_2_2_reconciles_from_the_runtime_and_holdfasts_snaps
     let _back = CurrentTrainerBack(cluster);
     let admin = cluster.client(Identity::Admin).await.expect("client");
     for (name, kueue_mode) in [("kepr", false), ("keprq", true)] {
-        cluster
-            .switch_trainer(TrainerRelease::Current)
-            .await
-            .expect("Trainer v2.3.0");
-        let installed = Installed::new(cluster, name, kueue_mode, "kep-rollback").await;
+        let (installed, first, snap) = job_with_holdfast(
+            cluster,
+            TrainerRelease::Current,
+            (name, kueue_mode),
+            "kep-rollback",
+            "rolled",
+        )
+        .await;
         let jobs = &installed.jobs;
-        jobs.create_runtime(cluster, "rt").await;
-        let first = installed.start(cluster, "rolled", "rt").await;
-        let snap = jobs.snapshot("rolled").await;
         jobs.edit_runtime("rt").await;
 
         // v2.2.1 computes the JobSet from the updated runtime: the pause (a hold) does not
