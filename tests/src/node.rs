@@ -16,7 +16,9 @@
 //! through their Services (`jobset-system/jobset-webhook-service`,
 //! `kubeflow-trainer-controller-manager` in `kubeflow-system`), which here have no selector and
 //! an EndpointSlice naming the node's address — with certificates from the harness's CA
-//! instead of their own certificate rotators.
+//! instead of their own certificate rotators. The node runs Trainer's current controller
+//! manager; [`NodeCluster::switch_trainer`] replaces it with the previous version the node build
+//! also has (v2.2.1) or back, for upgrade and rollback tests.
 //!
 //! Teardown ends every process (containerd's shims and the pods' processes too, which leave
 //! the process group), removes the cgroups under the node's own cgroup root, and the

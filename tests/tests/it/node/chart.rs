@@ -221,30 +221,9 @@ async fn the_chart_on_the_node_guards_snapshots_fails_over_upgrades_and_uninstal
             .await
         }
     };
-    let edit_is_refused = |job: &'static str| {
-        let cms = cms.clone();
-        async move {
-            let edit = cms
-                .patch(
-                    &format!("{job}-runtime-snapshot"),
-                    &PatchParams::default(),
-                    &Patch::Merge(serde_json::json!({"metadata": {"labels": {"edited": "yes"}}})),
-                )
-                .await;
-            match edit {
-                Err(kube::Error::Api(s)) => assert!(
-                    s.message
-                        .contains("validate.holdfast.dev\" denied the request"),
-                    "refused by holdfast's webhook: {}",
-                    s.message
-                ),
-                other => panic!("a user's snapshot edit was not refused: {other:?}"),
-            }
-        }
-    };
     create_trainjob("tj").await;
     snapshot_of("tj").await;
-    edit_is_refused("tj").await;
+    snapshot_edit_is_refused(&cms, "tj").await;
 
     // Leader election between the two controller replicas, inside the cluster: the Lease is
     // held by one of the controller's pods.
@@ -398,7 +377,7 @@ async fn the_chart_on_the_node_guards_snapshots_fails_over_upgrades_and_uninstal
         let line = first_log_line(name.clone()).await;
         assert!(!line.starts_with('{'), "{name} logs plain text: {line}");
     }
-    edit_is_refused("tj2").await;
+    snapshot_edit_is_refused(&cms, "tj2").await;
 
     // helm uninstall removes what the chart installed and leaves what its README says it
     // leaves: the snapshots, the certificate Secrets, the Lease, and a hold in force.

@@ -1,7 +1,10 @@
 //! KEP-2599's own test plan (issue #16), run on the real node with holdfast installed by its
 //! chart: each test is named after the KEP line it runs.
 
-use super::{ChartRelease, ServiceHoldApi, config_of, is_running, running_pods, training_runtime};
+use super::{
+    ChartRelease, ServiceHoldApi, config_of, is_running, running_pods, snapshot_edit_is_refused,
+    training_runtime,
+};
 use holdfast_tests::Identity;
 use holdfast_tests::kueue;
 use holdfast_tests::node::{NodeCluster, TrainerRelease, jobset_resource};
@@ -748,27 +751,6 @@ async fn job_with_holdfast(
     (installed, first, snap)
 }
 
-/// A user's edit of the snapshot is refused by holdfast's webhook.
-async fn snapshot_edit_is_refused(cluster: &NodeCluster, ns: &str, job: &str) {
-    let user = cluster.client(Identity::User).await.expect("user");
-    let edit = Api::<ConfigMap>::namespaced(user, ns)
-        .patch(
-            &format!("{job}-runtime-snapshot"),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"runtime": "edited: true"}})),
-        )
-        .await;
-    match edit {
-        Err(kube::Error::Api(s)) => assert!(
-            s.message
-                .contains("validate.holdfast.dev\" denied the request"),
-            "refused by holdfast's webhook: {}",
-            s.message
-        ),
-        other => panic!("a user's snapshot edit was not refused: {other:?}"),
-    }
-}
-
 /// The KEP's rollback ("if the trainer controller is rolled back, TrainJobs reconcile from
 /// the runtime again"), with holdfast running, in each mode: Trainer v2.3.0 runs a job from
 /// its snapshot, the runtime is updated, the controller is rolled back to v2.2.1, which
@@ -817,7 +799,8 @@ async fn rollback_to_trainer_2_2_reconciles_from_the_runtime_and_holdfasts_snaps
             (snap.metadata.resource_version, snap.data),
             "the snapshot stays as it was"
         );
-        snapshot_edit_is_refused(cluster, &jobs.ns, "rolled").await;
+        let user = cluster.client(Identity::User).await.expect("user");
+        snapshot_edit_is_refused(&Api::namespaced(user, &jobs.ns), "rolled").await;
 
         // Deleted, the TrainJob takes its snapshot, JobSet, Jobs and pods along.
         jobs.delete("rolled").await;

@@ -398,3 +398,27 @@ impl ServiceHoldApi {
         (status, resp.json().await.expect("a JSON body"))
     }
 }
+
+/// A user's edit of job `job`'s snapshot (through `cms`, a user's client) is refused by
+/// holdfast's webhook, called by the apiserver through its Service.
+pub(super) async fn snapshot_edit_is_refused(
+    cms: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    job: &str,
+) {
+    let edit = cms
+        .patch(
+            &format!("{job}-runtime-snapshot"),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"edited": "yes"}}})),
+        )
+        .await;
+    match edit {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message
+                .contains("validate.holdfast.dev\" denied the request"),
+            "refused by holdfast's webhook: {}",
+            s.message
+        ),
+        other => panic!("a user's snapshot edit was not refused: {other:?}"),
+    }
+}
