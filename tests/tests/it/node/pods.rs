@@ -438,7 +438,18 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
             .then_some(())
     })
     .await;
-    // Release while it still terminates: refused, nothing written.
+    // Release while it still terminates: refused, nothing written. Compared: the spec (by its
+    // generation) and the metadata a Release writes, not the resourceVersion — Trainer patches
+    // the TrainJob's status as the JobSet's changes while the pod terminates.
+    let written = |tj: &DynamicObject| {
+        (
+            tj.metadata.generation,
+            tj.metadata.annotations.clone(),
+            tj.metadata.labels.clone(),
+            tj.metadata.finalizers.clone(),
+            tj.data["spec"].clone(),
+        )
+    };
     let before = trainjobs.get("tj").await.expect("tj");
     match exec.release(&ns, "tj", meta(Some(1))).await {
         Err(HoldError::PodsRemain) => {}
@@ -446,7 +457,8 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
     }
     let after = trainjobs.get("tj").await.expect("tj");
     assert_eq!(
-        before.metadata.resource_version, after.metadata.resource_version,
+        written(&before),
+        written(&after),
         "PodsRemain writes nothing"
     );
     // Once the pod is gone, Release resumes it and a new execution starts.
