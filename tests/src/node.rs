@@ -16,7 +16,9 @@
 //! through their Services (`jobset-system/jobset-webhook-service`,
 //! `kubeflow-trainer-controller-manager` in `kubeflow-system`), which here have no selector and
 //! an EndpointSlice naming the node's address — with certificates from the harness's CA
-//! instead of their own certificate rotators.
+//! instead of their own certificate rotators. The node runs Trainer's current controller
+//! manager; [`NodeCluster::switch_trainer`] replaces it with the previous version the node build
+//! also has (v2.2.1) or back, for upgrade and rollback tests.
 //!
 //! Teardown ends every process (containerd's shims and the pods' processes too, which leave
 //! the process group), removes the cgroups under the node's own cgroup root, and the
@@ -51,6 +53,15 @@ const TRAINER_WEBHOOK_PORT: u16 = 9443;
 const JOBSET_WEBHOOK_PORT: u16 = 9444;
 const TRAINER_HEALTH_PORT: u16 = 8081;
 const JOBSET_HEALTH_PORT: u16 = 8082;
+
+/// Which Trainer controller manager the node runs: the version of `versions.env`'s
+/// `TRAINER_VERSION` (the default), or `TRAINER_PREVIOUS_VERSION`, for upgrade and rollback
+/// tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrainerRelease {
+    Current,
+    Previous,
+}
 
 /// The node's cached build (`tests/cluster/node/build.sh`).
 #[derive(Clone, Debug)]
@@ -110,6 +121,7 @@ pub struct NodeCluster {
     node: NodeBinaries,
     cgroup_root: String,
     procs: Mutex<Vec<Supervised>>,
+    trainer: Mutex<TrainerRelease>,
     workload_image: String,
     pause_image: String,
 }
@@ -246,6 +258,7 @@ impl NodeCluster {
             node,
             cgroup_root,
             procs: Mutex::new(Vec::new()),
+            trainer: Mutex::new(TrainerRelease::Current),
             workload_image,
             pause_image,
         };
@@ -812,20 +825,7 @@ state = "{state}"
                  certManagement:\n  enable: false\n"
             ),
         )?;
-        // controller-runtime's webhook server reads its certificate from
-        // $TMPDIR/k8s-webhook-server/serving-certs.
-        self.spawn(
-            "trainer",
-            &self.node.bin("trainer-controller-manager"),
-            vec![
-                format!("--config={}", tr_dir.join("config.yaml").display()),
-                format!(
-                    "--kubeconfig={}",
-                    self.cp.kubeconfig(Identity::Trainer).display()
-                ),
-            ],
-            &[(s("TMPDIR"), tr_tmp.display().to_string())],
-        )?;
+        self.spawn_trainer(TrainerRelease::Current)?;
 
         // Both answer admission through their Services: server-side dry-run creates that only
         // their webhooks judge.
@@ -849,6 +849,96 @@ state = "{state}"
                 );
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The Trainer controller manager binary of `release` in the node's build (the previous
+    /// version's names its version: `trainer-controller-manager-v2.2.1`).
+    pub fn trainer_binary(&self, release: TrainerRelease) -> anyhow::Result<PathBuf> {
+        const NAME: &str = "trainer-controller-manager";
+        match release {
+            TrainerRelease::Current => Ok(self.node.bin(NAME)),
+            TrainerRelease::Previous => {
+                let prefix = format!("{NAME}-v");
+                let mut found = Vec::new();
+                for e in std::fs::read_dir(self.node.dir.join("bin"))? {
+                    let name = e?.file_name().to_string_lossy().into_owned();
+                    if name.starts_with(&prefix) {
+                        found.push(self.node.bin(&name));
+                    }
+                }
+                match found.len() {
+                    1 => Ok(found.remove(0)),
+                    n => bail!("the node build has {n} previous Trainer binaries ({prefix}*)"),
+                }
+            }
+        }
+    }
+
+    /// Start Trainer's controller manager of `release` as the node's `trainer` process, with
+    /// the configuration, kubeconfig and serving certificate of `start_controllers`.
+    fn spawn_trainer(&self, release: TrainerRelease) -> anyhow::Result<()> {
+        let binary = self.trainer_binary(release)?;
+        let tr_dir = self.cp.dir().join("trainer");
+        // controller-runtime's webhook server reads its certificate from
+        // $TMPDIR/k8s-webhook-server/serving-certs.
+        self.spawn(
+            "trainer",
+            &binary,
+            vec![
+                format!("--config={}", tr_dir.join("config.yaml").display()),
+                format!(
+                    "--kubeconfig={}",
+                    self.cp.kubeconfig(Identity::Trainer).display()
+                ),
+            ],
+            &[(s("TMPDIR"), tr_dir.join("tmp").display().to_string())],
+        )
+    }
+
+    /// Stop the running Trainer controller manager and start the one of `release` with the
+    /// same arguments (an upgrade or a rollback of the controller; the CRDs and webhook
+    /// registrations stay: v2.2.1's are a subset of v2.3.0's). Returns at once; see
+    /// [`NodeCluster::switch_trainer`] for the version that waits for its webhooks.
+    pub fn replace_trainer(&self, release: TrainerRelease) -> anyhow::Result<()> {
+        {
+            let mut procs = lock(&self.procs);
+            if let Some(i) = procs.iter().position(|p| p.name == "trainer") {
+                let mut old = procs.remove(i);
+                old.kill();
+            }
+        }
+        self.spawn_trainer(release)?;
+        *lock(&self.trainer) = release;
+        Ok(())
+    }
+
+    /// Which Trainer controller manager the node runs now.
+    pub fn trainer_release(&self) -> TrainerRelease {
+        *lock(&self.trainer)
+    }
+
+    /// [`NodeCluster::replace_trainer`], then wait until Trainer answers admission through
+    /// its Service again.
+    pub async fn switch_trainer(&self, release: TrainerRelease) -> anyhow::Result<()> {
+        self.replace_trainer(release)?;
+        let admin = self.cp.client(Identity::Admin).await?;
+        let start = Instant::now();
+        loop {
+            if !self.running("trainer") {
+                bail!("trainer exited:\n{}", self.log_tail("trainer", 40));
+            }
+            let answer = self.probe_webhooks(&admin).await;
+            if answer.is_ok() {
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "Trainer's webhooks not answering 60s after the switch ({answer:?}):\n{}",
+                    self.log_tail("trainer", 20)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 

@@ -1,0 +1,114 @@
+//! Tier 3 smoke tests: a real node (containerd, runc, CNI, kubelet, kube-scheduler,
+//! kube-proxy) with the real JobSet and Trainer controllers, one cluster shared by the tests of
+//! this module (`NodeCluster::shared`).
+//!
+//! Opt-in: the node takes minutes to build the first time, so these tests are ignored unless
+//! asked for:
+//!
+//! ```sh
+//! cargo test -p holdfast-tests --test it -- --ignored node:: --test-threads 1
+//! ```
+
+mod chart;
+mod kep;
+mod kueue;
+mod pods;
+mod writers;
+
+use futures::{AsyncBufReadExt, StreamExt};
+use holdfast_tests::Identity;
+use holdfast_tests::node::{NodeCluster, jobset_resource};
+use holdfast_tests::objects::trainer_resource;
+use holdfast_tests::wait::wait_for;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams,
+};
+use std::time::{Duration, Instant};
+
+pub(super) use holdfast_tests::chart_on_node::{
+    ChartRelease, ServiceHoldApi, holdfast_image, pod_states,
+};
+pub(super) use holdfast_tests::node_pods::{config_of, is_running, running_pods, training_runtime};
+
+/// Every pod in `ps` Running, and none of them one of `old` (uids): a new set replaced them.
+pub(super) fn all_running_and_new(ps: &[Pod], old: &[String]) -> bool {
+    ps.iter().all(is_running)
+        && ps
+            .iter()
+            .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap_or(&String::new())))
+}
+
+/// The pods of `jobset`'s next execution, once there are some, all Running and none of `old`
+/// (the previous execution's uids); panics after `within`.
+pub(super) async fn next_execution(
+    pods: &Api<Pod>,
+    jobset: &str,
+    old: &[String],
+    within: Duration,
+) -> Vec<Pod> {
+    wait_for("the second execution Running", within, || async {
+        let ps = running_pods(pods, jobset).await;
+        (!ps.is_empty() && all_running_and_new(&ps, old)).then_some(ps)
+    })
+    .await
+}
+
+pub(super) fn owner_kind(meta: &kube::api::ObjectMeta) -> Option<(String, String)> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| (o.kind.clone(), o.name.clone()))
+}
+
+/// The last lines of each of holdfast's controller pods' logs in `ns`.
+pub(super) async fn controller_logs(admin: &kube::Client, ns: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let mut out = Vec::new();
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    for p in list {
+        let name = p.metadata.name.unwrap_or_default();
+        let log = pods
+            .logs(
+                &name,
+                &LogParams {
+                    tail_lines: Some(15),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| format!("no log: {e}"));
+        out.push(format!("{name}:\n{log}"));
+    }
+    out
+}
+
+/// A user's edit of job `job`'s snapshot (through `cms`, a user's client) is refused by
+/// holdfast's webhook, called by the apiserver through its Service.
+pub(super) async fn snapshot_edit_is_refused(
+    cms: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    job: &str,
+) {
+    let edit = cms
+        .patch(
+            &format!("{job}-runtime-snapshot"),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"edited": "yes"}}})),
+        )
+        .await;
+    match edit {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message
+                .contains("validate.holdfast.dev\" denied the request"),
+            "refused by holdfast's webhook: {}",
+            s.message
+        ),
+        other => panic!("a user's snapshot edit was not refused: {other:?}"),
+    }
+}
