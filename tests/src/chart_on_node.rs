@@ -77,11 +77,44 @@ impl ChartRelease {
         let out = release.helm_run("install", &["--create-namespace"], sets);
         release.installed = out.is_ok();
         release.explain(cluster, "helm install", out).await;
+        release.webhook_answers(cluster).await;
         eprintln!(
-            "helm install {name} ({sets:?}) --wait took {:?}",
+            "helm install {name} ({sets:?}) --wait took {:?} (webhook answering through its Service)",
             started.elapsed()
         );
         release
+    }
+
+    /// Waits until the apiserver reaches the webhook through its Service: `helm --wait` ends
+    /// when the pods are Ready, and kube-proxy may route the new Service a moment later (a
+    /// write meanwhile fails with "connection refused"). The probe is an admin's dry-run
+    /// create of a snapshot-named ConfigMap in `default`, which the webhook refuses (403);
+    /// while it cannot be reached the apiserver answers 500.
+    async fn webhook_answers(&self, cluster: &NodeCluster) {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::PostParams;
+        let admin = cluster.client(Identity::Admin).await.expect("admin client");
+        let cms: Api<ConfigMap> = Api::namespaced(admin, "default");
+        let probe: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{}-probe-runtime-snapshot", self.name)}
+        }))
+        .expect("probe");
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        crate::wait::wait_for(
+            "holdfast's webhook to answer through its Service",
+            Duration::from_secs(60),
+            || async {
+                matches!(
+                    cms.create(&dry, &probe).await,
+                    Err(kube::Error::Api(s)) if s.code == 403
+                )
+                .then_some(())
+            },
+        )
+        .await;
     }
 
     /// `helm upgrade` with `sets` (the image's are always set; nothing is reused).

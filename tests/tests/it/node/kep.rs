@@ -446,10 +446,57 @@ impl Installed {
         first
     }
 
-    /// Hold the job (its first hold: instance 1) and wait until its pods are gone.
+    /// Hold the job (its first hold: instance 1) and wait until its pods are gone. In kueue
+    /// mode the hold waits for an admitted Workload first: Kueue v0.19.2 computes a TrainJob's
+    /// pod sets from the live runtime (not its snapshot), so after a runtime edit it may
+    /// replace the job's Workload (README, "KEP-2599's test plan on the node"), and a hold in
+    /// between answers NoWorkload.
     async fn hold(&self, cluster: &NodeCluster, job: &str) {
+        if self.cluster_queue.is_some() {
+            self.admitted_workload(cluster, job).await;
+        }
         self.call(job, "hold", Some(1), "Held").await;
         self.jobs.pods_gone(cluster, job).await;
+    }
+
+    /// Waits for a live Workload of `job` (its TrainJob's controller ownerReference) that
+    /// Kueue has admitted.
+    async fn admitted_workload(&self, cluster: &NodeCluster, job: &str) {
+        let admin = cluster.client(Identity::Admin).await.expect("client");
+        let workloads: Api<DynamicObject> = Api::namespaced_with(
+            admin,
+            &self.jobs.ns,
+            &kueue::api_resource("Workload", "workloads"),
+        );
+        wait_for(
+            &format!("an admitted Workload of {job}"),
+            Duration::from_secs(120),
+            || async {
+                let list = workloads.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .any(|w| {
+                        let v = serde_json::to_value(w).unwrap_or_default();
+                        let owned = v["metadata"]["ownerReferences"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|r| {
+                                r["kind"] == "TrainJob"
+                                    && r["name"] == job
+                                    && r["controller"] == true
+                            });
+                        let admitted = v["status"]["conditions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|c| c["type"] == "Admitted" && c["status"] == "True");
+                        owned && admitted && v["metadata"]["deletionTimestamp"].is_null()
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
     }
 
     /// `helm uninstall`; in kueue mode the ClusterQueue goes too (the chart's AdmissionCheck
