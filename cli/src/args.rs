@@ -17,7 +17,7 @@ pub struct Cli {
     /// The hold API, e.g. https://holdfast-controller.holdfast-system.svc:8443.
     #[arg(long, env = "HOLDFAST_SERVER", global = true)]
     pub server: Option<String>,
-    /// A PEM file of the CA that signed the hold API's certificate (else the system roots).
+    /// A PEM file of the CA that signed the hold API's certificate (else the client's built-in web PKI roots).
     #[arg(long, env = "HOLDFAST_CA_FILE", global = true)]
     pub ca_file: Option<PathBuf>,
     /// The kubeconfig to use (else `KUBECONFIG`, a list as kubectl reads it, else

@@ -6,29 +6,39 @@ use serde_json::Value;
 /// The table `--help` prints (the README has the same).
 pub const HELP: &str = "\
 Exit codes:
-  0   success
-  1   an answer outside the set below
+  0   success (the hold API answered result Ok)
+  1   an answer outside the set below (not the hold API's: check --server)
   2   usage (a bad flag or argument)
   3   Invalid       (400: malformed call, bad name, no deadline)
   4   Rejected      (409/404: StaleHold, DeadlinePassed, NoWorkload, NotFound; final)
   5   PodsRemain    (423: pods of an earlier execution remain; retry later)
   6   Unsupported   (501: a probe failed, or the ClusterQueue lacks the readmission check)
   7   Conflict      (503: eight preconditioned tries all met a 409; retry)
-  8   Unknown       (504: the write's answer was lost; read status after the CallBound)
+  8   Unknown       (504: the write's answer was lost; or the call was sent and its answer
+                     never came back: read status after the CallBound)
   9   Unavailable   (503: drift asked of a replica not holding the Lease; retry)
   10  Unauthenticated or Forbidden (401/403 from the hold API: token or RBAC)
   11  credentials   (the kubeconfig yields no bearer token, or its plugin failed)
-  12  transport     (the hold API or the apiserver could not be reached)";
+  12  transport     (the hold API or the apiserver could not be reached: nothing was sent)
+  13  incomplete    (status -A/-n: some held jobs could not be read; stderr names them)";
 
 pub const OTHER: u8 = 1;
 pub const USAGE: u8 = 2;
 pub const CREDENTIALS: u8 = 11;
+pub const UNKNOWN: u8 = 8;
 pub const TRANSPORT: u8 = 12;
+pub const INCOMPLETE: u8 = 13;
 
 /// The exit code of an answer of the hold API.
 pub fn of_answer(status: u16, body: &Value) -> u8 {
     if (200..300).contains(&status) {
-        return 0;
+        // The hold API's success, and nothing else: a 200 from another server (a proxy's
+        // default page) is not a placed hold.
+        return if body.get("result").and_then(Value::as_str) == Some("Ok") {
+            0
+        } else {
+            OTHER
+        };
     }
     match body.get("error").and_then(Value::as_str) {
         Some("Invalid") => 3,
@@ -66,6 +76,8 @@ mod tests {
         assert_eq!(code(404, "Rejected"), 4);
         assert_eq!(code(403, "Forbidden"), 10);
         assert_eq!(of_answer(502, &json!("bad gateway")), OTHER);
+        assert_eq!(of_answer(200, &json!("<html>welcome</html>")), OTHER);
+        assert_eq!(of_answer(200, &json!({"result": "Error"})), OTHER);
         for c in codes {
             assert!(
                 HELP.contains(&format!("\n  {c} ")),

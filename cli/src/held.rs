@@ -57,12 +57,21 @@ fn key(obj: &DynamicObject) -> (String, String) {
     )
 }
 
+/// What `status -A`/`-n` found: the held jobs it could read, and what it could not (each a
+/// sentence); a listing with anything unread is incomplete (exit code 13).
+pub struct Listing {
+    pub jobs: Vec<HeldJob>,
+    pub unread: Vec<String>,
+}
+
 /// Every held job in `namespace` (or the cluster), sorted by namespace and name. Workloads
-/// are skipped with a note on stderr when Kueue's API is not served or not readable.
+/// are not listed when Kueue's API is not served (plain mode); when they are not readable,
+/// or a held job's state cannot be read, the listing says so in `unread`.
 pub async fn held_jobs(
     client: &kube::Client,
     namespace: Option<&str>,
-) -> Result<Vec<HeldJob>, kube::Error> {
+) -> Result<Listing, kube::Error> {
+    let mut unread = Vec::new();
     let trainjobs = api(client, namespace, &trainjob_resource())
         .list(&ListParams::default())
         .await?
@@ -78,10 +87,10 @@ pub async fn held_jobs(
         Ok(list) => list.items,
         Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
         Err(kube::Error::Api(e)) if e.code == 403 => {
-            eprintln!(
-                "holdfast: Workloads are not readable ({}); Kueue-mode holds are not listed",
+            unread.push(format!(
+                "Workloads are not readable ({}), so no Kueue-mode hold is listed",
                 e.message
-            );
+            ));
             Vec::new()
         }
         Err(e) => return Err(e),
@@ -91,35 +100,41 @@ pub async fn held_jobs(
         jobs.push(job(Mode::Plain, tj, None));
     }
     for wl in workloads.iter().filter(|w| held(w)) {
+        let ns = wl.metadata.namespace.as_deref().unwrap_or_default();
+        let wl_name = wl.metadata.name.as_deref().unwrap_or_default();
         let Some(name) = owning_trainjob(wl) else {
+            unread.push(format!(
+                "held Workload {ns}/{wl_name} names no TrainJob as its controller"
+            ));
             continue;
         };
-        let ns = wl.metadata.namespace.as_deref();
-        if let Some(tj) = trainjobs.iter().find(|t| {
-            t.metadata.namespace.as_deref() == ns && t.metadata.name.as_deref() == Some(name)
+        match trainjobs.iter().find(|t| {
+            t.metadata.namespace.as_deref() == Some(ns) && t.metadata.name.as_deref() == Some(name)
         }) {
-            jobs.push(job(Mode::Kueue, tj, Some(wl)));
+            Some(tj) => jobs.push(job(Mode::Kueue, tj, Some(wl))),
+            None => unread.push(format!(
+                "held Workload {ns}/{wl_name}: its TrainJob {name} was not found"
+            )),
         }
     }
-    let mut jobs: Vec<HeldJob> = jobs.into_iter().flatten().collect();
+    let (jobs, failed): (Vec<_>, Vec<_>) = jobs.into_iter().partition(Result::is_ok);
+    unread.extend(failed.into_iter().filter_map(Result::err));
+    let mut jobs: Vec<HeldJob> = jobs.into_iter().filter_map(Result::ok).collect();
     jobs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    Ok(jobs)
+    Ok(Listing { jobs, unread })
 }
 
-/// The job's status; `None` (with a note on stderr) when its annotations cannot be read.
-fn job(mode: Mode, tj: &DynamicObject, wl: Option<&DynamicObject>) -> Option<HeldJob> {
+/// The job's status, or why its annotations cannot be read.
+fn job(mode: Mode, tj: &DynamicObject, wl: Option<&DynamicObject>) -> Result<HeldJob, String> {
     let (namespace, name) = key(tj);
     let as_json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
     let wl_json = wl.map(as_json);
     match Status::read(mode, &as_json(tj), wl_json.as_ref()) {
-        Ok(status) => Some(HeldJob {
+        Ok(status) => Ok(HeldJob {
             namespace,
             name,
             status,
         }),
-        Err(e) => {
-            eprintln!("holdfast: {namespace}/{name}: {e}");
-            None
-        }
+        Err(e) => Err(format!("{namespace}/{name}: {e}")),
     }
 }

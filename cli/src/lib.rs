@@ -89,6 +89,15 @@ async fn call(
         code: exit::USAGE,
         error: anyhow!("no hold API: pass --server https://... (or set HOLDFAST_SERVER)"),
     })?;
+    // The bearer token is the caller's Kubernetes credential: it goes over TLS or not at all.
+    if !server.starts_with("https://") {
+        return Err(Failure {
+            code: exit::USAGE,
+            error: anyhow!(
+                "--server {server}: the hold API is called over https:// only (the bearer token sent is your Kubernetes credential)"
+            ),
+        });
+    }
     let token = match &cli.token {
         Some(t) => t.clone(),
         None => {
@@ -99,10 +108,20 @@ async fn call(
         }
     };
     let http = http_client(cli).map_err(failure(exit::USAGE))?;
-    let (status, body) = request
-        .send(&http, &server, &token)
-        .await
-        .map_err(failure(exit::TRANSPORT))?;
+    let (status, body) = request.send(&http, &server, &token).await.map_err(|e| {
+        // Only a failure to connect proves nothing was sent; after that the call may have
+        // been made, and its outcome is unknown until `status` is read.
+        let connect = e
+            .downcast_ref::<reqwest::Error>()
+            .is_some_and(reqwest::Error::is_connect);
+        if connect {
+            failure(exit::TRANSPORT)(e)
+        } else {
+            failure(exit::UNKNOWN)(e.context(
+                "the call was sent but its answer did not come back: its outcome is unknown; read `status` after the call's deadline",
+            ))
+        }
+    })?;
     print_answer(cli, status, &body);
     Ok(exit::of_answer(status, &body))
 }
@@ -175,7 +194,7 @@ async fn list_held(cli: &Cli, selection: &KubeSelection) -> Result<u8, Failure> 
     } else {
         namespace.as_deref()
     };
-    let jobs = held::held_jobs(&client, scope).await.map_err(|e| {
+    let held::Listing { jobs, unread } = held::held_jobs(&client, scope).await.map_err(|e| {
         let code = match &e {
             kube::Error::Api(s) if s.code == 401 || s.code == 403 => 10,
             kube::Error::Api(_) => exit::OTHER,
@@ -218,5 +237,11 @@ async fn list_held(cli: &Cli, selection: &KubeSelection) -> Result<u8, Failure> 
             println!("{}", output::document(&json!({ "items": items }), format));
         }
     }
-    Ok(0)
+    if unread.is_empty() {
+        return Ok(0);
+    }
+    for why in &unread {
+        eprintln!("holdfast: not listed: {why}");
+    }
+    Ok(exit::INCOMPLETE)
 }

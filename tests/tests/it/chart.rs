@@ -2086,6 +2086,44 @@ fn chart_conventions_render_as_documented() {
     assert_eq!(rb["metadata"]["namespace"], "team-a");
     assert_eq!(rb["roleRef"]["kind"], "ClusterRole");
     assert_eq!(rb["subjects"][0]["name"], "dispatch");
+    // Two bindings in one namespace are two objects.
+    let twice = helm
+        .render(
+            &install
+                .clone()
+                .set("rbac.holdCallerBindings[1].namespace=team-a")
+                .set("rbac.holdCallerBindings[1].subjects[0].kind=User")
+                .set("rbac.holdCallerBindings[1].subjects[0].name=bob"),
+        )
+        .expect("two bindings");
+    let names: Vec<&str> = helm::of_kind(&twice, "RoleBinding")
+        .iter()
+        .filter(|b| b["roleRef"]["name"] == "hf-holdfast-hold-caller")
+        .filter_map(|b| b["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["hf-holdfast-hold-caller-0", "hf-holdfast-hold-caller-1"]
+    );
+    // Values that would hand the controller identity to others, or take the chart's own
+    // labels, are refused with a message naming them.
+    for (set, names) in [
+        (
+            "controller.serviceAccount.name=default",
+            "controller.serviceAccount.name=default",
+        ),
+        (
+            "webhook.serviceAccount.name=ctl-sa",
+            "webhook.serviceAccount.name",
+        ),
+        (
+            "commonLabels.app\\.kubernetes\\.io/instance=x",
+            "commonLabels",
+        ),
+    ] {
+        let err = helm.render(&install.clone().set(set)).expect_err(set);
+        assert!(format!("{err:#}").contains(names), "{set}: {err:#}");
+    }
     // Without the ClusterRole there is nothing to bind: a clear error.
     let err = helm
         .render(&install.clone().set("rbac.holdCallerRole=false"))

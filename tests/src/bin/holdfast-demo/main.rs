@@ -36,6 +36,15 @@ struct Demo {
 fn main() -> anyhow::Result<()> {
     let exit = std::env::args().any(|a| a == "--exit");
     let on_node = std::env::args().any(|a| a == "--node");
+    if let Some(unknown) = std::env::args()
+        .skip(1)
+        .find(|a| !["--exit", "--node", "--kueue"].contains(&a.as_str()))
+    {
+        bail!("unknown argument {unknown}: the demo takes --exit, --node and --node --kueue");
+    }
+    if !on_node && std::env::args().any(|a| a == "--kueue") {
+        bail!("--kueue walks the node demo in kueue mode: pass --node --kueue");
+    }
     holdfast_serve::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
