@@ -90,9 +90,12 @@ class Crate:
             for p, alias in use_paths(tree):
                 self.uses[mod].setdefault(alias, []).append(p)
 
-    def start(self, mod, p):
+    def start(self, mod, p, seen=frozenset()):
         """Absolute module path and remaining segments of path p written in mod, or None (extern)."""
         if not p: return None
+        # `use jiff;` or `use kube::{self}` name an extern crate by itself: not a module here.
+        if (mod, p[0]) in seen: return None
+        seen = seen | {(mod, p[0])}
         if p[0] == 'crate': return (), p[1:]
         if p[0] in ('self', 'super'):
             m = mod
@@ -103,7 +106,7 @@ class Crate:
         if p[0] in self.children[mod] or p[0] in self.defs[mod]: return mod, p
         if p[0] in self.uses[mod]:
             for q in self.uses[mod][p[0]]:
-                s = self.start(mod, q)
+                s = self.start(mod, q, seen)
                 if s: return s[0], s[1] + p[1:]
         return None
 
