@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
-use hold_support::api::{HoldApi, grant_alice, start_api};
+use hold_support::api::{HoldApi, grant_alice, reviews_in, start_api};
 use hold_support::*;
 use holdfast_tests::{ControlPlane, Identity};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
@@ -43,24 +43,25 @@ struct Wave {
 }
 
 /// Runs `call(i)` for every job at `concurrency`; each answers a label ("200", "Conflict", ...).
-async fn wave<F, Fut>(jobs: usize, concurrency: usize, call: F) -> Wave
+/// Says on stderr when the wave `name` starts and ends (a profiler can be switched on by it).
+async fn wave<F, Fut>(name: &str, jobs: usize, concurrency: usize, call: F) -> Wave
 where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = String>,
 {
+    eprintln!("wave start: {name}");
     let started = Instant::now();
     let labels: Vec<String> = futures::stream::iter((0..jobs).map(&call))
         .buffer_unordered(concurrency)
         .collect()
         .await;
+    let took = started.elapsed();
+    eprintln!("wave end: {name}");
     let mut answers = BTreeMap::new();
     for l in labels {
         *answers.entry(l).or_default() += 1;
     }
-    Wave {
-        took: started.elapsed(),
-        answers,
-    }
+    Wave { took, answers }
 }
 
 /// The raw pair: alice reads the TrainJob and writes it back with an annotation changed; with
@@ -178,7 +179,7 @@ async fn main() -> anyhow::Result<()> {
     let controller = Identity::Controller.username();
 
     let mark = settled_audit(cp).await.len();
-    let raw_hold = wave(args.jobs, args.concurrency, |i| {
+    let raw_hold = wave("raw hold", args.jobs, args.concurrency, |i| {
         raw_pair(&raw_tjs, &raw_pods, name(i), false, 1)
     })
     .await;
@@ -203,16 +204,22 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let mark = events.len();
-    let exec_hold = wave(args.jobs, args.concurrency, |i| in_process("hold", i)).await;
+    let exec_hold = wave("executor hold", args.jobs, args.concurrency, |i| {
+        in_process("hold", i)
+    })
+    .await;
     let events = settled_audit(cp).await;
     let exec_hold_requests = requests_per_job(&events, mark, controller, &ns, args.jobs);
     let mark = events.len();
-    let exec_release = wave(args.jobs, args.concurrency, |i| in_process("release", i)).await;
+    let exec_release = wave("executor release", args.jobs, args.concurrency, |i| {
+        in_process("release", i)
+    })
+    .await;
     let events = settled_audit(cp).await;
     let exec_release_requests = requests_per_job(&events, mark, controller, &ns, args.jobs);
 
     let mark = events.len();
-    let api_hold = wave(args.jobs, args.concurrency, |i| {
+    let api_hold = wave("API hold", args.jobs, args.concurrency, |i| {
         api_call(
             &api,
             token,
@@ -223,9 +230,10 @@ async fn main() -> anyhow::Result<()> {
     .await;
     let events = settled_audit(cp).await;
     let api_hold_requests = requests_per_job(&events, mark, controller, &ns, args.jobs);
+    let api_hold_reviews = reviews_in(&events[mark..]);
 
     let mark = events.len();
-    let raw_release = wave(args.jobs, args.concurrency, |i| {
+    let raw_release = wave("raw release", args.jobs, args.concurrency, |i| {
         raw_pair(&raw_tjs, &raw_pods, name(i), true, 2)
     })
     .await;
@@ -233,7 +241,7 @@ async fn main() -> anyhow::Result<()> {
     let raw_release_requests = requests_per_job(&events, mark, alice_name, &ns, args.jobs);
 
     let mark = events.len();
-    let api_release = wave(args.jobs, args.concurrency, |i| {
+    let api_release = wave("API release", args.jobs, args.concurrency, |i| {
         api_call(
             &api,
             token,
@@ -244,6 +252,7 @@ async fn main() -> anyhow::Result<()> {
     .await;
     let events = settled_audit(cp).await;
     let api_release_requests = requests_per_job(&events, mark, controller, &ns, args.jobs);
+    let api_release_reviews = reviews_in(&events[mark..]);
 
     println!(
         "hold_wave_bench: {} running TrainJobs, {} concurrent callers, local control plane",
@@ -296,6 +305,17 @@ async fn main() -> anyhow::Result<()> {
             rate / base,
             requests,
             w.answers
+        );
+    }
+    // The reviews are cluster-scoped requests, so the per-job counts above leave them out.
+    for (label, (tokens, grants)) in [
+        ("API Hold wave", api_hold_reviews),
+        ("API Release wave", api_release_reviews),
+    ] {
+        println!(
+            "{label}: TokenReviews per job {:.3}, SubjectAccessReviews per job {:.3}",
+            tokens as f64 / args.jobs as f64,
+            grants as f64 / args.jobs as f64
         );
     }
     let all_ok = |w: &Wave| {

@@ -28,6 +28,7 @@ use holdfast_controller::leader::{self, LeaderMetrics, LeaseConfig};
 use holdfast_controller::snapshot::{Config, SnapshotMetrics, Snapshotter};
 use holdfast_core::names;
 use holdfast_serve::Readiness;
+use holdfast_tests::holdfast::{self, WebhookReplica};
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, PostParams};
@@ -58,6 +59,12 @@ struct Args {
     /// it the reconciler runs in a child process of this example instead.
     #[arg(long)]
     controller_bin: Option<PathBuf>,
+    /// Also run the `holdfast-webhook` binary built next to this example
+    /// (`cargo build --release -p holdfast-webhook`), registered for the TrainJobs'
+    /// namespace, so that every TrainJob create and every snapshot write goes through it;
+    /// its peak RSS is reported. The baseline's ConfigMaps go through the same registration.
+    #[arg(long)]
+    webhook: bool,
     /// Run the reconciler (the child process) with this kubeconfig.
     #[arg(long, hide = true)]
     child_kubeconfig: Option<PathBuf>,
@@ -66,7 +73,6 @@ struct Args {
     lease_namespace: String,
 }
 
-const JOBS_NS: &str = "bench-jobs";
 const RUNTIME: &str = "torch-bench";
 
 fn main() -> anyhow::Result<()> {
@@ -139,13 +145,12 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     eprintln!("starting a fresh control plane...");
     let cp = ControlPlane::shared();
     let admin = cp.client(Identity::Admin).await?;
-    for ns in [JOBS_NS] {
-        let ns: k8s_openapi::api::core::v1::Namespace =
-            serde_json::from_value(json!({"metadata": {"name": ns}}))?;
-        Api::all(admin.clone())
-            .create(&PostParams::default(), &ns)
-            .await?;
-    }
+    let jobs_ns = cp.namespace("bench-jobs").await?;
+    let jobs_ns = jobs_ns.as_str();
+    let webhook = match args.webhook {
+        true => Some(start_webhook(cp, jobs_ns).await?),
+        false => None,
+    };
 
     let runtime: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -179,7 +184,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let tjs = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
-        JOBS_NS,
+        jobs_ns,
         &resource("TrainJob", "trainjobs"),
     );
     let jobs: Vec<Value> = stream::iter(0..n)
@@ -217,24 +222,24 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     // there, as in any namespace a release leads from.
     holdfast_tests::rbac::grant_release_roles_in(&admin, "default").await?;
     let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "bench-baseline", "namespace": JOBS_NS},
+        "metadata": {"name": "bench-baseline", "namespace": jobs_ns},
         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
     }))?;
-    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), JOBS_NS)
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), jobs_ns)
         .create(&Default::default(), &role)
         .await?;
     let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(
         serde_json::json!({
-            "metadata": {"name": "bench-baseline", "namespace": JOBS_NS},
+            "metadata": {"name": "bench-baseline", "namespace": jobs_ns},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bench-baseline"},
             "subjects": [{"kind": "ServiceAccount", "name": "holdfast-webhook", "namespace": "holdfast-system"}]
         }),
     )?;
-    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), JOBS_NS)
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), jobs_ns)
         .create(&Default::default(), &binding)
         .await?;
     let baseline_client = cp.client(Identity::Webhook).await?;
-    let cms: Api<ConfigMap> = Api::namespaced(baseline_client, JOBS_NS);
+    let cms: Api<ConfigMap> = Api::namespaced(baseline_client, jobs_ns);
     eprintln!("baseline: creating {n} ConfigMaps, {conc} at a time...");
     let started = Instant::now();
     stream::iter(baseline_cms)
@@ -257,7 +262,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
 
     // Count snapshots as they appear.
     let seen = tokio::spawn({
-        let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(admin.clone(), JOBS_NS);
+        let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(admin.clone(), jobs_ns);
         let label = format!("{}=true", names::LABEL_RUNTIME_SNAPSHOT);
         async move {
             let mut names = HashSet::new();
@@ -283,14 +288,10 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let kubeconfig = cp.kubeconfig(Identity::Controller);
     let concurrency = args.concurrency.to_string();
-    let binary = args.controller_bin.clone().or_else(|| {
-        let built = std::env::current_exe()
-            .ok()?
-            .parent()?
-            .parent()?
-            .join("holdfast-controller");
-        built.is_file().then_some(built)
-    });
+    let binary = args
+        .controller_bin
+        .clone()
+        .or_else(|| built_binary("holdfast-controller"));
     let admin_port = holdfast_tests::control_plane::free_port()?;
     let admin_addr = format!("127.0.0.1:{admin_port}");
     let mut command = match &binary {
@@ -354,15 +355,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(args.steady)).await;
     let steady_to = k8s_openapi::jiff::Timestamp::now();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = |field: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(field))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let (hwm, rss) = (kib("VmHWM:"), kib("VmRSS:"));
+    let (hwm, rss) = (status_kib(&status, "VmHWM:"), status_kib(&status, "VmRSS:"));
     // utime + stime, in clock ticks (fields 14 and 15; the name in field 2 has no spaces).
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let ticks: u64 = stat
@@ -372,6 +365,17 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         .filter_map(|v| v.parse::<u64>().ok())
         .sum();
     let cpu_secs = ticks as f64 / 100.0;
+    let webhook_hwm = match &webhook {
+        Some(w) => {
+            let pid = w
+                .proc
+                .pid()
+                .ok_or_else(|| anyhow::anyhow!("the webhook exited"))?;
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+            Some(status_kib(&status, "VmHWM:"))
+        }
+        None => None,
+    };
     // The child stops when its stdin closes; the binary on SIGTERM.
     drop(reconciler.stdin.take());
     if binary.is_some() {
@@ -485,6 +489,12 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         hwm as f64 / 1024.0,
         rss as f64 / 1024.0
     );
+    if let Some(kib) = webhook_hwm {
+        println!(
+            "  webhook peak RSS (VmHWM): {:.1} MiB (the holdfast-webhook binary, every TrainJob create and snapshot write through it)",
+            kib as f64 / 1024.0
+        );
+    }
     println!(
         "  reconciler CPU time: {cpu_secs:.2}s = {:.2} ms per snapshot",
         cpu_secs * 1000.0 / n as f64
@@ -506,6 +516,36 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     }
     println!("  reconciler exit: {exited}");
     Ok(())
+}
+
+/// A field of `/proc/<pid>/status` in KiB (0 if missing).
+fn status_kib(status: &str, field: &str) -> u64 {
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// The binary `name` built next to this example (the same profile), if there is one.
+fn built_binary(name: &str) -> Option<PathBuf> {
+    let built = std::env::current_exe().ok()?.parent()?.parent()?.join(name);
+    built.is_file().then_some(built)
+}
+
+/// The `holdfast-webhook` binary built next to this example, serving and registered for
+/// `ns`; ready when the apiserver sends it that namespace's writes.
+async fn start_webhook(cp: &ControlPlane, ns: &str) -> anyhow::Result<WebhookReplica> {
+    let bin = built_binary("holdfast-webhook").ok_or_else(|| {
+        anyhow::anyhow!("--webhook: build it first (cargo build --release -p holdfast-webhook)")
+    })?;
+    let (cert, key) = holdfast::serving_cert(cp, "bench-webhook");
+    let port = holdfast_tests::control_plane::free_port()?;
+    let mut webhook = WebhookReplica::start_binary(cp, "bench", &bin, port, &cert, &key, &[]);
+    webhook.wait_ready().await;
+    holdfast::register_webhook(cp, ns, port, 10).await;
+    Ok(webhook)
 }
 
 /// The ConfigMap holdfast will create for `job`, named `{job}-baseline` and without the

@@ -166,6 +166,28 @@ impl WebhookReplica {
         key: &Path,
         extra: &[&str],
     ) -> WebhookReplica {
+        Self::start_binary(
+            cp,
+            name,
+            &binary("holdfast-webhook"),
+            port,
+            cert,
+            key,
+            extra,
+        )
+    }
+
+    /// [`start_on`](Self::start_on) with the `holdfast-webhook` binary at `bin` (a benchmark
+    /// runs the release build).
+    pub fn start_binary(
+        cp: &ControlPlane,
+        name: &str,
+        bin: &Path,
+        port: u16,
+        cert: &Path,
+        key: &Path,
+        extra: &[&str],
+    ) -> WebhookReplica {
         let admin_port = free_port().expect("port");
         let mut args = vec![
             "--mode=plain".to_string(),
@@ -184,7 +206,7 @@ impl WebhookReplica {
         args.extend(extra.iter().map(|s| s.to_string()));
         let proc = Supervised::start(
             &format!("holdfast-webhook-{name}"),
-            &binary("holdfast-webhook"),
+            bin,
             args,
             cp.dir(),
             cp.process_group(),

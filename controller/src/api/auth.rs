@@ -210,8 +210,28 @@ impl KubeAuth {
     }
 
     /// Whether `caller` may make the call: a SubjectAccessReview, or its answer of the last
-    /// few seconds.
+    /// few seconds. A call naming a TrainJob is first checked namespace-wide (the same access
+    /// with no name): a caller allowed on every TrainJob of the namespace, as the chart's
+    /// `hold-caller` ClusterRole bound in a namespace allows, costs one review per namespace,
+    /// not one per TrainJob — a wave over a node's jobs would otherwise send the apiserver a
+    /// review for every job. Only when that is refused (a grant limited by `resourceNames`)
+    /// is the TrainJob itself reviewed.
     pub async fn authorize(&self, caller: &Caller, access: &Access) -> Result<(), Refusal> {
+        if access.name.is_some() {
+            let namespace_wide = Access {
+                name: None,
+                ..access.clone()
+            };
+            if self.authorize_one(caller, &namespace_wide).await.is_ok() {
+                return Ok(());
+            }
+        }
+        self.authorize_one(caller, access).await
+    }
+
+    /// Whether `caller` may make exactly `access`: a SubjectAccessReview, or its answer of
+    /// the last few seconds.
+    async fn authorize_one(&self, caller: &Caller, access: &Access) -> Result<(), Refusal> {
         let key = (caller.clone(), access.clone());
         if let Some(answer) = remembered(&self.grants, &key) {
             return answer.map_err(Refusal::Forbidden);

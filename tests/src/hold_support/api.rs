@@ -175,7 +175,11 @@ pub async fn grant_alice(cp: &ControlPlane, ns: &str, subresources: &[&str], ver
 /// The reviews holdfast's controller asked the apiserver for: `(TokenReviews,
 /// SubjectAccessReviews)`, from its audit log.
 pub async fn reviews_made(cp: &ControlPlane) -> (usize, usize) {
-    let events = settled_audit(cp).await;
+    reviews_in(&settled_audit(cp).await)
+}
+
+/// The TokenReviews and SubjectAccessReviews holdfast's controller made among `events`.
+pub fn reviews_in(events: &[Value]) -> (usize, usize) {
     let count = |resource: &str| {
         events
             .iter()

@@ -539,6 +539,81 @@ async fn api_refuses_anonymous_and_unauthorised_callers() {
 }
 
 #[tokio::test]
+async fn api_allows_a_caller_granted_one_trainjob_by_name_that_one_only() {
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleRef, Subject};
+    use kube::api::ObjectMeta;
+    // The API asks namespace-wide first (one review for a wave over many TrainJobs); a grant
+    // limited by resourceNames is refused that and must still be honoured for its TrainJob.
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("api-names").await.expect("namespace");
+    create_trainjob(cp, &ns, "mine", false).await;
+    create_trainjob(cp, &ns, "theirs", false).await;
+    let api = start_api(cp, executor(cp).await).await;
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let meta = || ObjectMeta {
+        name: Some("one-trainjob".into()),
+        ..Default::default()
+    };
+    let role = Role {
+        metadata: meta(),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["holdfast.dev".into()]),
+            resources: Some(vec!["trainjobs/status".into()]),
+            resource_names: Some(vec!["mine".into()]),
+            verbs: vec!["get".into()],
+            ..Default::default()
+        }]),
+    };
+    Api::<Role>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("role");
+    let binding = RoleBinding {
+        metadata: meta(),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "one-trainjob".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: Identity::User.username().into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(admin, &ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("role binding");
+    let alice = cp.token(Identity::User);
+    let status = |name: &str| format!("/v1/namespaces/{ns}/trainjobs/{name}/status");
+    // The authorizer catches up with the new binding (and the API's 2 s memory of a refusal
+    // with it): await the first allowed call.
+    let granted = std::time::Instant::now();
+    loop {
+        let (code, answer) = api.get(&status("mine"), alice).await;
+        if code == 200 {
+            break;
+        }
+        assert_eq!(code, 403, "{answer}");
+        assert!(
+            granted.elapsed() < Duration::from_secs(30),
+            "the grant on `mine` never took effect: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (code, answer) = api.get(&status("theirs"), alice).await;
+    assert_eq!(code, 403, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("alice") && m.contains("theirs")),
+        "the refusal names the TrainJob: {answer}"
+    );
+}
+
+#[tokio::test]
 async fn api_hold_and_release_round_trip() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("api").await.expect("namespace");
@@ -662,7 +737,8 @@ async fn api_answers_a_callers_burst_with_one_review_each_and_forgets_a_revoked_
     let status = format!("/v1/namespaces/{ns}/trainjobs/mnist/status");
 
     let before = reviews_made(cp).await;
-    let burst = std::time::Instant::now();
+    let burst_started = std::time::Instant::now();
+    let burst = burst_started;
     for _ in 0..5 {
         let (code, answer) = api.get(&status, alice).await;
         assert_eq!(code, 200, "{answer}");
@@ -679,6 +755,26 @@ async fn api_answers_a_callers_burst_with_one_review_each_and_forgets_a_revoked_
     } else {
         println!("the burst took {burst:?}, longer than the memory: not judged");
     }
+    // Other TrainJobs of the namespace (existing or not): allowed namespace-wide, so no
+    // further review however many TrainJobs a wave names.
+    for name in ["a", "b", "c"] {
+        let (code, answer) = api
+            .get(
+                &format!("/v1/namespaces/{ns}/trainjobs/{name}/status"),
+                alice,
+            )
+            .await;
+        assert_eq!(code, 404, "{answer}");
+    }
+    let calls_took = burst_started.elapsed();
+    let after_others = reviews_made(cp).await;
+    if calls_took < ACCEPTED_TTL {
+        assert_eq!(
+            after_others, after,
+            "calls on other TrainJobs of the namespace: no review"
+        );
+    }
+    let after = after_others;
 
     // A token the apiserver refuses: refused every time, reviewed once within REFUSED_TTL.
     let started = std::time::Instant::now();
