@@ -251,10 +251,20 @@ impl ChartRelease {
             .timeout(Duration::from_secs(90))
             .build()
             .expect("http client");
-        ServiceHoldApi {
+        let api = ServiceHoldApi {
             base: format!("https://{}:{}", ep.host, ep.local_port),
             http,
-        }
+        };
+        // kube-proxy may route the Service a moment after its pods are Ready: wait until the
+        // hold API answers anything at all through it (a call without a token: 401).
+        let probe = format!("{}/v1/preflight", api.base);
+        crate::wait::wait_for(
+            "the hold API to answer through its Service",
+            Duration::from_secs(60),
+            || async { api.http.get(&probe).send().await.ok().map(|_| ()) },
+        )
+        .await;
+        api
     }
 }
 

@@ -664,6 +664,18 @@ async fn round_trip(
                 .await
             {
                 Ok(Some(w)) => Some(w),
+                // The periodic probe took the first TrainJob listed, and an unqueued one has no
+                // Workload (Kueue manages only queued jobs): that is no TrainJob to dry-run on,
+                // not a failed probe, or one unqueued job would make every hold Unsupported.
+                Ok(None) if target.is_none() => {
+                    return not_checked(format!(
+                        "{NO_TRAINJOB} with a Kueue Workload (the first listed, {namespace}/{}, has none); a call dry-runs its own",
+                        trainjob
+                            .pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                    ));
+                }
                 Ok(None) => return not_checked("the TrainJob has no Kueue Workload".to_owned()),
                 Err(e) => return not_checked(e.to_string()),
             }
