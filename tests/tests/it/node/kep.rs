@@ -2,8 +2,8 @@
 //! chart: each test is named after the KEP line it runs.
 
 use super::{
-    ChartRelease, ServiceHoldApi, config_of, is_running, running_pods, snapshot_edit_is_refused,
-    training_runtime,
+    ChartRelease, ServiceHoldApi, config_of, is_running, next_execution, running_pods,
+    snapshot_edit_is_refused, training_runtime,
 };
 use holdfast_tests::Identity;
 use holdfast_tests::kueue;
@@ -144,16 +144,12 @@ impl Jobs {
 
     /// The job's pods, once there are some, all Running and none of `old`.
     async fn execution(&self, job: &str, old: &[String]) -> Vec<Pod> {
-        wait_for(
+        next_execution(
+            &self.pods,
+            job,
+            old,
             "an execution of the job Running",
             Duration::from_secs(150),
-            || async {
-                let ps = running_pods(&self.pods, job).await;
-                let new = ps
-                    .iter()
-                    .all(|p| !old.contains(p.metadata.uid.as_ref().unwrap_or(&String::new())));
-                (!ps.is_empty() && new && ps.iter().all(is_running)).then_some(ps)
-            },
         )
         .await
     }

@@ -269,13 +269,12 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
             &serde_json::json!({"result": "Ok", "outcome": "Opened", "started": false})
         )
     );
-    let first = wait_for(
+    let first = next_execution(
+        &pods,
+        "tj",
+        &[],
         "the first execution Running",
         Duration::from_secs(120),
-        || async {
-            let ps = running_pods(&pods, "tj").await;
-            (!ps.is_empty() && ps.iter().all(is_running)).then_some(ps)
-        },
     )
     .await;
     let old: Vec<String> = first
@@ -363,7 +362,14 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
     }
 
     // The second execution runs once the first is gone.
-    let second = next_execution(&pods, "tj", &old, Duration::from_secs(150)).await;
+    let second = next_execution(
+        &pods,
+        "tj",
+        &old,
+        "the second execution Running",
+        Duration::from_secs(150),
+    )
+    .await;
     let tj = trainjobs.get("tj").await.expect("tj");
     assert_eq!(
         tj.metadata.annotations.unwrap_or_default().get(ANN_ATTEMPT),

@@ -41,14 +41,16 @@ pub(super) fn all_running_and_new(ps: &[Pod], old: &[String]) -> bool {
 }
 
 /// The pods of `jobset`'s next execution, once there are some, all Running and none of `old`
-/// (the previous execution's uids); panics after `within`.
+/// (the previous execution's uids; empty for the first); panics after `within`, saying `what`
+/// it waited for.
 pub(super) async fn next_execution(
     pods: &Api<Pod>,
     jobset: &str,
     old: &[String],
+    what: &str,
     within: Duration,
 ) -> Vec<Pod> {
-    wait_for("the second execution Running", within, || async {
+    wait_for(what, within, || async {
         let ps = running_pods(pods, jobset).await;
         (!ps.is_empty() && all_running_and_new(&ps, old)).then_some(ps)
     })

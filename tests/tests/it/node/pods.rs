@@ -219,13 +219,12 @@ async fn a_trainjob_runs_suspends_and_resumes_through_trainer_and_jobset() {
         "owned by the JobSet"
     );
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let first = wait_for(
+    let first = next_execution(
+        &pods,
+        "tj",
+        &[],
         "the TrainJob's pod Running",
         Duration::from_secs(120),
-        || async {
-            let ps = running_pods(&pods, "tj").await;
-            (!ps.is_empty() && ps.iter().all(is_running)).then_some(ps)
-        },
     )
     .await;
     eprintln!("TrainJob's pod Running after {:?}", started.elapsed());
@@ -280,13 +279,12 @@ async fn a_trainjob_runs_suspends_and_resumes_through_trainer_and_jobset() {
         .iter()
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
-    let second = wait_for(
+    let second = next_execution(
+        &pods,
+        "tj",
+        &[],
         "new pods Running after resume",
         Duration::from_secs(120),
-        || async {
-            let ps = running_pods(&pods, "tj").await;
-            (!ps.is_empty() && ps.iter().all(is_running)).then_some(ps)
-        },
     )
     .await;
     eprintln!("pods Running {:?} after resume", resumed.elapsed());
@@ -415,13 +413,12 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
         .await
         .expect("create trainjob");
     exec.open(&ns, "tj", meta(None)).await.expect("open");
-    let first = wait_for(
+    let first = next_execution(
+        &pods,
+        "tj",
+        &[],
         "the first execution Running",
         Duration::from_secs(120),
-        || async {
-            let ps = running_pods(&pods, "tj").await;
-            (!ps.is_empty() && ps.iter().all(is_running)).then_some(ps)
-        },
     )
     .await;
 
@@ -476,7 +473,14 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
         .iter()
         .filter_map(|p| p.metadata.uid.clone())
         .collect();
-    let second = next_execution(&pods, "tj", &old, Duration::from_secs(120)).await;
+    let second = next_execution(
+        &pods,
+        "tj",
+        &old,
+        "the second execution Running",
+        Duration::from_secs(120),
+    )
+    .await;
     recorder.abort();
 
     // In the watch's order: every first-execution pod was deleted before any second one

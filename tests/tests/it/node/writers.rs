@@ -185,13 +185,12 @@ async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshot
     let running_image = |job: &'static str| {
         let pods = pods.clone();
         async move {
-            let ps = wait_for(
+            let ps = next_execution(
+                &pods,
+                job,
+                &[],
                 "the job's pod Running",
                 Duration::from_secs(120),
-                || async {
-                    let ps = running_pods(&pods, job).await;
-                    (!ps.is_empty() && ps.iter().all(is_running)).then_some(ps)
-                },
             )
             .await;
             let p = &ps[0];
