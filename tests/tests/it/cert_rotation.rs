@@ -14,7 +14,7 @@
 
 use holdfast_certs::{AuthorityDecision, CertificateInfo, RotationPolicy, ServingDecision};
 use holdfast_controller::webhook_certs::{self as certs, CertConfig, ServingSecret};
-use holdfast_serve::{CertFiles, TlsServer};
+use holdfast_serve::{CertFiles, ConnectionMetrics, TlsOptions, TlsServer};
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -168,6 +168,18 @@ async fn probe(port: u16, bundle_pem: &[u8]) -> anyhow::Result<Vec<u8>> {
     Ok(leaf)
 }
 
+/// The server's connection metrics that moved, one `name{labels} value` each.
+fn connection_counters(registry: &prometheus_client::registry::Registry) -> String {
+    let mut text = String::new();
+    if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
+        return "(not encodable)".into();
+    }
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[derive(Default)]
 struct Tally {
     admitted: AtomicU64,
@@ -216,7 +228,14 @@ async fn webhook_keeps_admitting_across_serving_and_ca_rotations() {
     let tls = secrets.get("holdfast-webhook-tls").await.expect("secret");
     let mut published = secret_files(&tls);
     publish_like_kubelet(vol.path(), &published, generation).expect("publish");
-    let server = TlsServer::bind("127.0.0.1:0".parse().expect("addr"), files.clone())
+    // The server's connection counters go into the report: a connection it refused at accept
+    // (a cap) or whose handshake failed is what an admission failure here would come from.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let options = TlsOptions {
+        metrics: ConnectionMetrics::register(&mut registry),
+        ..TlsOptions::default()
+    };
+    let server = TlsServer::bind_with("127.0.0.1:0".parse().expect("addr"), files.clone(), options)
         .await
         .expect("bind");
     let port = server.local_addr().expect("addr").port();
@@ -396,13 +415,15 @@ async fn webhook_keeps_admitting_across_serving_and_ca_rotations() {
         .unwrap_or_default();
     let report = format!(
         "admitted {admitted}, webhook called {called}, failures {}, CA rotations {}, serving certificates issued {}, \
-         leaves served {}, CAs behind them {}, probe failures {:?}, reconcile errors {errors:?}",
+         leaves served {}, CAs behind them {}, probe failures {:?}, reconcile errors {errors:?}, \
+         the server's connection counters: {}",
         failures.len(),
         ca_rotations.load(Ordering::SeqCst),
         issued.load(Ordering::SeqCst),
         served_leaves.len(),
         served_issuers.len(),
         probe_failures,
+        connection_counters(&registry),
     );
     eprintln!("{report}");
     assert!(
