@@ -206,6 +206,10 @@ impl Args {
                 concurrency: self.snapshot_concurrency.max(1),
                 instance: self.identity.clone(),
                 runtime_resources,
+                migration_event_lease: Some((
+                    self.lease_namespace.clone(),
+                    self.lease_name.clone(),
+                )),
                 ..snapshot::Config::default()
             },
             readmission: readmission::Config {

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod args;
 pub mod backoff;
+pub mod held;
 pub mod hold;
 pub mod leader;
 pub mod metrics;

@@ -1,5 +1,8 @@
 //! The controller's Prometheus metrics: one struct per part, all registered into the one
-//! registry the admin port serves at `/metrics`.
+//! registry the admin port serves at `/metrics`. Registered beside these by the wiring:
+//! `holdfast_serve::register_common_metrics` (build info, process, kube requests), the hold
+//! calls' (`crate::hold::CallMetrics`), the readmission gate's, the held gauges
+//! (`crate::held`) and certificate expiry (`holdfast_serve::CertificateExpiry`).
 
 use prometheus_client::registry::Registry;
 

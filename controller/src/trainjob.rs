@@ -3,7 +3,7 @@
 //! A TrainJob's spec and status can be kilobytes (pod templates, per-job status); the
 //! controller's watches read its name, namespace, uid, resourceVersion, deletionTimestamp,
 //! the labels and annotations holdfast reads (managed, opened, attempt, admitted runtime
-//! version), `spec.runtimeRef` and the `Complete`/`Failed` conditions. [`TrainJob`] has those
+//! version, a hold's instance and start), `spec.runtimeRef` and the `Complete`/`Failed` conditions. [`TrainJob`] has those
 //! fields only, so the rest of each object is skipped while decoding, and a store holds a few
 //! hundred bytes per TrainJob. Objects arrive wrapped in a [`DeserializeGuard`]: one that does
 //! not decode (a CRD version this code does not know) is reported, not a failed watch.
@@ -113,11 +113,14 @@ pub fn trainjob_ref(namespace: &str, name: &str) -> JobRef {
 /// The labels kept by [`strip`].
 const KEPT_LABELS: [&str; 1] = [names::LABEL_MANAGED];
 
-/// The annotations kept by [`strip`].
-const KEPT_ANNOTATIONS: [&str; 3] = [
+/// The annotations kept by [`strip`]. The hold's instance and start are kept for the held
+/// gauges (`crate::held`): plain mode holds a TrainJob itself.
+const KEPT_ANNOTATIONS: [&str; 5] = [
     names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION,
     names::ANN_OPENED,
     names::ANN_ATTEMPT,
+    names::ANN_HOLD_INSTANCE,
+    names::ANN_HOLD_PLACED_AT,
 ];
 
 /// Drops the metadata no reader reads (managedFields above all) and the conditions other

@@ -21,6 +21,7 @@ use holdfast_certs::{
     Authority, AuthorityDecision, CertError, CertificateInfo, RotationPolicy, ServingDecision,
     StoredAuthority, StoredServing,
 };
+use holdfast_serve::CertificateExpiry;
 use json_patch::{AddOperation, Patch as JsonPatch, PatchOperation, TestOperation};
 use jsonptr::PointerBuf;
 use k8s_openapi::ByteString;
@@ -123,6 +124,10 @@ pub struct Outcome {
     pub injections: Vec<(String, Injection)>,
     /// The trust bundle now published (PEM, current CA first).
     pub bundle_pem: String,
+    /// When the current CA expires.
+    pub ca_not_after: SystemTime,
+    /// When each serving certificate now in its Secret expires, in configuration order.
+    pub serving_not_after: Vec<(String, SystemTime)>,
     /// When a decision can next change on its own.
     pub next_change: SystemTime,
 }
@@ -347,6 +352,7 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
     // 3. Serving certificates, from a CA the apiserver has now been given.
     let mut serving = Vec::new();
     let mut serving_infos = Vec::new();
+    let mut serving_not_after = Vec::new();
     for want in &config.serving {
         let what = format!("Secret {}/{}", config.namespace, want.name);
         let existing = secrets.get_opt(&want.name).await.map_err(kube_err(what))?;
@@ -401,6 +407,7 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
             );
             write_secret(&secrets, s).await?;
         }
+        serving_not_after.push((want.name.clone(), info.not_after));
         serving_infos.push(info);
         serving.push((want.name.clone(), d));
     }
@@ -417,19 +424,36 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
         serving,
         injections,
         bundle_pem,
+        ca_not_after: authority.info.not_after,
+        serving_not_after,
         next_change,
     })
 }
 
 /// [`reconcile`] until `shutdown`: again when a decision can change, at least every
-/// `check_interval`, with a doubling backoff (from one second) after an error.
-pub async fn run(client: Client, config: CertConfig, shutdown: CancellationToken) {
+/// `check_interval`, with a doubling backoff (from one second) after an error. After each
+/// reconcile the CA's and the serving certificates' expiry is exported into `expiry`
+/// (`kind` `ca` or `serving`, `source` `secret/<name>`).
+pub async fn run(
+    client: Client,
+    config: CertConfig,
+    expiry: CertificateExpiry,
+    shutdown: CancellationToken,
+) {
     const FIRST_BACKOFF: Duration = Duration::from_secs(1);
     let mut backoff = Backoff::new(FIRST_BACKOFF, config.check_interval).without_jitter();
     loop {
         let wait = match reconcile(&client, &config).await {
             Ok(outcome) => {
                 backoff.succeeded();
+                expiry.set(
+                    "ca",
+                    &format!("secret/{}", config.ca_secret),
+                    outcome.ca_not_after,
+                );
+                for (secret, not_after) in &outcome.serving_not_after {
+                    expiry.set("serving", &format!("secret/{secret}"), *not_after);
+                }
                 let until = outcome
                     .next_change
                     .duration_since(SystemTime::now())

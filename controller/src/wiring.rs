@@ -16,7 +16,8 @@
 
 use crate::api::{self, ApiState, KubeAuth};
 use crate::args::{Args, Configs};
-use crate::hold::{CallMetrics, HoldExecutor, client_without_retry};
+use crate::held::HeldMetrics;
+use crate::hold::{CallMetrics, HoldExecutor, without_retry};
 use crate::leader::{self, LeaderMetrics};
 use crate::metrics::Metrics;
 use crate::readmission::{ReadmissionGate, ReadmissionMetrics};
@@ -25,7 +26,7 @@ use crate::trainjob;
 use crate::webhook_certs;
 use anyhow::Context;
 use holdfast_core::mode::Mode;
-use holdfast_serve::{Readiness, admin_router};
+use holdfast_serve::{CertificateExpiry, Readiness, admin_router};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,9 +47,12 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         certs: cert_config,
     } = args.configs()?;
     let config = args.client.config().await?;
-    let client = kube::Client::try_from(config.clone())?;
     let mut registry = Registry::default();
+    let kube_requests = holdfast_serve::register_common_metrics(&mut registry, "controller");
+    let client = kube_requests.client(config.clone())?;
     let metrics = Metrics::register(&mut registry);
+    let certificates = CertificateExpiry::register(&mut registry);
+    let held = HeldMetrics::register(&mut registry);
     let call_metrics = CallMetrics::register(&mut registry);
     let gate_metrics = ReadmissionMetrics::default();
     gate_metrics.register(&mut registry);
@@ -62,12 +66,17 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         tasks.spawn(webhook_certs::run(
             client.clone(),
             cert_config,
+            certificates.clone(),
             shutdown.clone(),
         ));
     }
 
-    let executor = HoldExecutor::new(client_without_retry(config)?, args.mode, executor_config)
-        .with_metrics(call_metrics);
+    let executor = HoldExecutor::new(
+        kube_requests.client(without_retry(config))?,
+        args.mode,
+        executor_config,
+    )
+    .with_metrics(call_metrics);
     let report = executor.preflight(None).await;
     tracing::info!(preflight = %report.body(), "preflight");
     tasks.spawn(reprobe(
@@ -83,6 +92,10 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         metrics.snapshots.clone(),
         reconciler_ready.clone(),
     );
+    held.add("TrainJob", {
+        let snapshots = snapshots.clone();
+        move || snapshots.held()
+    });
 
     let admin_addr = args.admin.admin_addr;
     let admin = admin_router(Arc::new(registry), ready.clone());
@@ -121,6 +134,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
                 snapshots: Some(snapshots.clone()),
             });
             let server = holdfast_serve::TlsServer::bind(args.api_addr, files).await?;
+            certificates.served("hold_api", server.resolver());
             tracing::info!(addr = %server.local_addr()?, "hold API listening");
             api_up.store(true, Ordering::SeqCst);
             let shutdown = shutdown.clone();
@@ -151,6 +165,10 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         debug_assert_eq!(readmission_config.namespace, trainjob_namespace);
         ReadmissionGate::new(client.clone(), readmission_config, gate_metrics)
     });
+    if let Some(gate) = &gate {
+        let gate = gate.clone();
+        held.add("Workload", move || gate.held());
+    }
     let watch_client = client.clone();
     let outcome = leader::run_as_leader(
         client.clone(),

@@ -11,6 +11,7 @@
 //! - [`ConnectionMetrics`]: open connections, and a counter per reason a connection was
 //!   refused, failed its handshake or was closed.
 
+use crate::declared::Declared;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -130,17 +131,17 @@ impl ConnectionMetrics {
         registry.register(
             "connections_refused",
             "Connections closed at accept because a connection cap was reached, by cap",
-            m.refused.clone(),
+            Declared(m.refused.clone()),
         );
         registry.register(
             "tls_handshake_failures",
             "TLS handshakes that failed or timed out",
-            m.handshake_failures.clone(),
+            Declared(m.handshake_failures.clone()),
         );
         registry.register(
             "connections_closed",
             "Connections closed by the server, by reason",
-            m.closed.clone(),
+            Declared(m.closed.clone()),
         );
         m
     }

@@ -68,6 +68,19 @@ pub fn start_plain_controller(
     extra: &[&str],
 ) -> Supervised {
     let api_port = crate::control_plane::free_port().expect("port");
+    start_plain_controller_on(cp, ns, name, admin_port, api_port, extra)
+}
+
+/// [`start_plain_controller`] with the hold API's port chosen by the caller (with
+/// `--tls-cert`/`--tls-key` in `extra`, the API is served there).
+pub fn start_plain_controller_on(
+    cp: &ControlPlane,
+    ns: &str,
+    name: &str,
+    admin_port: u16,
+    api_port: u16,
+    extra: &[&str],
+) -> Supervised {
     let mut args = vec![
         "--mode=plain".to_string(),
         format!(

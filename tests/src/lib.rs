@@ -26,6 +26,7 @@ pub mod node;
 pub mod node_pods;
 pub mod objects;
 pub mod process;
+pub mod promql;
 pub mod rbac;
 pub mod registration;
 pub mod values_table;

@@ -47,8 +47,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tracing::info!(mode = %args.mode, "holdfast-webhook starting");
     let options = args.serve_options()?;
     let connections = args.connection_options();
-    let client = args.client.client().await?;
     let mut registry = Registry::default();
+    let kube_requests = holdfast_serve::register_common_metrics(&mut registry, "webhook");
+    let client = kube_requests.client(args.client.config().await?)?;
     let metrics = Metrics::register(&mut registry);
     let queues = (args.mode == holdfast_core::mode::Mode::Kueue)
         .then(|| holdfast_cluster::Queues::start(client.clone(), None));

@@ -15,6 +15,11 @@
 //! | `holdfast_webhook_tls_handshake_failures_total` | `reason`: `timeout`, `error` | failed handshakes (`error`: also a missing or untrusted client certificate) |
 //! | `holdfast_webhook_connections_closed_total` | `reason`: `idle`, `slow_request`, `shutdown` | connections the server closed |
 //!
+//! Besides these, as the controller: `holdfast_build_info{component="webhook"}`, the standard
+//! `process_*` metrics, `holdfast_kube_requests_total{verb,code}` (its kube client) and
+//! `holdfast_certificate_expiration_timestamp_seconds{kind="serving",source="webhook"}`
+//! (`holdfast_serve`).
+//!
 //! The connection metrics are `holdfast_serve::ConnectionMetrics`, registered by
 //! [`crate::RunningWebhook::start_with`]. A request refused for its body — too large (`413`),
 //! too slow (`408`, `body_timeout`) — or shed (`503`, `overloaded`) counts in
@@ -22,6 +27,7 @@
 
 use crate::error::WebhookError;
 use holdfast_core::policy::{Operation, Resource, Verdict};
+use holdfast_serve::Declared;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -176,22 +182,22 @@ impl Metrics {
         r.register(
             "admissions",
             "AdmissionReviews answered, by endpoint, kind, operation and verdict",
-            m.admissions.clone(),
+            Declared(m.admissions.clone()),
         );
         r.register(
             "admission_duration_seconds",
             "Time to answer an admission request, by endpoint",
-            m.duration.clone(),
+            Declared(m.duration.clone()),
         );
         r.register(
             "request_errors",
             "Admission requests answered with an HTTP error instead of a review, by reason",
-            m.errors.clone(),
+            Declared(m.errors.clone()),
         );
         r.register(
             "runtime_lookups",
             "Runtime reads at TrainJob admission, by result",
-            m.lookups.clone(),
+            Declared(m.lookups.clone()),
         );
         r.register(
             "in_flight",

@@ -12,8 +12,8 @@
 
 use crate::review::Admission;
 use holdfast_serve::{
-    CertFiles, ConnectionLimits, ConnectionMetrics, Readiness, TlsOptions, TlsServer,
-    admin::serve_admin, admin_router,
+    CertFiles, CertificateExpiry, ConnectionLimits, ConnectionMetrics, Readiness, TlsOptions,
+    TlsServer, admin::serve_admin, admin_router,
 };
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
@@ -68,7 +68,8 @@ impl RunningWebhook {
 
     /// [`start`](Self::start) with these connection bounds and, if given, client
     /// certificates required. The connection metrics join `registry` (prefix
-    /// `holdfast_webhook_`).
+    /// `holdfast_webhook_`), and so does the served certificate's expiry
+    /// (`holdfast_certificate_expiration_timestamp_seconds{kind="serving",source="webhook"}`).
     pub async fn start_with(
         options: ServeOptions,
         connections: ConnectionOptions,
@@ -88,6 +89,7 @@ impl RunningWebhook {
         )
         .await?;
         let addr = tls.local_addr()?;
+        CertificateExpiry::register(&mut registry).served("webhook", tls.resolver());
         let admin_listener = TcpListener::bind(options.admin_addr).await?;
         let admin_addr = admin_listener.local_addr()?;
         let ready = Readiness::default();

@@ -327,3 +327,48 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
   expression: "!({{ $user }} in {{ $kueue }}) || {{ $stateChanges }} || {{ $queueKeys }} || {{ $heldWorkload }}"
 {{- end }}
 {{- end -}}
+
+{{/* Whether to render a Prometheus Operator object of kind (index . 2), given its value
+(index . 1): true or false as given; auto when the cluster serves
+monitoring.coreos.com/v1/<kind> (helm template without --api-versions serves none). */}}
+{{- define "holdfast.operatorObject" -}}
+{{- $ctx := index . 0 -}}{{- $v := toString (index . 1) -}}{{- $kind := index . 2 -}}
+{{- if eq $v "auto" -}}
+{{- if $ctx.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind) }}true{{ end -}}
+{{- else if eq $v "true" -}}
+true
+{{- else if ne $v "false" -}}
+{{- fail (printf "the %s value enabled: %q is none of true, false, auto" $kind $v) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The label matchers every alert's series are selected with (metrics.prometheusRule.selector,
+templated; the release namespace by default). */}}
+{{- define "holdfast.alertSelector" -}}
+{{- with .Values.metrics.prometheusRule.selector -}}
+{{- tpl . $ -}}
+{{- else -}}
+namespace="{{ .Release.Namespace }}"
+{{- end -}}
+{{- end -}}
+
+{{/* A duration in holdfast's format (a whole number and a unit, ms s m h d, several run
+together: 14d, 1h30m) as whole seconds, for PromQL. */}}
+{{- define "holdfast.seconds" -}}
+{{- $s := toString . -}}
+{{- if not (regexMatch "^([0-9]+(ms|s|m|h|d))+$" $s) -}}
+{{- fail (printf "%q is not a duration such as 30s, 15m, 24h or 14d" $s) -}}
+{{- end -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d)" $s -1 -}}
+{{- $n := regexFind "^[0-9]+" . | atoi -}}
+{{- $unit := regexReplaceAll "^[0-9]+" . "" -}}
+{{- $per := dict "ms" 0 "s" 1 "m" 60 "h" 3600 "d" 86400 -}}
+{{- if eq $unit "ms" -}}
+{{- $total = add $total (div $n 1000) -}}
+{{- else -}}
+{{- $total = add $total (mul $n (get $per $unit)) -}}
+{{- end -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}

@@ -84,7 +84,7 @@ async fn hold_call(
             let e = HoldError::invalid(format!(
                 "the request body is larger than {MAX_BODY_BYTES} bytes"
             ));
-            s.executor.metrics().record_result(metric, e.metric_label());
+            s.executor.metrics().record_error(metric, &e);
             return error_response(StatusCode::PAYLOAD_TOO_LARGE, &e.body());
         }
     };
@@ -93,7 +93,7 @@ async fn hold_call(
     let meta = match meta {
         Ok(m) => m,
         Err(e) => {
-            s.executor.metrics().record_result(metric, e.metric_label());
+            s.executor.metrics().record_error(metric, &e);
             return hold_error(&e);
         }
     };
@@ -226,7 +226,7 @@ async fn admit(s: &ApiState, headers: &HeaderMap, access: &Access) -> Result<(),
 fn refused(s: &ApiState, metric: MetricCall, refusal: Refusal) -> Response {
     s.executor
         .metrics()
-        .record_result(metric, refusal.metric_label());
+        .record_refusal(metric, refusal.metric_label());
     tracing::info!(status = refusal.status(), reason = %refusal, "hold API call refused");
     let body = ErrorBody {
         error: refusal.kind().to_owned(),

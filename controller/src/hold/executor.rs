@@ -30,9 +30,14 @@ use holdfast_cluster::queues::Queues;
 /// A kube client for the executor: kube's own retry of 429/503/504 is off, because it would
 /// resend a request without checking the call's deadline. The executor decides itself what
 /// to send again.
-pub fn client_without_retry(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+pub fn client_without_retry(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    kube::Client::try_from(without_retry(config))
+}
+
+/// `config` without kube's retry policy (what [`client_without_retry`] builds on).
+pub fn without_retry(mut config: kube::Config) -> kube::Config {
     config.default_retry = false;
-    kube::Client::try_from(config)
+    config
 }
 
 /// Hold, Release, Open, Status and Preflight against one cluster, in one mode. Cheap to clone.
@@ -160,7 +165,7 @@ impl HoldExecutor {
         );
         let result = self.run(kind, namespace, name, &meta, &mut reqs).await;
         self.metrics
-            .record(MetricCall::from(kind), &result, started.elapsed());
+            .record_call(MetricCall::from(kind), &result, started.elapsed());
         match &result {
             Ok(outcome) => tracing::info!(
                 call = %kind, call_id = reqs.id(), namespace, name, instance = meta.instance,

@@ -1,12 +1,21 @@
-//! Prometheus metrics of the hold calls: how many, by call and result, and how long.
+//! Prometheus metrics of the hold calls: how many, by call, outcome and cause, and how long.
 //!
-//! Labels are bounded: `call` is one of six names and `result` is `ok`, a
-//! [`HoldError::metric_label`], `unauthenticated` or `forbidden`. No object name is ever a
-//! label.
+//! `holdfast_hold_calls_total{call, outcome, cause}`. Labels are bounded, no object name is
+//! ever one:
+//!
+//! - `call`: `hold`, `release`, `open`, `status`, `preflight`;
+//! - `outcome`: `ok`, or the error the API answered, as the CLI's exit codes tell them apart
+//!   — `invalid`, `rejected`, `unsupported`, `pods_remain`, `conflict`, `unknown` — or the
+//!   refusal before the call ran: `unauthenticated`, `forbidden`;
+//! - `cause`: what an `ok` call did — `held`, `already_in_force`, `resumed` (released and
+//!   resumed), `released` (annotations only), `started` (opened and started), `opened`,
+//!   `already_open` — or why a call was `rejected` — `stale_hold`, `deadline_passed`,
+//!   `no_workload`, `not_found` —, else `none`.
 
+use holdfast_serve::Declared;
 use std::time::Duration;
 
-use holdfast_core::hold::{CallKind, HoldError};
+use holdfast_core::hold::{CallKind, HoldError, Outcome, RejectCause};
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{counter::Counter, family::Family, histogram::Histogram},
@@ -37,7 +46,41 @@ impl From<CallKind> for MetricCall {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
     call: MetricCall,
-    result: &'static str,
+    outcome: &'static str,
+    cause: &'static str,
+}
+
+/// `outcome` and `cause` of a failed call.
+fn error_labels(e: &HoldError) -> (&'static str, &'static str) {
+    match e {
+        HoldError::Invalid { .. } => ("invalid", "none"),
+        HoldError::Rejected { cause, .. } => (
+            "rejected",
+            match cause {
+                RejectCause::StaleHold => "stale_hold",
+                RejectCause::DeadlinePassed => "deadline_passed",
+                RejectCause::NoWorkload => "no_workload",
+                RejectCause::NotFound => "not_found",
+            },
+        ),
+        HoldError::Unsupported { .. } => ("unsupported", "none"),
+        HoldError::PodsRemain => ("pods_remain", "none"),
+        HoldError::Conflict { .. } => ("conflict", "none"),
+        HoldError::Unknown { .. } => ("unknown", "none"),
+    }
+}
+
+/// `cause` of a successful hold, release or open.
+fn ok_cause(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Held => "held",
+        Outcome::AlreadyInForce => "already_in_force",
+        Outcome::Released { resumed: true } => "resumed",
+        Outcome::Released { resumed: false } => "released",
+        Outcome::Opened { started: true } => "started",
+        Outcome::Opened { started: false } => "opened",
+        Outcome::AlreadyOpen => "already_open",
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -73,37 +116,78 @@ impl CallMetrics {
         let m = CallMetrics::default();
         registry.register(
             "holdfast_hold_calls",
-            "Hold API calls by call and result",
-            m.calls.clone(),
+            "Hold API calls by call, outcome (ok, the error answered, or the refusal) and cause",
+            Declared(m.calls.clone()),
         );
         registry.register(
             "holdfast_hold_call_duration_seconds",
             "How long hold API calls took, by call",
-            m.latency.clone(),
+            Declared(m.latency.clone()),
         );
         m
     }
 
-    /// Records a finished call.
-    pub fn record<T>(&self, call: MetricCall, result: &Result<T, HoldError>, took: Duration) {
-        let result = match result {
-            Ok(_) => "ok",
-            Err(e) => e.metric_label(),
+    /// Records a finished hold, release or open.
+    pub fn record_call(
+        &self,
+        call: MetricCall,
+        result: &Result<Outcome, HoldError>,
+        took: Duration,
+    ) {
+        let (outcome, cause) = match result {
+            Ok(o) => ("ok", ok_cause(o)),
+            Err(e) => error_labels(e),
         };
-        self.record_result(call, result);
+        self.count_one(call, outcome, cause);
+        self.observe(call, took);
+    }
+
+    /// Records a finished status or preflight.
+    pub fn record<T>(&self, call: MetricCall, result: &Result<T, HoldError>, took: Duration) {
+        let (outcome, cause) = match result {
+            Ok(_) => ("ok", "none"),
+            Err(e) => error_labels(e),
+        };
+        self.count_one(call, outcome, cause);
+        self.observe(call, took);
+    }
+
+    /// Records a call that failed before it ran (its request did not read).
+    pub fn record_error(&self, call: MetricCall, e: &HoldError) {
+        let (outcome, cause) = error_labels(e);
+        self.count_one(call, outcome, cause);
+    }
+
+    /// Records a call refused before it ran (`unauthenticated`, `forbidden`, `invalid`).
+    pub fn record_refusal(&self, call: MetricCall, outcome: &'static str) {
+        self.count_one(call, outcome, "none");
+    }
+
+    /// The count of calls with this call, outcome and cause (for tests).
+    pub fn count(&self, call: MetricCall, outcome: &'static str, cause: &'static str) -> u64 {
+        self.calls
+            .get_or_create(&CallLabels {
+                call,
+                outcome,
+                cause,
+            })
+            .get()
+    }
+
+    fn count_one(&self, call: MetricCall, outcome: &'static str, cause: &'static str) {
+        self.calls
+            .get_or_create(&CallLabels {
+                call,
+                outcome,
+                cause,
+            })
+            .inc();
+    }
+
+    fn observe(&self, call: MetricCall, took: Duration) {
         self.latency
             .get_or_create(&KindLabels { call })
             .observe(took.as_secs_f64());
-    }
-
-    /// Records a call refused before it ran (`unauthenticated`, `forbidden`).
-    pub fn record_result(&self, call: MetricCall, result: &'static str) {
-        self.calls.get_or_create(&CallLabels { call, result }).inc();
-    }
-
-    /// The count of calls with this call and result (for tests).
-    pub fn count(&self, call: MetricCall, result: &'static str) -> u64 {
-        self.calls.get_or_create(&CallLabels { call, result }).get()
     }
 }
 
@@ -115,19 +199,43 @@ mod tests {
     fn calls_are_counted_by_bounded_labels() {
         let mut registry = Registry::default();
         let m = CallMetrics::register(&mut registry);
-        m.record(MetricCall::hold, &Ok::<(), _>(()), Duration::from_millis(3));
-        m.record::<()>(
+        m.record_call(
+            MetricCall::hold,
+            &Ok(Outcome::Held),
+            Duration::from_millis(3),
+        );
+        m.record_call(
+            MetricCall::release,
+            &Ok(Outcome::Released { resumed: true }),
+            Duration::from_millis(3),
+        );
+        m.record_call(
             MetricCall::release,
             &Err(HoldError::PodsRemain),
             Duration::from_millis(3),
         );
-        m.record_result(MetricCall::hold, "forbidden");
-        assert_eq!(m.count(MetricCall::hold, "ok"), 1);
-        assert_eq!(m.count(MetricCall::release, "pods_remain"), 1);
+        m.record_call(
+            MetricCall::release,
+            &Err(HoldError::Rejected {
+                cause: RejectCause::StaleHold,
+                message: "older".into(),
+            }),
+            Duration::from_millis(3),
+        );
+        m.record::<()>(MetricCall::status, &Ok(()), Duration::from_millis(3));
+        m.record_refusal(MetricCall::hold, "forbidden");
+        assert_eq!(m.count(MetricCall::hold, "ok", "held"), 1);
+        assert_eq!(m.count(MetricCall::release, "ok", "resumed"), 1);
+        assert_eq!(m.count(MetricCall::release, "pods_remain", "none"), 1);
+        assert_eq!(m.count(MetricCall::release, "rejected", "stale_hold"), 1);
+        assert_eq!(m.count(MetricCall::status, "ok", "none"), 1);
+        assert_eq!(m.count(MetricCall::hold, "forbidden", "none"), 1);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
         assert!(
-            text.contains(r#"holdfast_hold_calls_total{call="release",result="pods_remain"} 1"#),
+            text.contains(
+                r#"holdfast_hold_calls_total{call="release",outcome="rejected",cause="stale_hold"} 1"#
+            ),
             "{text}"
         );
         assert!(

@@ -17,7 +17,7 @@ mod reads;
 mod requests;
 
 pub use config::ExecutorConfig;
-pub use executor::{HoldExecutor, client_without_retry};
+pub use executor::{HoldExecutor, client_without_retry, without_retry};
 pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};
 pub use metrics::{CallMetrics, MetricCall};
 pub use requests::{

@@ -1,6 +1,7 @@
 //! Prometheus metrics of the readmission gate. Labels are bounded: a step name, a wait
 //! reason, an error label. No object name is ever a label.
 
+use holdfast_serve::Declared;
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge},
@@ -32,12 +33,12 @@ impl ReadmissionMetrics {
             "holdfast_readmission_writes",
             "Writes of the readmission gate and the hold transfer, by step (claim, raise_attempt, \
              ready, wait_<reason>, transfer_mark, transfer_hold, transfer_release, check_active)",
-            self.writes.clone(),
+            Declared(self.writes.clone()),
         );
         registry.register(
             "holdfast_readmission_errors",
             "Failed readmission reconciles, by error",
-            self.errors.clone(),
+            Declared(self.errors.clone()),
         );
         registry.register(
             "holdfast_readmission_ungated_trainjobs",

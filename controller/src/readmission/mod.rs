@@ -56,6 +56,8 @@ pub struct ReadmissionGate {
     client: kube::Client,
     config: Config,
     metrics: ReadmissionMetrics,
+    /// The Workload store while the gate runs (for [`ReadmissionGate::held`]).
+    workloads: Arc<std::sync::RwLock<Option<reflector::Store<DynamicObject>>>>,
 }
 
 impl ReadmissionGate {
@@ -65,7 +67,22 @@ impl ReadmissionGate {
             client,
             config,
             metrics,
+            workloads: Arc::default(),
         }
+    }
+
+    /// The holds among the Workloads in the gate's store, but those being deleted (their
+    /// hold moves to the replacement); `None` while the gate is not running (not the
+    /// leader). No request is made.
+    pub fn held(&self) -> Option<crate::held::HoldCount> {
+        let store = self.workloads.read().ok()?.clone()?;
+        let workloads = store.state();
+        Some(crate::held::HoldCount::of(
+            workloads
+                .iter()
+                .filter(|w| w.metadata.deletion_timestamp.is_none())
+                .map(|w| w.metadata.annotations.as_ref()),
+        ))
     }
 
     pub fn metrics(&self) -> &ReadmissionMetrics {
@@ -130,6 +147,10 @@ impl ReadmissionGate {
         let workload_ar = resources::workload();
         let workload_writer = reflector::store::Writer::new(workload_ar.clone());
         let workloads = workload_writer.as_reader();
+        if let Ok(mut w) = self.workloads.write() {
+            *w = Some(workloads.clone());
+        }
+        let _forget = ForgetStore(&self.workloads);
         let (poke, poked) = futures::channel::mpsc::unbounded();
         let workload_stream = watcher(
             namespaced(&workload_ar),
@@ -240,6 +261,17 @@ impl ReadmissionGate {
         tasks.abort_all();
         tracing::info!("readmission gate stopped");
         Ok(())
+    }
+}
+
+/// Forgets the Workload store when the gate stops (or its future is dropped).
+struct ForgetStore<'a>(&'a std::sync::RwLock<Option<reflector::Store<DynamicObject>>>);
+
+impl Drop for ForgetStore<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.0.write() {
+            *w = None;
+        }
     }
 }
 

@@ -23,6 +23,9 @@ pub struct Config {
     pub drift_interval: Duration,
     /// The kinds that are runtimes: only these are read, watched and snapshotted.
     pub runtime_resources: holdfast_core::snapshot::RuntimeResources,
+    /// The leader-election Lease (namespace, name): the start-up migration's completion
+    /// Event is published on it. None: the completion is only logged.
+    pub migration_event_lease: Option<(String, String)>,
 }
 
 impl Default for Config {
@@ -37,6 +40,7 @@ impl Default for Config {
             retry_max: Duration::from_secs(300),
             drift_interval: Duration::from_secs(10),
             runtime_resources: holdfast_core::snapshot::RuntimeResources::default(),
+            migration_event_lease: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The snapshot reconciler's Prometheus metrics. Labels are bounded: reasons come from
 //! `metric_label()`, writers are two, and runtimes are as many as the cluster has runtimes.
 
+use holdfast_serve::Declared;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -50,6 +51,8 @@ pub struct SnapshotMetrics {
     pub drifted: Family<RuntimeLabels, Gauge>,
     /// Errors of the watches the reconciler reads from.
     pub watch_errors: Family<WatchLabels, Counter>,
+    /// TrainJobs of the start-up migration still without a snapshot.
+    pub migration_pending: Gauge,
 }
 
 impl Default for SnapshotMetrics {
@@ -63,6 +66,7 @@ impl Default for SnapshotMetrics {
             admission_races: Counter::default(),
             drifted: Family::default(),
             watch_errors: Family::default(),
+            migration_pending: Gauge::default(),
         }
     }
 }
@@ -78,12 +82,12 @@ impl SnapshotMetrics {
         registry.register(
             "holdfast_snapshots_accepted",
             "Existing runtime snapshots checked and accepted, by writer",
-            self.accepted.clone(),
+            Declared(self.accepted.clone()),
         );
         registry.register(
             "holdfast_snapshot_failures",
             "Snapshot reconciliations that ended without a trusted snapshot, by reason",
-            self.failures.clone(),
+            Declared(self.failures.clone()),
         );
         registry.register(
             "holdfast_snapshot_reconcile_duration_seconds",
@@ -98,12 +102,17 @@ impl SnapshotMetrics {
         registry.register(
             "holdfast_snapshot_drifted_trainjobs",
             "Unfinished TrainJobs whose runtime snapshot differs from the live runtime",
-            self.drifted.clone(),
+            Declared(self.drifted.clone()),
         );
         registry.register(
             "holdfast_snapshot_watch_errors",
             "Errors of the watches the snapshot reconciler reads from",
-            self.watch_errors.clone(),
+            Declared(self.watch_errors.clone()),
+        );
+        registry.register(
+            "holdfast_snapshot_migration_pending_trainjobs",
+            "Unfinished TrainJobs of the start-up migration still without a snapshot",
+            self.migration_pending.clone(),
         );
     }
 

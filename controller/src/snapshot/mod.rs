@@ -81,7 +81,6 @@ pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime}
 
 use crate::backoff::Backoffs;
 use crate::trainjob::{self, Feed};
-use configmaps::ConfigMapIndex;
 use drift::DriftCache;
 use reconcile::Context;
 use runtimes::RuntimeIndex;
@@ -139,6 +138,19 @@ impl Snapshotter {
         Ok(report)
     }
 
+    /// The holds among the TrainJobs in the reconciler's store (plain mode holds the TrainJob
+    /// itself); `None` while it is not running (not the leader). No request is made.
+    pub fn held(&self) -> Option<crate::held::HoldCount> {
+        let ctx = self.inner.running.read().ok()?.clone()?;
+        let jobs = ctx.trainjobs.state();
+        Some(crate::held::HoldCount::of(jobs.iter().map(
+            |j| match &j.0 {
+                Ok(job) => job.metadata.annotations.as_ref(),
+                Err(invalid) => invalid.metadata.annotations.as_ref(),
+            },
+        )))
+    }
+
     /// Runs the reconciler, with a TrainJob watch of its own, until `shutdown` is cancelled.
     /// Does no leader election itself: run it under [`crate::leader::run_as_leader`].
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), Error> {
@@ -175,6 +187,7 @@ impl Snapshotter {
             readiness,
             ..
         } = &*self.inner;
+        let started = tokio::time::Instant::now();
         let namespace = config.namespace.as_deref();
         let health = Health::new(readiness.clone(), metrics.clone());
         let (retrigger, retriggered) = futures::channel::mpsc::unbounded();
@@ -243,11 +256,20 @@ impl Snapshotter {
         }
 
         {
-            let trainjobs = trainjobs.clone();
-            let configmaps: ConfigMapIndex = configmaps.clone();
+            let follow = migration::Follow {
+                trainjobs: trainjobs.clone(),
+                configmaps: configmaps.clone(),
+                metrics: metrics.clone(),
+                recorder: ctx.recorder.clone(),
+                client: client.clone(),
+                lease: config.migration_event_lease.clone(),
+                started,
+            };
             tasks.spawn(async move {
                 if listed.wait_for(|l| *l).await.is_ok() {
-                    migration::log_stock(&trainjobs.state(), &configmaps);
+                    let pending =
+                        migration::log_stock(&follow.trainjobs.state(), &follow.configmaps);
+                    migration::follow(follow, pending).await;
                 }
             });
         }

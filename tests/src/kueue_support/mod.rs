@@ -68,6 +68,8 @@ pub struct Fixture {
     pub exec: HoldExecutor,
     pub metrics: ReadmissionMetrics,
     gate: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+    /// The running gate (a clone), to ask what it holds.
+    running_gate: Option<ReadmissionGate>,
     settle: Duration,
 }
 
@@ -120,6 +122,7 @@ impl Fixture {
             exec,
             metrics: ReadmissionMetrics::default(),
             gate: None,
+            running_gate: None,
             settle: setup.settle,
         };
         if setup.gate {
@@ -147,6 +150,7 @@ impl Fixture {
             },
             self.metrics.clone(),
         );
+        self.running_gate = Some(gate.clone());
         let token = CancellationToken::new();
         let stop = token.clone();
         let task = tokio::spawn(async move {
@@ -155,6 +159,11 @@ impl Fixture {
             }
         });
         self.gate = Some((token, task));
+    }
+
+    /// The gate started by [`Fixture::start_gate`], if any.
+    pub fn gate(&self) -> Option<&ReadmissionGate> {
+        self.running_gate.as_ref()
     }
 
     pub async fn stop_gate(&mut self) {

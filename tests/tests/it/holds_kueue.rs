@@ -977,3 +977,41 @@ async fn deleting_a_held_trainjob_lets_its_held_workload_go() {
     .await;
     f.finish().await;
 }
+
+/// Metrics (issue #18): kueue mode holds the Workload: the gate's Workload store gives the held gauges (no
+/// request), with the Workload's own hold-placed-at as the oldest hold's start.
+#[tokio::test]
+async fn kueue_mode_counts_held_workloads_from_the_gates_store() {
+    let f = Fixture::start("kq-held-gauges").await;
+    let gate = f.gate().expect("the gate runs").clone();
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.workload_when("job", "admitted", |w| condition(w, "Admitted"))
+        .await;
+    let none =
+        holdfast_tests::wait::wait_for("the gate's store listed", MINUTE, || async { gate.held() })
+            .await;
+    assert_eq!(none.held, 0);
+    assert_eq!(none.oldest_placed, None);
+
+    let meta = meta(Some(3), MINUTE);
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta).await,
+        Ok(holdfast_core::hold::Outcome::Held)
+    );
+    let held = f
+        .workload_when("job", "held", |w| {
+            w["metadata"]["annotations"][holdfast_core::names::ANN_HOLD_PLACED_AT].is_string()
+        })
+        .await;
+    let placed: jiff::Timestamp = held["metadata"]["annotations"]
+        [holdfast_core::names::ANN_HOLD_PLACED_AT]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("hold-placed-at");
+    let count = holdfast_tests::wait::wait_for("the hold in the gate's store", MINUTE, || async {
+        gate.held().filter(|c| c.held == 1)
+    })
+    .await;
+    assert_eq!(count.oldest_placed, Some(placed));
+}

@@ -492,8 +492,11 @@ async fn api_refuses_anonymous_and_unauthorised_callers() {
             .is_some_and(|m| m.contains("alice") && m.contains("trainjobs/hold")),
         "{answer}"
     );
-    assert_eq!(metrics.count(MetricCall::hold, "unauthenticated"), 2);
-    assert_eq!(metrics.count(MetricCall::hold, "forbidden"), 1);
+    assert_eq!(
+        metrics.count(MetricCall::hold, "unauthenticated", "none"),
+        2
+    );
+    assert_eq!(metrics.count(MetricCall::hold, "forbidden", "none"), 1);
 
     let after = read_trainjob(cp, &ns, "mnist").await;
     assert_eq!(
@@ -717,10 +720,13 @@ async fn api_hold_and_release_round_trip() {
     let (status, _) = api.get("/v1/preflight", alice).await;
     assert_eq!(status, 403);
 
-    assert_eq!(metrics.count(MetricCall::hold, "ok"), 1);
-    assert_eq!(metrics.count(MetricCall::release, "ok"), 1);
-    assert_eq!(metrics.count(MetricCall::release, "invalid"), 1);
-    assert_eq!(metrics.count(MetricCall::release, "rejected_stale_hold"), 1);
+    assert_eq!(metrics.count(MetricCall::hold, "ok", "held"), 1);
+    assert_eq!(metrics.count(MetricCall::release, "ok", "resumed"), 1);
+    assert_eq!(metrics.count(MetricCall::release, "invalid", "none"), 1);
+    assert_eq!(
+        metrics.count(MetricCall::release, "rejected", "stale_hold"),
+        1
+    );
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ mod holds_kueue;
 mod holds_plain;
 mod kueue_smoke;
 mod match_conditions;
+mod metrics;
 mod node;
 mod outage;
 mod seams;
