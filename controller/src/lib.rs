@@ -5,6 +5,8 @@
 pub mod api;
 pub mod args;
 pub mod backoff;
+pub mod cert_events;
+pub mod events;
 pub mod hold;
 pub mod leader;
 pub mod metrics;

@@ -16,6 +16,7 @@
 
 use crate::api::{self, ApiState, KubeAuth};
 use crate::args::{Args, Configs};
+use crate::events::{EventMetrics, Publisher, PublisherConfig};
 use crate::hold::{CallMetrics, HoldExecutor, client_without_retry};
 use crate::leader::{self, LeaderMetrics};
 use crate::metrics::Metrics;
@@ -52,6 +53,16 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let call_metrics = CallMetrics::register(&mut registry);
     let gate_metrics = ReadmissionMetrics::default();
     gate_metrics.register(&mut registry);
+    // One Event publisher for every part: one queue, one pace, one series cache.
+    let events = Publisher::start(
+        client.clone(),
+        PublisherConfig {
+            reporter: snapshot_config.reporter.clone(),
+            instance: snapshot_config.instance.clone(),
+            ..PublisherConfig::default()
+        },
+        EventMetrics::register(&mut registry),
+    );
     let ready = Readiness::default();
     let reconciler_ready = Readiness::default();
     let leading = Arc::new(AtomicBool::new(false));
@@ -62,12 +73,14 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         tasks.spawn(webhook_certs::run(
             client.clone(),
             cert_config,
+            Some(events.clone()),
             shutdown.clone(),
         ));
     }
 
     let executor = HoldExecutor::new(client_without_retry(config)?, args.mode, executor_config)
-        .with_metrics(call_metrics);
+        .with_metrics(call_metrics)
+        .with_events(events.clone());
     let report = executor.preflight(None).await;
     tracing::info!(preflight = %report.body(), "preflight");
     tasks.spawn(reprobe(
@@ -82,7 +95,8 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         snapshot_config,
         metrics.snapshots.clone(),
         reconciler_ready.clone(),
-    );
+    )
+    .with_events(events.clone());
 
     let admin_addr = args.admin.admin_addr;
     let admin = admin_router(Arc::new(registry), ready.clone());
@@ -149,7 +163,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let gate = (args.mode == Mode::Kueue).then(|| {
         // Both parts watch the TrainJobs of --watch-namespace: one watch serves them.
         debug_assert_eq!(readmission_config.namespace, trainjob_namespace);
-        ReadmissionGate::new(client.clone(), readmission_config, gate_metrics)
+        ReadmissionGate::new(client.clone(), readmission_config, gate_metrics).with_events(events)
     });
     let watch_client = client.clone();
     let outcome = leader::run_as_leader(

@@ -25,6 +25,7 @@
 mod checks;
 mod config;
 mod error;
+mod events;
 mod metrics;
 mod reconcile;
 mod sweep;
@@ -47,6 +48,7 @@ pub use error::Error;
 pub use metrics::ReadmissionMetrics;
 
 use crate::backoff::Backoffs;
+use crate::events::{EventMetrics, Publisher, PublisherConfig};
 use crate::trainjob::{self, Feed};
 use crate::{pods::JOBSET_NAME_LABEL, resources};
 
@@ -56,6 +58,8 @@ pub struct ReadmissionGate {
     client: kube::Client,
     config: Config,
     metrics: ReadmissionMetrics,
+    /// Where its Events go; one of its own if unset.
+    events: Option<Publisher>,
 }
 
 impl ReadmissionGate {
@@ -65,7 +69,14 @@ impl ReadmissionGate {
             client,
             config,
             metrics,
+            events: None,
         }
+    }
+
+    /// Publishes its Events through `events` (the process's one publisher).
+    pub fn with_events(mut self, events: Publisher) -> Self {
+        self.events = Some(events);
+        self
     }
 
     pub fn metrics(&self) -> &ReadmissionMetrics {
@@ -180,13 +191,13 @@ impl ReadmissionGate {
 
         let queues = holdfast_cluster::queues::Queues::start(client.clone(), namespace);
         let queues_changed = queues.changes();
-        let recorder = kube::runtime::events::Recorder::new(
-            client.clone(),
-            kube::runtime::events::Reporter {
-                controller: "holdfast-readmission".to_owned(),
-                instance: None,
-            },
-        );
+        let events = self.events.clone().unwrap_or_else(|| {
+            Publisher::start(
+                client.clone(),
+                PublisherConfig::default(),
+                EventMetrics::default(),
+            )
+        });
         let ctx = Arc::new(reconcile::Context {
             client: client.clone(),
             config: config.clone(),
@@ -195,7 +206,7 @@ impl ReadmissionGate {
             checks: check_names,
             backoff: Backoffs::new(config.retry_min, config.retry_max),
             queues,
-            recorder,
+            events,
             ungated: std::sync::Mutex::default(),
         });
         tasks.spawn(sweep::run(
