@@ -55,10 +55,33 @@ pub fn remaining(list: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Pod names for a message: the first few, and how many more.
+pub fn listed(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = names
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn pod_lists_name_the_first_five_and_count_the_rest() {
+        let names: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
+        assert_eq!(listed(&names[..2]), "p0, p1");
+        assert_eq!(listed(&names), "p0, p1, p2, p3, p4 and 2 more");
+        assert_eq!(listed(&[]), "");
+    }
 
     #[test]
     fn selector_is_the_jobset_name_label() {

@@ -19,6 +19,28 @@ pub fn trainjob() -> ApiResource {
     )
 }
 
+/// The reference an Event on a TrainJob (as read, JSON) carries: `kubectl describe` finds
+/// Events by kind, namespace, name and uid. `None` without a uid.
+pub fn trainjob_reference(
+    object: &serde_json::Value,
+) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+    let field = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    let ar = trainjob();
+    Some(k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(ar.api_version),
+        kind: Some(ar.kind),
+        namespace: field("/metadata/namespace"),
+        name: field("/metadata/name"),
+        uid: Some(field("/metadata/uid")?),
+        ..Default::default()
+    })
+}
+
 /// `kueue.x-k8s.io/v1beta2` Workloads.
 pub fn workload() -> ApiResource {
     ApiResource::from_gvk_with_plural(

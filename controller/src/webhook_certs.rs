@@ -16,6 +16,7 @@
 //!   it by content.
 
 use crate::backoff::Backoff;
+use crate::events::{Notice, Publisher};
 use holdfast_certs::rotation::{self, decide_serving};
 use holdfast_certs::{
     Authority, AuthorityDecision, CertError, CertificateInfo, RotationPolicy, ServingDecision,
@@ -28,7 +29,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
@@ -130,6 +131,9 @@ pub struct Outcome {
     pub serving_not_after: Vec<(String, SystemTime)>,
     /// When a decision can next change on its own.
     pub next_change: SystemTime,
+    /// The Events of what this reconcile wrote, on the Secrets written (see
+    /// [`crate::cert_events`]).
+    pub announcements: Vec<(ObjectReference, Notice)>,
 }
 
 impl Outcome {
@@ -194,21 +198,29 @@ fn secret_with(
     s
 }
 
-async fn write_secret(api: &Api<Secret>, secret: Secret) -> Result<(), CertsError> {
+/// Creates or replaces `secret`; the reference of what was written.
+async fn write_secret(api: &Api<Secret>, secret: Secret) -> Result<ObjectReference, CertsError> {
     let name = secret.metadata.name.clone().unwrap_or_default();
     let what = format!("Secret {}/{name}", api.namespace().unwrap_or_default());
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    if secret.metadata.resource_version.is_some() {
+    let written = if secret.metadata.resource_version.is_some() {
         api.replace(&name, &pp, &secret)
             .await
-            .map_err(kube_err(what))?;
+            .map_err(kube_err(what))?
     } else {
-        api.create(&pp, &secret).await.map_err(kube_err(what))?;
-    }
-    Ok(())
+        api.create(&pp, &secret).await.map_err(kube_err(what))?
+    };
+    Ok(ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Secret".to_owned()),
+        namespace: written.metadata.namespace,
+        name: written.metadata.name,
+        uid: written.metadata.uid,
+        ..ObjectReference::default()
+    })
 }
 
 /// Make every webhook of a configuration carry `bundle_pem` as its caBundle (one JSON patch,
@@ -296,6 +308,7 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
     });
     let (decision, authority) =
         Authority::next(stored.as_ref(), now, policy, &config.ca_common_name)?;
+    let mut announcements = Vec::new();
     let bundle_pem = authority.bundle_pem();
     let stored_bundle = stored.as_ref().and_then(|s| s.bundle_pem);
     if decision != AuthorityDecision::Keep || stored_bundle != Some(bundle_pem.as_str()) {
@@ -316,7 +329,10 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
             authority.info.not_after,
             data,
         );
-        write_secret(&secrets, s).await?;
+        let written = write_secret(&secrets, s).await?;
+        if let Some(notice) = crate::cert_events::authority(&decision, authority.info.not_after) {
+            announcements.push((written, notice));
+        }
     }
 
     // 2. The caBundle of holdfast's webhook configurations.
@@ -370,10 +386,12 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
             now,
             policy,
         );
+        let mut issued_for = None;
         let (cert, key) = match (&d, stored) {
             (ServingDecision::Issue(reason), _)
             | (ServingDecision::WaitForTrust { reason, .. }, None) => {
                 tracing::info!(secret = %want.name, ?reason, "issuing a serving certificate");
+                issued_for = Some(reason.clone());
                 let issued = authority.issue(&want.dns_names, policy)?;
                 (issued.cert_pem, issued.key_pem)
             }
@@ -405,7 +423,11 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
                 info.not_after,
                 data,
             );
-            write_secret(&secrets, s).await?;
+            let written = write_secret(&secrets, s).await?;
+            if let Some(reason) = &issued_for {
+                let notice = crate::cert_events::serving(reason, &want.dns_names, info.not_after);
+                announcements.push((written, notice));
+            }
         }
         serving_not_after.push((want.name.clone(), info.not_after));
         serving_infos.push(info);
@@ -427,17 +449,20 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
         ca_not_after: authority.info.not_after,
         serving_not_after,
         next_change,
+        announcements,
     })
 }
 
 /// [`reconcile`] until `shutdown`: again when a decision can change, at least every
 /// `check_interval`, with a doubling backoff (from one second) after an error. After each
 /// reconcile the CA's and the serving certificates' expiry is exported into `expiry`
-/// (`kind` `ca` or `serving`, `source` `secret/<name>`).
+/// (`kind` `ca` or `serving`, `source` `secret/<name>`), and what it wrote is announced
+/// through `events`, if given.
 pub async fn run(
     client: Client,
     config: CertConfig,
     expiry: CertificateExpiry,
+    events: Option<Publisher>,
     shutdown: CancellationToken,
 ) {
     const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -453,6 +478,11 @@ pub async fn run(
                 );
                 for (secret, not_after) in &outcome.serving_not_after {
                     expiry.set("serving", &format!("secret/{secret}"), *not_after);
+                }
+                if let Some(events) = &events {
+                    for (secret, notice) in &outcome.announcements {
+                        events.publish(secret, notice.clone());
+                    }
                 }
                 let until = outcome
                     .next_change

@@ -16,6 +16,7 @@
 
 use crate::api::{self, ApiState, KubeAuth};
 use crate::args::{Args, Configs};
+use crate::events::{EventMetrics, Publisher, PublisherConfig};
 use crate::held::HeldMetrics;
 use crate::hold::{CallMetrics, HoldExecutor, without_retry};
 use crate::leader::{self, LeaderMetrics};
@@ -56,6 +57,16 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let call_metrics = CallMetrics::register(&mut registry);
     let gate_metrics = ReadmissionMetrics::default();
     gate_metrics.register(&mut registry);
+    // One Event publisher for every part: one queue, one pace, one series cache.
+    let events = Publisher::start(
+        client.clone(),
+        PublisherConfig {
+            reporter: snapshot_config.reporter.clone(),
+            instance: snapshot_config.instance.clone(),
+            ..PublisherConfig::default()
+        },
+        EventMetrics::register(&mut registry),
+    );
     let ready = Readiness::default();
     let reconciler_ready = Readiness::default();
     let leading = Arc::new(AtomicBool::new(false));
@@ -67,6 +78,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             client.clone(),
             cert_config,
             certificates.clone(),
+            Some(events.clone()),
             shutdown.clone(),
         ));
     }
@@ -76,7 +88,8 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         args.mode,
         executor_config,
     )
-    .with_metrics(call_metrics);
+    .with_metrics(call_metrics)
+    .with_events(events.clone());
     let report = executor.preflight(None).await;
     tracing::info!(preflight = %report.body(), "preflight");
     tasks.spawn(reprobe(
@@ -91,7 +104,8 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         snapshot_config,
         metrics.snapshots.clone(),
         reconciler_ready.clone(),
-    );
+    )
+    .with_events(events.clone());
     held.add("TrainJob", {
         let snapshots = snapshots.clone();
         move || snapshots.held()
@@ -163,7 +177,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let gate = (args.mode == Mode::Kueue).then(|| {
         // Both parts watch the TrainJobs of --watch-namespace: one watch serves them.
         debug_assert_eq!(readmission_config.namespace, trainjob_namespace);
-        ReadmissionGate::new(client.clone(), readmission_config, gate_metrics)
+        ReadmissionGate::new(client.clone(), readmission_config, gate_metrics).with_events(events)
     });
     if let Some(gate) = &gate {
         let gate = gate.clone();

@@ -477,9 +477,17 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
             steady_rate / baseline_rate
         );
     }
+    // Events (a SnapshotTaken per TrainJob, bounded and paced by the Event publisher) are
+    // counted apart: they are not the snapshot's requests.
+    let event_writes: usize = by_kind
+        .iter()
+        .filter(|(k, _)| k.ends_with(" events"))
+        .map(|(_, v)| v)
+        .sum();
+    let snapshot_requests = total_requests - event_writes;
     println!(
-        "  API requests by the controller: {total_requests} = {:.3} per snapshot",
-        total_requests as f64 / n as f64
+        "  API requests by the controller: {snapshot_requests} = {:.3} per snapshot, and {event_writes} Event writes (bounded by the publisher's queue and pace)",
+        snapshot_requests as f64 / n as f64
     );
     for (k, v) in &by_kind {
         println!("    {v:>7}  {k}");
@@ -506,10 +514,16 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         ),
         None => println!("  time from start to ready: not measured (no controller binary)"),
     }
+    let steady_events: usize = in_steady
+        .iter()
+        .filter(|(k, _)| k.ends_with(" events"))
+        .map(|(_, v)| v)
+        .sum();
     println!(
-        "  steady state, {}s after the last snapshot: {:.1} requests per minute",
+        "  steady state, {}s after the last snapshot: {:.1} requests per minute, and {:.1} Event writes per minute (the publisher's queue draining)",
         args.steady,
-        in_steady.values().sum::<usize>() as f64 / minutes
+        (in_steady.values().sum::<usize>() - steady_events) as f64 / minutes,
+        steady_events as f64 / minutes
     );
     for (k, v) in &in_steady {
         println!("    {:>7.1}/min  {k}", *v as f64 / minutes);

@@ -14,6 +14,7 @@ pub mod binaries;
 pub mod chart_on_node;
 pub mod control_plane;
 pub mod crds;
+pub mod described;
 pub mod helm;
 pub mod hold_support;
 pub mod holdfast;

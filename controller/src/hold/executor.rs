@@ -17,12 +17,14 @@ use tokio::time::Duration as TokioDuration;
 
 use super::{
     config::ExecutorConfig,
+    events::{self as hold_events, Seen},
     hooks::{Hooks, WritePoint},
     metrics::{CallMetrics, MetricCall},
     preflight::{self, Capability, CapabilityVerdict, PreflightReport},
     reads,
     requests::{CallRequests, ReadRequest, RequestError},
 };
+use crate::events::Publisher;
 use crate::pods;
 use crate::resources;
 use holdfast_cluster::queues::Queues;
@@ -52,6 +54,17 @@ pub struct HoldExecutor {
     /// Kueue mode: Kueue's queues, watched, to tell whether a Workload goes through the
     /// readmission gate.
     queues: Option<Queues>,
+    /// Where each call's Event goes (none: no Events).
+    events: Option<Publisher>,
+}
+
+/// What a call read, for its Event: the TrainJob (the Event's object), its Workload, and
+/// the pods that remained.
+#[derive(Default)]
+struct Observed {
+    trainjob: Option<k8s_openapi::api::core::v1::ObjectReference>,
+    workload: Option<String>,
+    pods: Vec<String>,
 }
 
 /// What one read saw: the TrainJob and, in Kueue mode, its Workload.
@@ -75,7 +88,15 @@ impl HoldExecutor {
             hooks: Hooks::default(),
             metrics: CallMetrics::default(),
             queues,
+            events: None,
         }
+    }
+
+    /// Leaves an Event on the TrainJob of every call that read it (placed, released, opened,
+    /// refused), through `events`, off the call's path: the call never waits for it.
+    pub fn with_events(mut self, events: Publisher) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// Kueue mode: the watched queues.
@@ -163,9 +184,22 @@ impl HoldExecutor {
             &self.config.user_agent,
             kind.as_str(),
         );
-        let result = self.run(kind, namespace, name, &meta, &mut reqs).await;
+        let mut observed = Observed::default();
+        let result = self
+            .run(kind, namespace, name, &meta, &mut reqs, &mut observed)
+            .await;
         self.metrics
             .record_call(MetricCall::from(kind), &result, started.elapsed());
+        if let (Some(events), Some(trainjob)) = (&self.events, &observed.trainjob) {
+            let seen = Seen {
+                workload: observed.workload.as_deref(),
+                pods: &observed.pods,
+            };
+            events.publish(
+                trainjob,
+                hold_events::notice(kind, &meta, self.mode, seen, &result),
+            );
+        }
         match &result {
             Ok(outcome) => tracing::info!(
                 call = %kind, call_id = reqs.id(), namespace, name, instance = meta.instance,
@@ -186,6 +220,7 @@ impl HoldExecutor {
         name: &str,
         meta: &CallMeta,
         reqs: &mut CallRequests<'_>,
+        observed: &mut Observed,
     ) -> Result<Outcome, HoldError> {
         resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
         let call = Call::new(kind, meta, Timestamp::now())?;
@@ -193,7 +228,7 @@ impl HoldExecutor {
         self.ensure_capable(kind).await?;
         let mut attempts = Attempts::new();
         let result = self
-            .attempt(&call, kind, namespace, name, reqs, &mut attempts)
+            .attempt(&call, namespace, name, reqs, &mut attempts, observed)
             .await;
         match result {
             // The deadline came while a write of ours may have landed: say so.
@@ -238,16 +273,27 @@ impl HoldExecutor {
     async fn attempt(
         &self,
         call: &Call,
-        kind: CallKind,
         namespace: &str,
         name: &str,
         reqs: &mut CallRequests<'_>,
         attempts: &mut Attempts,
+        observed: &mut Observed,
     ) -> Result<Outcome, HoldError> {
         let call = call.clone();
+        let kind = call.kind();
         let mut pause = self.config.transient_backoff;
         loop {
             let read = self.read(reqs, namespace, name).await?;
+            if self.events.is_some() {
+                observed.trainjob = resources::trainjob_reference(&read.trainjob);
+                observed.workload = read
+                    .workload
+                    .as_ref()
+                    .and_then(|w| w.pointer("/metadata/name"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                observed.pods.clear();
+            }
             if let (Some(queues), Some(workload)) = (&self.queues, &read.workload)
                 && let Some(why) = queues.gate_for(workload).refusal()
             {
@@ -286,6 +332,7 @@ impl HoldExecutor {
                 let remaining = self.remaining_pods(reqs, namespace, name).await?;
                 if !remaining.is_empty() {
                     tracing::info!(namespace, name, call = %kind, pods = ?remaining, "refused: pods of an earlier execution remain");
+                    observed.pods.clone_from(&remaining);
                     decision = decide(
                         &call,
                         &HeldView {

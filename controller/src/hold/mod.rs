@@ -9,6 +9,7 @@
 //! the apiserver (`?timeout=`), so nothing is sent after the deadline.
 
 mod config;
+pub mod events;
 mod executor;
 mod hooks;
 mod metrics;

@@ -25,6 +25,7 @@
 mod checks;
 mod config;
 mod error;
+mod events;
 mod metrics;
 mod reconcile;
 mod sweep;
@@ -47,6 +48,7 @@ pub use error::Error;
 pub use metrics::ReadmissionMetrics;
 
 use crate::backoff::Backoffs;
+use crate::events::{EventMetrics, Publisher, PublisherConfig};
 use crate::trainjob::{self, Feed};
 use crate::{pods::JOBSET_NAME_LABEL, resources};
 
@@ -58,6 +60,8 @@ pub struct ReadmissionGate {
     metrics: ReadmissionMetrics,
     /// The Workload store while the gate runs (for [`ReadmissionGate::held`]).
     workloads: Arc<std::sync::RwLock<Option<reflector::Store<DynamicObject>>>>,
+    /// Where its Events go; one of its own if unset.
+    events: Option<Publisher>,
 }
 
 impl ReadmissionGate {
@@ -68,6 +72,7 @@ impl ReadmissionGate {
             config,
             metrics,
             workloads: Arc::default(),
+            events: None,
         }
     }
 
@@ -83,6 +88,12 @@ impl ReadmissionGate {
                 .filter(|w| w.metadata.deletion_timestamp.is_none())
                 .map(|w| w.metadata.annotations.as_ref()),
         ))
+    }
+
+    /// Publishes its Events through `events` (the process's one publisher).
+    pub fn with_events(mut self, events: Publisher) -> Self {
+        self.events = Some(events);
+        self
     }
 
     pub fn metrics(&self) -> &ReadmissionMetrics {
@@ -201,13 +212,13 @@ impl ReadmissionGate {
 
         let queues = holdfast_cluster::queues::Queues::start(client.clone(), namespace);
         let queues_changed = queues.changes();
-        let recorder = kube::runtime::events::Recorder::new(
-            client.clone(),
-            kube::runtime::events::Reporter {
-                controller: "holdfast-readmission".to_owned(),
-                instance: None,
-            },
-        );
+        let events = self.events.clone().unwrap_or_else(|| {
+            Publisher::start(
+                client.clone(),
+                PublisherConfig::default(),
+                EventMetrics::default(),
+            )
+        });
         let ctx = Arc::new(reconcile::Context {
             client: client.clone(),
             config: config.clone(),
@@ -216,7 +227,7 @@ impl ReadmissionGate {
             checks: check_names,
             backoff: Backoffs::new(config.retry_min, config.retry_max),
             queues,
-            recorder,
+            events,
             ungated: std::sync::Mutex::default(),
         });
         tasks.spawn(sweep::run(

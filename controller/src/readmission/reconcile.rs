@@ -24,14 +24,15 @@ use holdfast_core::{
 use jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::config::Config;
+use super::events as gate_events;
 use super::{Error, ReadmissionMetrics, checks::CheckNames};
 use crate::backoff::Backoffs;
+use crate::events::Publisher;
 use crate::trainjob::Watched;
 use crate::{
     pods,
@@ -52,7 +53,8 @@ pub(crate) struct Context {
     /// TrainJob is forgotten.
     pub(crate) backoff: Backoffs<ObjectRef<DynamicObject>>,
     pub(crate) queues: Queues,
-    pub(crate) recorder: Recorder,
+    /// Where the gate's Events go (never waited for).
+    pub(crate) events: Publisher,
     /// TrainJobs under holdfast's control whose Workload is in a queue without the gate.
     pub(crate) ungated: Mutex<HashSet<(String, String)>>,
 }
@@ -174,36 +176,11 @@ async fn watch_queue(ctx: &Context, trainjob: &Watched, cached: &Value, workload
     };
     if let (true, Some(why)) = (newly, ungated) {
         tracing::warn!(namespace = key.0, trainjob = key.1, "{why}");
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "QueueWithoutReadmissionCheck".to_owned(),
-            note: Some(truncate_note(format!(
-                "{why}. Until it does, Hold, Release and Open of this TrainJob answer Unsupported."
-            ))),
-            action: "Readmission".to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = ctx
-            .recorder
-            .publish(&event, &trainjob.object_ref(&()))
-            .await
-        {
-            tracing::warn!(error = %e, "publishing an event failed");
-        }
+        ctx.events.publish(
+            &trainjob.object_ref(&()),
+            gate_events::queue_without_check(&why),
+        );
     }
-}
-
-/// Kubernetes bounds an Event's note to 1 kB.
-fn truncate_note(mut text: String) -> String {
-    if text.len() > 1000 {
-        let mut cut = 997;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str("...");
-    }
-    text
 }
 
 pub(crate) fn error_policy(trainjob: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -357,8 +334,9 @@ async fn step(
 
     for (i, view) in views.iter().enumerate() {
         let mut gate = decide_gate(&tj, view, &views, Pods::Unknown);
+        let mut remaining = Vec::new();
         if gate == GateStep::LookForPods {
-            let remaining = remaining_pods(ctx, namespace, name).await?;
+            remaining = remaining_pods(ctx, namespace, name).await?;
             let pods = if remaining.is_empty() {
                 Pods::Gone
             } else {
@@ -366,6 +344,13 @@ async fn step(
             };
             gate = decide_gate(&tj, view, &views, pods);
         }
+        let notice = match &gate {
+            GateStep::Wait { reason, .. } => {
+                Some(gate_events::waiting(&view.name, *reason, &remaining))
+            }
+            GateStep::Ready { attempt } => Some(gate_events::passed(&view.name, *attempt)),
+            _ => None,
+        };
         let now = rfc3339::seconds(Timestamp::now());
         let (state, message, label) = match gate {
             GateStep::Idle | GateStep::LookForPods | GateStep::Wait { message: None, .. } => {
@@ -417,6 +402,11 @@ async fn step(
             Api::namespaced_with(ctx.client.clone(), namespace, &resources::workload());
         api.replace_status(&view.name, &ctx.pp(), &object).await?;
         ctx.metrics.wrote(label);
+        if let (Some(notice), Some(trainjob)) =
+            (notice, resources::trainjob_reference(&read.trainjob))
+        {
+            ctx.events.publish(&trainjob, notice);
+        }
         tracing::info!(
             namespace,
             trainjob = name,

@@ -1,16 +1,16 @@
-//! The Kubernetes Events the reconciler publishes on TrainJobs. Only Warnings: a snapshot
-//! taken as expected is logged, not announced (an Event per TrainJob would double the writes
-//! the reconciler makes).
+//! The Kubernetes Events the reconciler publishes on TrainJobs: Warnings for what an admin
+//! must look at, and two Normals — snapshot taken, snapshot adopted from Kubeflow Trainer.
+//! All go through the bounded [`Publisher`]: under the start-up migration of many TrainJobs
+//! the Normals beyond its queue are dropped (counted), so they never double the reconciler's
+//! writes.
 
 use holdfast_core::snapshot::{RuntimeRef, SnapshotError, SnapshotFault};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+
+use crate::events::{Notice as Event, Publisher};
 
 /// Events' `action`.
 const ACTION: &str = "Snapshot";
-
-/// Kubernetes bounds an Event's note to 1 kB.
-const MAX_NOTE: usize = 1000;
 
 /// Something about a TrainJob's snapshot an admin should see.
 #[derive(Debug)]
@@ -66,7 +66,7 @@ impl Notice<'_> {
 
     /// The Event's note.
     pub fn note(&self) -> String {
-        let text = match self {
+        match self {
             Notice::Squatted { configmap, fault } => format!(
                 "ConfigMap {configmap} is not this TrainJob's runtime snapshot ({fault}); it is \
                  neither used nor overwritten. Delete or rename it to let the snapshot be taken."
@@ -104,13 +104,12 @@ impl Notice<'_> {
                  TrainJob was admitted against resourceVersion {admitted}: the runtime changed \
                  in between (kubeflow/trainer#3975). Check the snapshot before the job runs."
             ),
-        };
-        truncate(text)
+        }
     }
 }
 
-/// Publishes `notice` on the TrainJob; a failure to publish is logged, never fatal.
-pub async fn warn(recorder: &Recorder, trainjob: &ObjectReference, notice: Notice<'_>) {
+/// Logs `notice` and queues it as a Warning Event on the TrainJob (never waits).
+pub fn warn(events: &Publisher, trainjob: &ObjectReference, notice: Notice<'_>) {
     let reason = notice.reason();
     let note = notice.note();
     tracing::warn!(
@@ -119,28 +118,31 @@ pub async fn warn(recorder: &Recorder, trainjob: &ObjectReference, notice: Notic
         reason,
         "{note}"
     );
-    let event = Event {
-        type_: EventType::Warning,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: ACTION.to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, trainjob).await {
-        tracing::warn!(reason, error = %e, "publishing an event failed");
-    }
+    events.publish(trainjob, Event::warning(reason, ACTION, note));
 }
 
-fn truncate(mut text: String) -> String {
-    if text.len() > MAX_NOTE {
-        let mut cut = MAX_NOTE - 3;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str("...");
-    }
-    text
+/// The Normal Event of a snapshot holdfast wrote.
+pub fn taken(runtime: &RuntimeRef, resource_version: &str, configmap: &str) -> Event {
+    Event::normal(
+        "SnapshotTaken",
+        ACTION,
+        format!(
+            "Runtime {runtime} at resourceVersion {resource_version} copied into ConfigMap \
+             {configmap}; the TrainJob keeps this configuration whatever the runtime becomes."
+        ),
+    )
+}
+
+/// The Normal Event of a snapshot Kubeflow Trainer wrote, checked and accepted.
+pub fn adopted(runtime: &RuntimeRef, configmap: &str) -> Event {
+    Event::normal(
+        "SnapshotAdopted",
+        ACTION,
+        format!(
+            "ConfigMap {configmap}, written by Kubeflow Trainer, holds runtime {runtime} as \
+             Trainer's reader expects: adopted as this TrainJob's snapshot, unchanged."
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -159,9 +161,21 @@ mod tests {
     }
 
     #[test]
-    fn long_notes_are_cut_on_a_char_boundary() {
-        let cut = truncate("é".repeat(800));
-        assert!(cut.len() <= MAX_NOTE);
-        assert!(cut.ends_with("..."));
+    fn taken_and_adopted_are_normal_and_name_the_configmap() {
+        let runtime = RuntimeRef {
+            api_group: "trainer.kubeflow.org".into(),
+            kind: "ClusterTrainingRuntime".into(),
+            name: "torch".into(),
+        };
+        let t = taken(&runtime, "42", "job-runtime-snapshot");
+        assert_eq!(
+            (t.severity, t.reason),
+            (crate::events::Severity::Normal, "SnapshotTaken")
+        );
+        assert!(t.note.contains("resourceVersion 42"), "{}", t.note);
+        assert!(t.note.contains("job-runtime-snapshot"), "{}", t.note);
+        let a = adopted(&runtime, "job-runtime-snapshot");
+        assert_eq!(a.reason, "SnapshotAdopted");
+        assert!(a.note.contains("Kubeflow Trainer"), "{}", a.note);
     }
 }

@@ -25,7 +25,6 @@ use crate::trainjob::{TrainJob, Watched, trainjob_ref};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -104,7 +103,7 @@ pub struct Follow {
     pub trainjobs: Store<Watched>,
     pub configmaps: ConfigMapIndex,
     pub metrics: SnapshotMetrics,
-    pub recorder: Recorder,
+    pub events: crate::events::Publisher,
     pub client: kube::Client,
     /// The Lease (namespace, name) the completion Event is published on; none: log only.
     pub lease: Option<(String, String)>,
@@ -168,20 +167,16 @@ async fn announce(f: &Follow, namespace: &str, name: &str, migrated: usize, took
         }
     };
     let reference: ObjectReference = lease.object_ref(&());
-    let event = Event {
-        type_: EventType::Normal,
-        reason: "MigrationComplete".to_owned(),
-        note: Some(format!(
+    let notice = crate::events::Notice::normal(
+        "MigrationComplete",
+        "Migrate",
+        format!(
             "Start-up migration complete in {:.1} s: {migrated} unfinished TrainJob(s) without \
              a snapshot at start-up now have one (or finished, or were deleted).",
             took.as_secs_f64()
-        )),
-        action: "Migrate".to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = f.recorder.publish(&event, &reference).await {
-        tracing::warn!(error = %e, "publishing the migration Event failed");
-    }
+        ),
+    );
+    f.events.publish(&reference, notice);
 }
 
 #[cfg(test)]

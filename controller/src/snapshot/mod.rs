@@ -63,10 +63,9 @@ mod runtimes;
 
 use futures::StreamExt;
 use holdfast_serve::Readiness;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
 use kube::runtime::{Controller, controller, watcher};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -80,6 +79,7 @@ pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, Wri
 pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
 
 use crate::backoff::Backoffs;
+use crate::events::{EventMetrics, Publisher, PublisherConfig};
 use crate::trainjob::{self, Feed};
 use drift::DriftCache;
 use reconcile::Context;
@@ -102,6 +102,8 @@ struct Inner {
     /// Set while `run` runs (on the leader).
     running: RwLock<Option<Arc<Context>>>,
     drift_cache: Mutex<DriftCache>,
+    /// Where its Events go; one of its own (with the configuration's reporter) if unset.
+    events: OnceLock<Publisher>,
 }
 
 impl Snapshotter {
@@ -121,8 +123,15 @@ impl Snapshotter {
                 readiness,
                 running: RwLock::new(None),
                 drift_cache: Mutex::default(),
+                events: OnceLock::new(),
             }),
         }
+    }
+
+    /// Publishes its Events through `events` (the process's one publisher).
+    pub fn with_events(self, events: Publisher) -> Self {
+        let _ = self.inner.events.set(events);
+        self
     }
 
     /// The drifted TrainJobs, with the paths that differ.
@@ -232,18 +241,22 @@ impl Snapshotter {
             health.clone(),
             retrigger,
         ));
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: config.reporter.clone(),
-                instance: config.instance.clone(),
-            },
-        );
+        let events = self.inner.events.get().cloned().unwrap_or_else(|| {
+            Publisher::start(
+                client.clone(),
+                PublisherConfig {
+                    reporter: config.reporter.clone(),
+                    instance: config.instance.clone(),
+                    ..PublisherConfig::default()
+                },
+                EventMetrics::default(),
+            )
+        });
         let ctx = Arc::new(Context {
             client: client.clone(),
             config: config.clone(),
             metrics: metrics.clone(),
-            recorder,
+            events,
             configmaps: configmaps.clone(),
             runtimes,
             ledger: ledger::Ledger::default(),
@@ -260,7 +273,7 @@ impl Snapshotter {
                 trainjobs: trainjobs.clone(),
                 configmaps: configmaps.clone(),
                 metrics: metrics.clone(),
-                recorder: ctx.recorder.clone(),
+                events: ctx.events.clone(),
                 client: client.clone(),
                 lease: config.migration_event_lease.clone(),
                 started,

@@ -24,7 +24,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::Resource;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -34,7 +33,7 @@ use tokio::time::Instant;
 
 use super::config::Config;
 use super::configmaps::{ConfigMapIndex, SnapshotMeta};
-use super::events::{Notice, warn};
+use super::events::{self as snapshot_events, Notice, warn};
 use super::ledger::{JobKey, Known, Ledger, Refused, digest};
 use super::runtimes::{RuntimeIndex, RuntimeKey};
 use super::{Error, SnapshotMetrics};
@@ -47,7 +46,8 @@ pub struct Context {
     pub client: kube::Client,
     pub config: Config,
     pub metrics: SnapshotMetrics,
-    pub recorder: Recorder,
+    /// Where the reconciler's Events go (never waited for).
+    pub events: crate::events::Publisher,
     pub configmaps: ConfigMapIndex,
     pub runtimes: Arc<RuntimeIndex>,
     pub ledger: Ledger,
@@ -165,11 +165,10 @@ impl Context {
                 // The TrainJob CRD requires runtimeRef.name; this is a hand-made object.
                 self.metrics.failure(error.metric_label());
                 warn(
-                    &self.recorder,
+                    &self.events,
                     &job.reference(),
                     Notice::Unsnapshottable { error: &error },
-                )
-                .await;
+                );
                 return Ok(Action::await_change());
             }
         };
@@ -324,15 +323,20 @@ impl Context {
             "accepted the existing runtime snapshot"
         );
         self.metrics.accepted(writer);
+        if snapshot.writer == Writer::Trainer {
+            self.events.publish(
+                &job.reference(),
+                snapshot_events::adopted(runtime_ref, &snapshot_name(job)),
+            );
+        }
         if let Integrity::Altered { .. } = snapshot.integrity {
             self.metrics.failure("altered");
             let name = snapshot_name(job);
             warn(
-                &self.recorder,
+                &self.events,
                 &job.reference(),
                 Notice::Altered { configmap: &name },
-            )
-            .await;
+            );
         }
         self.check_admission(job, runtime_ref, snapshot.resource_version())
             .await;
@@ -369,7 +373,7 @@ impl Context {
                 fault: &fault,
             },
         };
-        warn(&self.recorder, &job.reference(), notice).await;
+        warn(&self.events, &job.reference(), notice);
         self.ledger.record_refused(job.key.clone(), identity);
     }
 
@@ -379,25 +383,23 @@ impl Context {
             Ok(w) => w,
             Err(e @ Error::KindNotServed { .. }) => {
                 warn(
-                    &self.recorder,
+                    &self.events,
                     &job.reference(),
                     Notice::KindNotServed {
                         runtime: runtime_ref,
                     },
-                )
-                .await;
+                );
                 return Err(e);
             }
             Err(e @ Error::NotARuntime { .. }) => {
                 warn(
-                    &self.recorder,
+                    &self.events,
                     &job.reference(),
                     Notice::NotARuntime {
                         runtime: runtime_ref,
                         why: &e.to_string(),
                     },
-                )
-                .await;
+                );
                 return Err(e);
             }
             Err(e) => return Err(e),
@@ -421,13 +423,12 @@ impl Context {
         let Some(runtime) = runtime else {
             self.runtimes.wait_for(runtime_key, job_ref);
             warn(
-                &self.recorder,
+                &self.events,
                 &job.reference(),
                 Notice::RuntimeNotFound {
                     runtime: runtime_ref,
                 },
-            )
-            .await;
+            );
             return Err(Error::RuntimeNotFound(runtime_ref.clone()));
         };
 
@@ -464,6 +465,14 @@ impl Context {
                     runtime = %runtime_ref,
                     runtime_resource_version = %rendered.provenance.resource_version,
                     "runtime snapshot created"
+                );
+                self.events.publish(
+                    &job.reference(),
+                    snapshot_events::taken(
+                        runtime_ref,
+                        &rendered.provenance.resource_version,
+                        &snapshot_name(job),
+                    ),
                 );
                 self.ledger
                     .record_content(&rendered.provenance.sha256, rendered.object.clone());
@@ -541,11 +550,10 @@ impl Context {
             return;
         }
         warn(
-            &self.recorder,
+            &self.events,
             &job.reference(),
             Notice::Unsnapshottable { error },
-        )
-        .await;
+        );
         self.ledger
             .record_unsnapshottable(job.key.clone(), runtime_version.to_owned());
     }
@@ -570,15 +578,14 @@ impl Context {
         if core::admission_race(Some(admitted), snapshotted) {
             self.metrics.admission_races.inc();
             warn(
-                &self.recorder,
+                &self.events,
                 &job.reference(),
                 Notice::AdmissionRace {
                     runtime: runtime_ref,
                     admitted,
                     snapshotted,
                 },
-            )
-            .await;
+            );
         }
     }
 }

@@ -1081,7 +1081,8 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("list", "", "pods", "", ""),
         ("watch", "", "pods", "tenant", ""),
         ("create", "events.k8s.io", "events", "tenant", ""),
-        ("patch", "", "events", "tenant", "e"),
+        ("patch", "events.k8s.io", "events", "tenant", "e"),
+        ("create", "events.k8s.io", "events", "release", ""),
         ("create", "authentication.k8s.io", "tokenreviews", "", ""),
         (
             "create",
@@ -1183,6 +1184,8 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ),
         ("get", "kueue.x-k8s.io", "workloads", "tenant", "w"),
         ("list", "kueue.x-k8s.io", "admissionchecks", "", ""),
+        ("create", "", "events", "tenant", ""),
+        ("get", "events.k8s.io", "events", "tenant", "e"),
         ("create", "", "namespaces", "", ""),
         ("get", "", "nodes", "", "n"),
     ];

@@ -13,6 +13,7 @@ use holdfast_tests::kueue_support;
 use std::time::Duration;
 
 use hold_support::{annotation, meta, settled_audit};
+use holdfast_controller::events::{EventMetrics, Publisher, PublisherConfig};
 use holdfast_core::{
     hold::classify::ObjectState,
     hold::{Outcome, RejectCause},
@@ -21,6 +22,7 @@ use holdfast_core::{
     readmission::claimed_attempt,
 };
 use holdfast_tests::Identity;
+use holdfast_tests::described::{Described, note};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kueue_support::{
     CHECK, Fixture, MINUTE, QUEUE, SETTLE, Setup, Webhook, active, check, condition,
@@ -47,7 +49,14 @@ async fn stays_suspended(f: &Fixture, job: &str, for_: Duration) -> Value {
 
 #[tokio::test]
 async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before_a_rises() {
-    let f = Fixture::start("kq-cycle").await;
+    let mut f = Fixture::start("kq-cycle").await;
+    // The executor leaves its Events as the controller's does (the gate always does).
+    let controller = f.cp.client(Identity::Controller).await.expect("controller");
+    f.exec = f.exec.clone().with_events(Publisher::start(
+        controller,
+        PublisherConfig::default(),
+        EventMetrics::default(),
+    ));
     f.create_job("job", json!({})).await;
 
     // Never opened: the gate keeps the first admission at the start gate.
@@ -157,6 +166,49 @@ async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before
     assert_eq!(check(&readmitted).0, "Ready");
     assert_eq!(claimed_attempt(&check(&readmitted).1), Some(2));
     assert_eq!(f.metrics.writes("raise_attempt"), 2, "A rose exactly twice");
+
+    // What `kubectl describe trainjob` shows: every step on the TrainJob, the hold's too
+    // (which wrote the Workload).
+    let tj_uid = uid(&tj);
+    let job = Described {
+        kind: "TrainJob",
+        namespace: &f.ns,
+        name: "job",
+        uid: &tj_uid,
+    };
+    let workload = held["metadata"]["name"].as_str().expect("name");
+    let placed = job.wait(&f.admin, "HoldPlaced", |_| true).await;
+    assert_eq!(
+        note(&placed),
+        format!(
+            "Hold 1 is in force (reason: node lost): its Workload {workload} is deactivated \
+             (spec.active=false); Kueue evicts it and suspends the TrainJob."
+        )
+    );
+    job.wait(&f.admin, "ReadmissionWaiting", |e| {
+        note(e).contains("waiting for the start gate")
+    })
+    .await;
+    job.wait(&f.admin, "StartGateOpened", |_| true).await;
+    let waiting = job
+        .wait(&f.admin, "ReadmissionWaiting", |e| {
+            note(e).contains("job-node-0-0")
+        })
+        .await;
+    assert!(
+        note(&waiting).ends_with(": job-node-0-0, job-node-0-1."),
+        "names the pods it waits for: {}",
+        note(&waiting)
+    );
+    job.wait(&f.admin, "HoldReleased", |_| true).await;
+    job.wait(&f.admin, "ReadmissionPassed", |e| {
+        note(e).contains("execution 2 may start")
+    })
+    .await;
+    job.wait(&f.admin, "ReadmissionPassed", |e| {
+        note(e).contains("execution 1 may start")
+    })
+    .await;
     f.finish().await;
 }
 

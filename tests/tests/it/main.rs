@@ -17,6 +17,7 @@ mod cert_rotation;
 mod chart;
 mod cli;
 mod cluster_smoke;
+mod events;
 mod faults;
 mod hold_race;
 mod holds_kueue;

@@ -463,6 +463,7 @@ async fn self_managed_certificates_export_their_expiry() {
         admin.clone(),
         config,
         expiry.clone(),
+        None,
         stop.clone(),
     ));
     let (ca, serving) = wait_for("both certificates exported", MINUTE, || async {

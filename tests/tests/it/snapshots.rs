@@ -15,6 +15,7 @@ use holdfast_controller::snapshot::{
 use holdfast_core::names;
 use holdfast_core::snapshot::Writer;
 use holdfast_serve::Readiness;
+use holdfast_tests::described::{Described, note};
 use holdfast_tests::objects::{create_dynamic, runtime_image, set_runtime_image};
 use holdfast_tests::rbac;
 use holdfast_tests::wait::wait_for;
@@ -139,6 +140,21 @@ async fn snapshot_created_with_the_right_structure_and_owner_reference() {
         .filter_map(|m| m.manager)
         .collect();
     assert_eq!(managers, vec!["holdfast"]);
+
+    // `kubectl describe trainjob mnist` tells it: one Normal Event.
+    let described = Described {
+        kind: "TrainJob",
+        namespace: &ns,
+        name: "mnist",
+        uid: &uid,
+    };
+    let taken = described.wait(&admin, "SnapshotTaken", |_| true).await;
+    assert_eq!(taken.type_.as_deref(), Some("Normal"));
+    assert!(
+        note(&taken).contains("mnist-runtime-snapshot"),
+        "{}",
+        note(&taken)
+    );
     r.stop().await;
 }
 
@@ -725,6 +741,26 @@ async fn trainer_written_snapshot_is_accepted() {
         .collect();
     assert!(writes.is_empty(), "holdfast wrote: {writes:#?}");
     assert!(warnings(&admin, &ns, "by-trainer").await.is_empty());
+    let job_uid = job.metadata.uid.clone().expect("uid");
+    let described = Described {
+        kind: "TrainJob",
+        namespace: &ns,
+        name: "by-trainer",
+        uid: &job_uid,
+    };
+    let adopted = described.wait(&admin, "SnapshotAdopted", |_| true).await;
+    assert!(
+        note(&adopted).contains("written by Kubeflow Trainer"),
+        "{}",
+        note(&adopted)
+    );
+    assert!(
+        described
+            .with_reason(&admin, "SnapshotTaken")
+            .await
+            .is_empty(),
+        "holdfast took no snapshot of its own"
+    );
     let controller = cp.client(Identity::Controller).await.expect("client");
     let resolved = resolve_runtime(&controller, &serde_json::to_value(&job).expect("json"))
         .await
