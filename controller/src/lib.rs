@@ -5,9 +5,9 @@
 pub mod api;
 pub mod args;
 pub mod backoff;
-pub mod held;
 pub mod cert_events;
 pub mod events;
+pub mod held;
 pub mod hold;
 pub mod leader;
 pub mod metrics;

@@ -127,6 +127,26 @@ impl Fixture {
         };
         if setup.gate {
             f.start_gate().await;
+        } else if setup.checks.contains(&CHECK) {
+            // A gate that is down has run before: Kueue treats a ClusterQueue whose check was
+            // never marked Active by its controller as inactive, and admits nothing there.
+            // Whether another test's gate marked the shared check already depends on the
+            // order tests run in, so the gate runs here until it has.
+            f.start_gate().await;
+            let checks = Api::<DynamicObject>::all_with(
+                f.admin.clone(),
+                &kueue::api_resource("AdmissionCheck", "admissionchecks"),
+            );
+            f.eventually("the readmission check is Active", f.settle, || async {
+                let ac = checks.get(CHECK).await.ok()?;
+                let active = ac.data["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .any(|c| c["type"] == "Active" && c["status"] == "True");
+                active.then_some(())
+            })
+            .await;
+            f.stop_gate().await;
         }
         f
     }
@@ -275,10 +295,25 @@ impl Fixture {
         what: &str,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
-        self.eventually(what, self.settle, || async {
-            self.live_workloads(job).await.into_iter().find(|w| pred(w))
-        })
-        .await
+        let start = std::time::Instant::now();
+        loop {
+            let live = self.live_workloads(job).await;
+            if let Some(w) = live.iter().find(|w| pred(w)) {
+                return w.clone();
+            }
+            // What the Workloads were at the end says why the wait failed.
+            let seen: Vec<Value> = live
+                .iter()
+                .map(|w| json!({"name": w["metadata"]["name"], "spec.active": w["spec"]["active"], "status": w["status"]}))
+                .collect();
+            assert!(
+                start.elapsed() < self.settle,
+                "{what}: not within {:?}; the live Workloads of {job}: {seen:#?}\nkueue log:\n{}",
+                self.settle,
+                self.cp.log_tail("kueue", 25)
+            );
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
     }
 
     pub async fn job_when(&self, job: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
