@@ -183,6 +183,16 @@ impl ChartRelease {
         }
     }
 
+    /// The release's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The namespace the release is installed in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The chart's names for this release (`<fullname>`): the release name, or
     /// `<release>-holdfast`.
     pub fn fullname(&self) -> String {

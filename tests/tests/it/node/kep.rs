@@ -20,12 +20,12 @@ const CONTAINER: &str =
     "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0";
 
 /// The image the runtime is edited to: the workload's content under a second name.
-const EDITED_IMAGE: &str = "localhost/holdfast/workload-kep-edited:1";
+pub(super) const EDITED_IMAGE: &str = "localhost/holdfast/workload-kep-edited:1";
 
 /// A runtime's configuration as the KEP's e2e test names it: image, command, env (the
 /// workload's `WORKLOAD_MARK`) and numNodes.
 #[derive(Clone, Debug, PartialEq)]
-struct Config {
+pub(super) struct Config {
     image: String,
     command: Vec<String>,
     mark: String,
@@ -33,7 +33,7 @@ struct Config {
 }
 
 impl Config {
-    fn original(cluster: &NodeCluster, runtime: &str) -> Config {
+    pub(super) fn original(cluster: &NodeCluster, runtime: &str) -> Config {
         Config {
             image: cluster.workload_image().to_owned(),
             command: vec!["/workload".into(), "original".into()],
@@ -42,7 +42,7 @@ impl Config {
         }
     }
 
-    fn edited() -> Config {
+    pub(super) fn edited() -> Config {
         Config {
             image: EDITED_IMAGE.to_owned(),
             command: vec!["/workload".into(), "edited".into()],
@@ -64,13 +64,13 @@ fn kep_runtime(cluster: &NodeCluster, name: &str) -> Value {
 }
 
 /// One namespace's TrainJobs, runtimes, JobSets, pods and snapshots.
-struct Jobs {
-    ns: String,
+pub(super) struct Jobs {
+    pub(super) ns: String,
     runtimes: Api<DynamicObject>,
-    trainjobs: Api<DynamicObject>,
+    pub(super) trainjobs: Api<DynamicObject>,
     jobsets: Api<DynamicObject>,
-    pods: Api<Pod>,
-    snapshots: Api<ConfigMap>,
+    pub(super) pods: Api<Pod>,
+    pub(super) snapshots: Api<ConfigMap>,
 }
 
 impl Jobs {
@@ -91,7 +91,7 @@ impl Jobs {
         }
     }
 
-    async fn create_runtime(&self, cluster: &NodeCluster, name: &str) {
+    pub(super) async fn create_runtime(&self, cluster: &NodeCluster, name: &str) {
         let rt: DynamicObject =
             serde_json::from_value(kep_runtime(cluster, name)).expect("runtime");
         self.runtimes
@@ -101,7 +101,12 @@ impl Jobs {
     }
 
     /// A TrainJob of runtime `runtime` with `labels`; returns it as created (after admission).
-    async fn create_trainjob(&self, name: &str, runtime: &str, labels: Value) -> DynamicObject {
+    pub(super) async fn create_trainjob(
+        &self,
+        name: &str,
+        runtime: &str,
+        labels: Value,
+    ) -> DynamicObject {
         let tj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": name, "labels": labels},
@@ -115,7 +120,7 @@ impl Jobs {
     }
 
     /// The KEP's update of the runtime: image, command, env and numNodes, all at once.
-    async fn edit_runtime(&self, name: &str) {
+    pub(super) async fn edit_runtime(&self, name: &str) {
         let edited = Config::edited();
         let patch: json_patch::Patch = serde_json::from_value(json!([
             {"op": "replace", "path": format!("{CONTAINER}/image"), "value": edited.image},
@@ -131,7 +136,7 @@ impl Jobs {
     }
 
     /// `spec.suspend` of the TrainJob (the KEP's pause without holdfast's hold).
-    async fn suspend(&self, job: &str, suspend: bool) {
+    pub(super) async fn suspend(&self, job: &str, suspend: bool) {
         self.trainjobs
             .patch(
                 job,
@@ -156,7 +161,7 @@ impl Jobs {
 
     /// Wait until the job's pods are gone; on timeout, panic with the JobSet's state and
     /// Trainer's log.
-    async fn pods_gone(&self, cluster: &NodeCluster, job: &str) {
+    pub(super) async fn pods_gone(&self, cluster: &NodeCluster, job: &str) {
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         while !running_pods(&self.pods, job).await.is_empty() {
             if std::time::Instant::now() > deadline {
@@ -278,7 +283,7 @@ impl Jobs {
     }
 
     /// The job's snapshot ConfigMap once it exists.
-    async fn snapshot(&self, job: &str) -> ConfigMap {
+    pub(super) async fn snapshot(&self, job: &str) -> ConfigMap {
         let name = format!("{job}-runtime-snapshot");
         wait_for("the snapshot", Duration::from_secs(60), || async {
             self.snapshots.get_opt(&name).await.ok().flatten()
@@ -289,7 +294,12 @@ impl Jobs {
     /// Assert what the KEP's e2e test checks: the JobSet's template and the running pods'
     /// image, command and env (from the pod's spec and from the container's own log) are
     /// `want`, and there are numNodes pods. Waits for the execution (new pods, not `old`).
-    async fn assert_runs(&self, job: &str, old: &[String], want: &Config) -> Vec<String> {
+    pub(super) async fn assert_runs(
+        &self,
+        job: &str,
+        old: &[String],
+        want: &Config,
+    ) -> Vec<String> {
         self.execution(job, old).await;
         // All numNodes pods of the execution (the first one Running may be alone for a moment).
         let pods = wait_for("numNodes pods Running", Duration::from_secs(60), || async {
@@ -350,7 +360,7 @@ impl Jobs {
         pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
     }
 
-    async fn delete(&self, job: &str) {
+    pub(super) async fn delete(&self, job: &str) {
         self.trainjobs
             .delete(job, &DeleteParams::default())
             .await
@@ -361,9 +371,9 @@ impl Jobs {
 /// holdfast installed by its chart in plain or kueue mode, a namespace for the test's jobs (in
 /// kueue mode with a LocalQueue `main` of a ClusterQueue naming the chart's AdmissionCheck),
 /// and alice allowed to call the hold API, reached through the controller's Service.
-struct Installed {
-    release: ChartRelease,
-    jobs: Jobs,
+pub(super) struct Installed {
+    pub(super) release: ChartRelease,
+    pub(super) jobs: Jobs,
     api: ServiceHoldApi,
     alice: String,
     /// The ClusterQueue, in kueue mode.
@@ -371,7 +381,12 @@ struct Installed {
 }
 
 impl Installed {
-    async fn new(cluster: &NodeCluster, name: &str, kueue_mode: bool, prefix: &str) -> Self {
+    pub(super) async fn new(
+        cluster: &NodeCluster,
+        name: &str,
+        kueue_mode: bool,
+        prefix: &str,
+    ) -> Self {
         let mode = if kueue_mode {
             cluster.start_kueue().await.expect("kueue starts");
             "mode=kueue"
@@ -407,7 +422,7 @@ impl Installed {
     }
 
     /// A TrainJob's labels here: queued in kueue mode, and `more`.
-    fn labels(&self, more: Value) -> Value {
+    pub(super) fn labels(&self, more: Value) -> Value {
         let mut labels = more;
         if self.cluster_queue.is_some() {
             labels["kueue.x-k8s.io/queue-name"] = json!("main");
@@ -416,7 +431,7 @@ impl Installed {
     }
 
     /// Call the hold API as alice and check its outcome.
-    async fn call(&self, job: &str, call: &str, instance: Option<u64>, outcome: &str) {
+    pub(super) async fn call(&self, job: &str, call: &str, instance: Option<u64>, outcome: &str) {
         let (status, answer) = self
             .api
             .call(&self.alice, &self.jobs.ns, job, call, instance)
@@ -447,17 +462,24 @@ impl Installed {
     /// pod sets from the live runtime (not its snapshot), so after a runtime edit it may
     /// replace the job's Workload (README, "KEP-2599's test plan on the node"), and a hold in
     /// between answers NoWorkload.
-    async fn hold(&self, cluster: &NodeCluster, job: &str) {
+    pub(super) async fn hold(&self, cluster: &NodeCluster, job: &str) {
         if self.cluster_queue.is_some() {
-            self.admitted_workload(cluster, job).await;
+            self.admitted_workload(cluster, job, None).await;
         }
         self.call(job, "hold", Some(1), "Held").await;
         self.jobs.pods_gone(cluster, job).await;
     }
 
     /// Waits for a live Workload of `job` (its TrainJob's controller ownerReference) that
-    /// Kueue has admitted.
-    async fn admitted_workload(&self, cluster: &NodeCluster, job: &str) {
+    /// Kueue has admitted, and if `image` is given, whose pod set runs `image` (Kueue builds
+    /// a Workload's pod sets from the live runtime: after a runtime edit, the Workload Kueue
+    /// keeps).
+    pub(super) async fn admitted_workload(
+        &self,
+        cluster: &NodeCluster,
+        job: &str,
+        image: Option<&str>,
+    ) {
         let admin = cluster.client(Identity::Admin).await.expect("client");
         let workloads: Api<DynamicObject> = Api::namespaced_with(
             admin,
@@ -487,7 +509,13 @@ impl Installed {
                             .into_iter()
                             .flatten()
                             .any(|c| c["type"] == "Admitted" && c["status"] == "True");
-                        owned && admitted && v["metadata"]["deletionTimestamp"].is_null()
+                        let runs =
+                            v["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["image"]
+                                .as_str();
+                        owned
+                            && admitted
+                            && image.is_none_or(|i| runs == Some(i))
+                            && v["metadata"]["deletionTimestamp"].is_null()
                     })
                     .then_some(())
             },
@@ -497,7 +525,7 @@ impl Installed {
 
     /// `helm uninstall`; in kueue mode the ClusterQueue goes too (the chart's AdmissionCheck
     /// stays until no ClusterQueue names it).
-    async fn uninstall(mut self, cluster: &NodeCluster) {
+    pub(super) async fn uninstall(mut self, cluster: &NodeCluster) {
         self.release.uninstall().expect("helm uninstall");
         if let Some(cq) = self.cluster_queue {
             let admin = cluster.client(Identity::Admin).await.expect("client");
@@ -647,7 +675,7 @@ impl Drop for CurrentTrainerBack {
 }
 
 /// Which field manager created the ConfigMap (its first managedFields entry).
-fn creator(cm: &ConfigMap) -> String {
+pub(super) fn creator(cm: &ConfigMap) -> String {
     cm.metadata
         .managed_fields
         .as_ref()
@@ -656,7 +684,7 @@ fn creator(cm: &ConfigMap) -> String {
         .unwrap_or_default()
 }
 
-fn runtime_yaml(cm: &ConfigMap) -> String {
+pub(super) fn runtime_yaml(cm: &ConfigMap) -> String {
     cm.data
         .as_ref()
         .and_then(|d| d.get("runtime"))

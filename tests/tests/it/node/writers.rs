@@ -1,6 +1,8 @@
 //! Trainer's and holdfast's snapshot writers on the node.
 
+use super::kep::{self, Config, EDITED_IMAGE, Installed, Jobs};
 use super::*;
+use k8s_openapi::api::core::v1::ConfigMap;
 
 /// Restarts Trainer when dropped, if it is not running.
 pub(super) struct TrainerBack(pub(super) &'static NodeCluster);
@@ -65,188 +67,168 @@ pub(super) async fn trainer_webhooks_failure_policy(admin: &kube::Client, policy
 }
 
 /// Trainer's snapshot writer (v2.3.0) and holdfast's both run on the node (issue #15, item
-/// 5). Trainer first (holdfast's controller scaled to 0): Trainer writes the snapshot and the
-/// pod runs the runtime's image; the runtime is edited; holdfast's controller comes back and
-/// accepts Trainer's snapshot unchanged; a resumed execution still runs the snapshot's image,
-/// not the edited one. holdfast first (Trainer stopped): holdfast writes the snapshot; the
-/// runtime is edited; Trainer comes back, reads holdfast's snapshot and runs its image, not
-/// the edited one. The admission race (both writers stopped): the TrainJob is admitted, then
-/// its runtime edited, then holdfast snapshots the edited version and flags it
-/// (`RuntimeChangedSinceAdmission`); the pod runs exactly what the snapshot holds. While
-/// Trainer is stopped its webhooks are set to `Ignore` (they would refuse every TrainJob and
-/// runtime write), and restored after. Every snapshot read here, Trainer's or holdfast's, has
-/// KEP-2599's structure and ownerReference ([`kep::assert_snapshot_structure`]).
+/// 5; KEP-2599's integration lines, issue #16), in plain mode and in kueue mode. Trainer first
+/// (holdfast's controller scaled to 0): Trainer writes the snapshot; the runtime is edited;
+/// holdfast's controller comes back and accepts Trainer's snapshot unchanged; a new execution
+/// still runs the snapshot's configuration, not the edited one. holdfast first (Trainer
+/// stopped): holdfast writes the snapshot; the runtime is edited; Trainer comes back, reads
+/// holdfast's snapshot and runs it. The admission race, which is also holdfast's start-up
+/// migration (both writers stopped): the TrainJob is created while no holdfast controller
+/// runs, then its runtime edited, and it exists with no snapshot; holdfast's controller
+/// starts, snapshots the edited version and flags it (`RuntimeChangedSinceAdmission`); the
+/// pods run exactly what the snapshot holds. While Trainer is stopped its webhooks are set to
+/// `Ignore` (they would refuse every TrainJob and runtime write), and restored after. Every
+/// snapshot read here, Trainer's or holdfast's, has KEP-2599's structure and ownerReference
+/// ([`kep::assert_snapshot_structure`]); "runs the configuration" is read from the JobSet's
+/// template and the pods' spec and log ([`kep::Jobs::assert_runs`]).
 #[tokio::test]
 #[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
 async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshots_image() {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::ConfigMap;
-
     let cluster = NodeCluster::shared();
-    let release = ChartRelease::install(cluster, "hfs", "hfs-system", &["mode=plain"]).await;
-    let admin = cluster.client(Identity::Admin).await.expect("client");
-    let ns = cluster.namespace("node-snap").await.expect("namespace");
-    let original = cluster.workload_image().to_owned();
-    let edited = "localhost/holdfast/workload-edited:1";
-    cluster.tag_image(&original, edited).expect("tag");
-
-    let runtimes: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
-    );
-    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &holdfast_tests::objects::trainjob_resource(),
-    );
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
-    let controller: Api<Deployment> = Api::namespaced(admin.clone(), "hfs-system");
-    let controller_name = format!("{}-controller", release.fullname());
-    for job in ["trainer-first", "holdfast-first", "race"] {
-        let rt: DynamicObject =
-            serde_json::from_value(training_runtime(job, &original)).expect("runtime");
-        runtimes
-            .create(&PostParams::default(), &rt)
-            .await
-            .expect("create runtime");
+    let workload = cluster.workload_image().to_owned();
+    cluster.tag_image(&workload, EDITED_IMAGE).expect("tag");
+    for (release, mode) in [("hfs", WritersMode::Plain), ("hfsq", WritersMode::Kueue)] {
+        let started = std::time::Instant::now();
+        writers_in_one_mode(cluster, release, mode).await;
+        eprintln!("the writers in {mode:?} mode took {:?}", started.elapsed());
     }
-    let create = |job: &'static str| {
-        let trainjobs = trainjobs.clone();
-        async move {
-            let tj: DynamicObject = serde_json::from_value(serde_json::json!({
-                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                "metadata": {"name": job},
-                "spec": {"runtimeRef": {"name": job, "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
-            }))
-            .expect("trainjob");
-            trainjobs
-                .create(&PostParams::default(), &tj)
-                .await
-                .expect("create trainjob");
-        }
-    };
-    let edit = |job: &'static str| {
-        let runtimes = runtimes.clone();
-        async move {
-            let container =
-                "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0";
-            let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-                {"op": "replace", "path": format!("{container}/image"), "value": edited},
-                {"op": "replace", "path": format!("{container}/env/1/value"), "value": "edited"}
-            ]))
-            .expect("patch");
-            runtimes
-                .patch(job, &PatchParams::default(), &Patch::<()>::Json(patch))
-                .await
-                .expect("edit the runtime");
-        }
-    };
-    // The snapshot once it exists: which image it holds, and who created it; whoever wrote
-    // it, its structure and ownerReference are the KEP's.
-    let snapshot = |job: &'static str| {
-        let cms = cms.clone();
-        let trainjobs = trainjobs.clone();
-        async move {
-            let cm = wait_for("the snapshot", Duration::from_secs(60), || async {
-                cms.get_opt(&format!("{job}-runtime-snapshot"))
-                    .await
-                    .ok()
-                    .flatten()
-            })
-            .await;
-            let tj = trainjobs.get(job).await.expect("the TrainJob");
-            kep::assert_snapshot_structure(&cm, &tj, job);
-            let yaml = cm
-                .data
-                .as_ref()
-                .and_then(|d| d.get("runtime"))
-                .cloned()
-                .expect("the runtime key");
-            let creator = cm
-                .metadata
-                .managed_fields
-                .as_ref()
-                .and_then(|f| f.first())
-                .and_then(|f| f.manager.clone())
-                .unwrap_or_default();
-            (
-                yaml,
-                creator,
-                cm.metadata.resource_version.unwrap_or_default(),
-            )
-        }
-    };
-    // The image the job's running pod runs, and the runtime version its container reports
-    // from inside (the workload logs its WORKLOAD_MARK: `runtime-<job>`, or `edited` after
-    // the edit). containerd reports one name for content with two, so the pod's status
-    // cannot tell the two tags apart; the pod's spec and the container's own log can.
-    let running_image = |job: &'static str| {
-        let pods = pods.clone();
-        async move {
-            let ps = next_execution(
-                &pods,
-                job,
-                &[],
-                "the job's pod Running",
-                Duration::from_secs(120),
-            )
-            .await;
-            let p = &ps[0];
-            let image = p.spec.as_ref().expect("spec").containers[0]
-                .image
-                .clone()
-                .expect("image");
-            let config = config_of(&pods, p.metadata.name.as_deref().expect("name"), "node").await;
-            let mark = if image == edited {
-                "edited".to_owned()
-            } else {
-                format!("runtime-{job}")
-            };
-            assert_eq!(
-                config["env"]["WORKLOAD_MARK"], mark,
-                "the container runs the runtime version its image says: {config}"
-            );
-            (image, p.metadata.uid.clone().expect("uid"))
-        }
-    };
-    let scale = |replicas: i32| {
-        let controller = controller.clone();
-        let controller_name = controller_name.clone();
-        let pods = Api::<Pod>::namespaced(admin.clone(), "hfs-system");
-        async move {
-            controller
-                .patch(
-                    &controller_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
-                )
-                .await
-                .expect("scale");
-            wait_for("the controller scaled", Duration::from_secs(90), || async {
-                let ps = pods
-                    .list(&ListParams::default().labels(
-                        "app.kubernetes.io/instance=hfs,app.kubernetes.io/component=controller",
-                    ))
-                    .await
-                    .ok()?
-                    .items;
-                (ps.len() == replicas as usize && ps.iter().all(is_running)).then_some(())
-            })
-            .await;
-        }
-    };
+}
 
-    // Trainer first: holdfast's controller is down, Trainer writes the snapshot and runs it.
-    scale(0).await;
+/// How the writers test's jobs start and start again, by mode.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum WritersMode {
+    /// Unmanaged TrainJobs: each starts when Trainer reconciles it; a new execution is
+    /// `spec.suspend` set and cleared.
+    Plain,
+    /// Managed, queued TrainJobs (LocalQueue `main`, whose ClusterQueue names the chart's
+    /// AdmissionCheck): each starts once opened through the hold API and its Workload passes
+    /// holdfast's start gate; a new execution is a hold and a release, readmitted through
+    /// holdfast's readmission gate.
+    Kueue,
+}
+
+impl WritersMode {
+    /// A TrainJob's labels in this mode.
+    fn labels(self, installed: &Installed) -> serde_json::Value {
+        match self {
+            WritersMode::Plain => installed.labels(serde_json::json!({})),
+            WritersMode::Kueue => {
+                installed.labels(serde_json::json!({"holdfast.dev/managed": "true"}))
+            }
+        }
+    }
+
+    /// Let `job`, whose runtime now runs `live_image`, start: in kueue mode, open it and wait
+    /// for its Workload admitted past holdfast's start gate — the Workload Kueue built from
+    /// the live runtime, which it replaces an earlier one with (README, "KEP-2599's test plan
+    /// on the node"). In plain mode it starts by itself.
+    async fn start(
+        self,
+        cluster: &NodeCluster,
+        installed: &Installed,
+        job: &str,
+        live_image: &str,
+    ) {
+        if self == WritersMode::Kueue {
+            installed.call(job, "open", None, "Opened").await;
+            installed
+                .admitted_workload(cluster, job, Some(live_image))
+                .await;
+        }
+    }
+
+    /// Stop `job`'s execution and start a new one: `spec.suspend` in plain mode, a hold and
+    /// its release in kueue mode.
+    async fn restart(self, cluster: &NodeCluster, installed: &Installed, job: &str) {
+        let jobs = &installed.jobs;
+        match self {
+            WritersMode::Plain => {
+                jobs.suspend(job, true).await;
+                jobs.pods_gone(cluster, job).await;
+                jobs.suspend(job, false).await;
+            }
+            WritersMode::Kueue => {
+                installed.hold(cluster, job).await;
+                installed.call(job, "release", Some(1), "Released").await;
+            }
+        }
+    }
+}
+
+/// Scales the release's controller Deployment to `replicas` and waits until exactly that many
+/// of its pods run.
+async fn scale_controller(admin: &kube::Client, release: &ChartRelease, replicas: i32) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let ns = release.namespace();
+    Api::<Deployment>::namespaced(admin.clone(), ns)
+        .patch(
+            &format!("{}-controller", release.fullname()),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .expect("scale");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    wait_for("the controller scaled", Duration::from_secs(90), || async {
+        let ps = controller_pods(&pods, release).await?;
+        (ps.len() == replicas as usize && ps.iter().all(is_running)).then_some(())
+    })
+    .await;
+}
+
+/// The release's controller pods (every phase).
+async fn controller_pods(pods: &Api<Pod>, release: &ChartRelease) -> Option<Vec<Pod>> {
+    let labels = format!(
+        "app.kubernetes.io/instance={},app.kubernetes.io/component=controller",
+        release.name()
+    );
+    Some(
+        pods.list(&ListParams::default().labels(&labels))
+            .await
+            .ok()?
+            .items,
+    )
+}
+
+/// Job `job`'s snapshot once it exists, checked for KEP-2599's structure and ownerReference
+/// (its runtime has the job's name).
+async fn snapshot_of(jobs: &Jobs, job: &str) -> ConfigMap {
+    let cm = jobs.snapshot(job).await;
+    let tj = jobs.trainjobs.get(job).await.expect("the TrainJob");
+    kep::assert_snapshot_structure(&cm, &tj, job);
+    cm
+}
+
+/// The writers test in one mode, with release `name` installed in that mode.
+async fn writers_in_one_mode(cluster: &'static NodeCluster, name: &str, mode: WritersMode) {
+    let installed = Installed::new(cluster, name, mode == WritersMode::Kueue, "node-snap").await;
+    let jobs = &installed.jobs;
+    let admin = cluster.client(Identity::Admin).await.expect("client");
+    let original = |job: &str| Config::original(cluster, job);
+    let workload = cluster.workload_image().to_owned();
+    for job in ["trainer-first", "holdfast-first", "race"] {
+        jobs.create_runtime(cluster, job).await;
+    }
+    let create = |job: &'static str| jobs.create_trainjob(job, job, mode.labels(&installed));
+
+    // Trainer first: holdfast's controller is down, Trainer writes the snapshot. In plain
+    // mode the job runs it; in kueue mode it waits at the start gate, which is holdfast's.
+    scale_controller(&admin, &installed.release, 0).await;
     create("trainer-first").await;
-    let (yaml, creator, version) = snapshot("trainer-first").await;
-    assert_eq!(creator, "trainer", "Trainer wrote it");
-    assert!(yaml.contains(&original), "{yaml}");
-    let (image, first_pod) = running_image("trainer-first").await;
-    assert_eq!(image, original);
-    edit("trainer-first").await;
+    let trainer_first = snapshot_of(jobs, "trainer-first").await;
+    assert_eq!(kep::creator(&trainer_first), "trainer", "Trainer wrote it");
+    assert!(
+        kep::runtime_yaml(&trainer_first).contains(&workload),
+        "{}",
+        kep::runtime_yaml(&trainer_first)
+    );
+    let mut first = Vec::new();
+    if mode == WritersMode::Plain {
+        first = jobs
+            .assert_runs("trainer-first", &[], &original("trainer-first"))
+            .await;
+    }
+    jobs.edit_runtime("trainer-first").await;
 
     // Trainer stops (its webhooks set to Ignore meanwhile). Should the test fail while it
     // is down, the guard starts it again for the tests after this one.
@@ -256,10 +238,10 @@ async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshot
     let _trainer_back = TrainerBack(cluster);
     trainer_webhooks_failure_policy(&admin, "Ignore").await;
 
-    // The admission race: both writers down; admitted against the original runtime, which
-    // is then edited before any snapshot exists.
-    create("race").await;
-    let admitted = trainjobs.get("race").await.expect("race");
+    // The admission race, and holdfast's start-up migration: both writers down; the job is
+    // admitted against the original runtime, which is then edited, and it exists with no
+    // snapshot while no controller of holdfast's runs.
+    let admitted = create("race").await;
     assert!(
         admitted.metadata.annotations.as_ref().is_some_and(
             |a| a.contains_key(holdfast_core::names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION)
@@ -267,19 +249,41 @@ async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshot
         "the webhook recorded the runtime it admitted against: {:?}",
         admitted.metadata.annotations
     );
-    edit("race").await;
+    jobs.edit_runtime("race").await;
+    let controller_pods_now = controller_pods(
+        &Api::namespaced(admin.clone(), installed.release.namespace()),
+        &installed.release,
+    )
+    .await
+    .expect("list the controller's pods");
+    assert!(
+        controller_pods_now.is_empty(),
+        "no holdfast controller runs: {controller_pods_now:?}"
+    );
+    assert!(
+        jobs.snapshots
+            .get_opt("race-runtime-snapshot")
+            .await
+            .expect("get")
+            .is_none(),
+        "the race job exists without a snapshot"
+    );
 
-    // holdfast's controller back: Trainer's snapshot is kept as it is; the race job's
-    // snapshot is of the edited runtime, and flagged.
-    scale(2).await;
-    let (_, creator, race_version) = snapshot("race").await;
+    // holdfast's controller starts: Trainer's snapshot is kept as it is; the race job is
+    // migrated, its snapshot of the edited runtime, and flagged.
+    scale_controller(&admin, &installed.release, 2).await;
+    let race = snapshot_of(jobs, "race").await;
     assert_eq!(
-        creator, "holdfast",
+        kep::creator(&race),
+        "holdfast",
         "holdfast wrote the race job's snapshot"
     );
-    let (race_yaml, _, _) = snapshot("race").await;
-    assert!(race_yaml.contains(edited), "{race_yaml}");
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
+    assert!(
+        kep::runtime_yaml(&race).contains(EDITED_IMAGE),
+        "{}",
+        kep::runtime_yaml(&race)
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &jobs.ns);
     wait_for(
         "the admission race flagged",
         Duration::from_secs(60),
@@ -300,64 +304,55 @@ async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshot
 
     // holdfast first: Trainer is still down; holdfast writes the snapshot; then the edit.
     create("holdfast-first").await;
-    let (yaml, creator, _) = snapshot("holdfast-first").await;
-    assert_eq!(creator, "holdfast", "holdfast wrote it");
-    assert!(yaml.contains(&original), "{yaml}");
-    edit("holdfast-first").await;
+    let holdfast_first = snapshot_of(jobs, "holdfast-first").await;
+    assert_eq!(
+        kep::creator(&holdfast_first),
+        "holdfast",
+        "holdfast wrote it"
+    );
+    assert!(
+        kep::runtime_yaml(&holdfast_first).contains(&workload),
+        "{}",
+        kep::runtime_yaml(&holdfast_first)
+    );
+    jobs.edit_runtime("holdfast-first").await;
+    for job in ["trainer-first", "holdfast-first", "race"] {
+        mode.start(cluster, &installed, job, EDITED_IMAGE).await;
+    }
 
-    // Trainer back: it reads holdfast's snapshots and runs what they hold.
+    // Trainer back: it reads the snapshots, holdfast's and its own, and runs what they hold.
     cluster
         .with_process("trainer", |p| p.restart())
         .expect("trainer")
         .expect("restart");
     trainer_webhooks_failure_policy(&admin, "Fail").await;
-    let (image, _) = running_image("holdfast-first").await;
-    assert_eq!(image, original, "the snapshot's image, not the edited one");
-    let (image, _) = running_image("race").await;
-    assert_eq!(image, edited, "exactly the race job's snapshot");
+    jobs.assert_runs("holdfast-first", &[], &original("holdfast-first"))
+        .await;
+    jobs.assert_runs("race", &[], &Config::edited()).await;
+    if mode == WritersMode::Kueue {
+        first = jobs
+            .assert_runs("trainer-first", &[], &original("trainer-first"))
+            .await;
+    }
 
     // Trainer's snapshot survived holdfast's controller unchanged, and a new execution of
-    // its job still runs the snapshot's image.
-    let (_, _, now) = snapshot("trainer-first").await;
-    assert_eq!(now, version, "Trainer's snapshot was not rewritten");
-    let pp = PatchParams::default();
-    trainjobs
-        .patch(
-            "trainer-first",
-            &pp,
-            &Patch::Merge(serde_json::json!({"spec": {"suspend": true}})),
-        )
-        .await
-        .expect("suspend");
-    wait_for("the pod gone", Duration::from_secs(90), || async {
-        running_pods(&pods, "trainer-first")
-            .await
-            .is_empty()
-            .then_some(())
-    })
-    .await;
-    trainjobs
-        .patch(
-            "trainer-first",
-            &pp,
-            &Patch::Merge(serde_json::json!({"spec": {"suspend": false}})),
-        )
-        .await
-        .expect("resume");
-    let (image, pod) = running_image("trainer-first").await;
-    assert_ne!(pod, first_pod, "a new execution");
-    assert_eq!(image, original, "the snapshot's image, not the edited one");
-    let (_, _, now) = snapshot("race").await;
+    // its job still runs the snapshot's configuration.
+    let now = snapshot_of(jobs, "trainer-first").await;
     assert_eq!(
-        now, race_version,
+        now.metadata.resource_version, trainer_first.metadata.resource_version,
+        "Trainer's snapshot was not rewritten"
+    );
+    mode.restart(cluster, &installed, "trainer-first").await;
+    jobs.assert_runs("trainer-first", &first, &original("trainer-first"))
+        .await;
+    let now = snapshot_of(jobs, "race").await;
+    assert_eq!(
+        now.metadata.resource_version, race.metadata.resource_version,
         "the race job's snapshot was not rewritten"
     );
 
     for job in ["trainer-first", "holdfast-first", "race"] {
-        trainjobs
-            .delete(job, &DeleteParams::default())
-            .await
-            .expect("delete");
+        jobs.delete(job).await;
     }
-    drop(release);
+    installed.uninstall(cluster).await;
 }
