@@ -2115,7 +2115,7 @@ fn chart_conventions_render_as_documented() {
     let rules = finder["rules"].as_array().expect("rules");
     assert!(rules.iter().any(
         |r| r["resources"] == serde_json::json!(["pods/portforward"])
-            && r["verbs"] == serde_json::json!(["create"])
+            && r["verbs"] == serde_json::json!(["get", "create"])
     ));
     assert!(
         rules
