@@ -14,10 +14,25 @@ use holdfast_core::duration;
 #[derive(Parser, Debug)]
 #[command(name = "holdfast", version, after_help = crate::exit::HELP)]
 pub struct Cli {
-    /// The hold API, e.g. https://holdfast-controller.holdfast-system.svc:8443.
+    /// The hold API, e.g. https://holdfast-controller.holdfast-system.svc:8443. Without it,
+    /// the CLI finds the release's controller in --holdfast-namespace and reaches it through a
+    /// port-forward, as `kubectl port-forward` would.
     #[arg(long, env = "HOLDFAST_SERVER", global = true)]
     pub server: Option<String>,
-    /// A PEM file of the CA that signed the hold API's certificate (else the client's built-in web PKI roots).
+    /// Where holdfast's chart is installed (used without --server).
+    #[arg(
+        long,
+        env = "HOLDFAST_NAMESPACE",
+        global = true,
+        default_value = "holdfast-system"
+    )]
+    pub holdfast_namespace: String,
+    /// The chart release to use when --holdfast-namespace has more than one (without --server).
+    #[arg(long, env = "HOLDFAST_RELEASE", global = true)]
+    pub release: Option<String>,
+    /// A PEM file of the CA that signed the hold API's certificate (else, with --server, the
+    /// client's built-in web PKI roots; without it, the caBundle of the release's webhook
+    /// configuration).
     #[arg(long, env = "HOLDFAST_CA_FILE", global = true)]
     pub ca_file: Option<PathBuf>,
     /// The kubeconfig to use (else `KUBECONFIG`, a list as kubectl reads it, else

@@ -5,6 +5,7 @@
 mod api;
 mod args;
 mod credentials;
+mod discover;
 mod exit;
 mod held;
 mod output;
@@ -85,12 +86,10 @@ async fn call(
     selection: &KubeSelection,
     request: api::ApiRequest,
 ) -> Result<u8, Failure> {
-    let server = cli.server.clone().ok_or_else(|| Failure {
-        code: exit::USAGE,
-        error: anyhow!("no hold API: pass --server https://... (or set HOLDFAST_SERVER)"),
-    })?;
     // The bearer token is the caller's Kubernetes credential: it goes over TLS or not at all.
-    if !server.starts_with("https://") {
+    if let Some(server) = &cli.server
+        && !server.starts_with("https://")
+    {
         return Err(Failure {
             code: exit::USAGE,
             error: anyhow!(
@@ -98,17 +97,94 @@ async fn call(
             ),
         });
     }
-    let token = match &cli.token {
-        Some(t) => t.clone(),
+    let (status, body) = match &cli.server {
+        Some(server) => {
+            // With --token no kubeconfig is needed at all (a pod without one, say).
+            let token = match &cli.token {
+                Some(t) => t.clone(),
+                None => bearer_token(&kube_config(cli, selection).await?).await?,
+            };
+            let http = http_client(cli, None).map_err(failure(exit::USAGE))?;
+            send(&request, &http, server, &token).await?
+        }
         None => {
             let config = kube_config(cli, selection).await?;
-            credentials::bearer_token(&config)
-                .await
-                .map_err(failure(exit::CREDENTIALS))?
+            let token = match &cli.token {
+                Some(t) => t.clone(),
+                None => bearer_token(&config).await?,
+            };
+            call_discovered(cli, config, &request, &token).await?
         }
     };
-    let http = http_client(cli).map_err(failure(exit::USAGE))?;
-    let (status, body) = request.send(&http, &server, &token).await.map_err(|e| {
+    print_answer(cli, status, &body);
+    Ok(exit::of_answer(status, &body))
+}
+
+/// The call through a port-forward to the release's controller (no `--server`): each ready
+/// pod in turn, the Lease holder first, while the answer is a standby's `Unavailable`.
+async fn call_discovered(
+    cli: &Cli,
+    config: kube::Config,
+    request: &api::ApiRequest,
+    token: &str,
+) -> Result<(u16, Value), Failure> {
+    let unreachable = |e: anyhow::Error| {
+        let forbidden = e.chain().any(|c| {
+            matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 401 || s.code == 403)
+        });
+        Failure {
+            code: if forbidden { 10 } else { exit::TRANSPORT },
+            error: e.context("finding the hold API (nothing was sent to it)"),
+        }
+    };
+    let client = kube::Client::try_from(config).map_err(failure(exit::CREDENTIALS))?;
+    let release = discover::release(&client, &cli.holdfast_namespace, cli.release.as_deref())
+        .await
+        .map_err(unreachable)?;
+    let ca = match &cli.ca_file {
+        Some(_) => None,
+        None => Some(
+            discover::ca_bundle(&client, &release)
+                .await
+                .map_err(|e| unreachable(e.context("pass --ca-file to name the CA yourself")))?,
+        ),
+    };
+    let pods = discover::pods(&client, &release)
+        .await
+        .map_err(unreachable)?;
+    let mut answer = None;
+    for (pod, port) in pods {
+        let local = discover::forward(&client, &release.namespace, &pod, port)
+            .await
+            .map_err(|e| unreachable(e.into()))?;
+        let http = http_client(cli, Some((&release.host, local, ca.as_deref())))
+            .map_err(failure(exit::USAGE))?;
+        let server = format!("https://{}:{}", release.host, local.port());
+        let (status, body) = send(request, &http, &server, token).await?;
+        let standby =
+            status == 503 && body.get("error").and_then(Value::as_str) == Some("Unavailable");
+        answer = Some((status, body));
+        if !standby {
+            break;
+        }
+    }
+    answer.ok_or_else(|| unreachable(anyhow!("no pod to call")))
+}
+
+async fn bearer_token(config: &kube::Config) -> Result<String, Failure> {
+    credentials::bearer_token(config)
+        .await
+        .map_err(failure(exit::CREDENTIALS))
+}
+
+/// One call; a failure to connect means nothing was sent, anything later an unknown outcome.
+async fn send(
+    request: &api::ApiRequest,
+    http: &reqwest::Client,
+    server: &str,
+    token: &str,
+) -> Result<(u16, Value), Failure> {
+    request.send(http, server, token).await.map_err(|e| {
         // Only a failure to connect proves nothing was sent; after that the call may have
         // been made, and its outcome is unknown until `status` is read.
         let connect = e
@@ -121,19 +197,44 @@ async fn call(
                 "the call was sent but its answer did not come back: its outcome is unknown; read `status` after the call's deadline",
             ))
         }
-    })?;
-    print_answer(cli, status, &body);
-    Ok(exit::of_answer(status, &body))
+    })
 }
 
-fn http_client(cli: &Cli) -> anyhow::Result<reqwest::Client> {
+/// The HTTPS client: trusting `--ca-file` if given; through a port-forward (`forwarded`:
+/// the certificate's host name, the local end, the discovered CA), `host` resolves to the
+/// local end and the discovered CA is the only root.
+fn http_client(
+    cli: &Cli,
+    forwarded: Option<(&str, std::net::SocketAddr, Option<&[u8]>)>,
+) -> anyhow::Result<reqwest::Client> {
     let mut http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(120));
-    if let Some(ca) = &cli.ca_file {
-        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
-        http = http.add_root_certificate(
-            reqwest::Certificate::from_pem(&pem)
-                .with_context(|| format!("{} is not a PEM certificate", ca.display()))?,
-        );
+    let pem = match (&cli.ca_file, forwarded.and_then(|f| f.2)) {
+        (Some(ca), _) => Some((
+            std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?,
+            ca.display().to_string(),
+        )),
+        (None, Some(bundle)) => Some((
+            bundle.to_vec(),
+            "the webhook configuration's caBundle".to_owned(),
+        )),
+        (None, None) => None,
+    };
+    if let Some((pem, from)) = pem {
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("{from} is not PEM certificates"))?;
+        if certificates.is_empty() {
+            anyhow::bail!("{from} holds no certificate");
+        }
+        if forwarded.is_some() {
+            // Only the release's CA: a port-forward is no place for the web PKI.
+            http = http.tls_built_in_root_certs(false);
+        }
+        for c in certificates {
+            http = http.add_root_certificate(c);
+        }
+    }
+    if let Some((host, local, _)) = forwarded {
+        http = http.resolve(host, local);
     }
     Ok(http.build()?)
 }

@@ -2108,6 +2108,57 @@ fn chart_conventions_render_as_documented() {
         names,
         ["hf-holdfast-hold-caller-0", "hf-holdfast-hold-caller-1"]
     );
+    // The same subjects may find the hold API (`kubectl holdfast` without --server): the
+    // finder Role in the release namespace (the Lease by name only) and the webhook
+    // configuration's caBundle by name only, both bound to every holdCallerBindings subject.
+    let finder = helm::of_kind(&twice, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "hf-holdfast-hold-api-finder")
+        .expect("the finder Role");
+    let rules = finder["rules"].as_array().expect("rules");
+    assert!(rules.iter().any(
+        |r| r["resources"] == serde_json::json!(["pods/portforward"])
+            && r["verbs"] == serde_json::json!(["get", "create"])
+    ));
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["resources"] == serde_json::json!(["leases"])
+                && r["resourceNames"] == serde_json::json!(["hf-holdfast-controller"]))
+    );
+    let ca = helm::of_kind(&twice, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "hf-holdfast-hold-api-ca")
+        .expect("the CA ClusterRole");
+    assert_eq!(
+        ca["rules"][0]["resourceNames"],
+        serde_json::json!(["hf-holdfast"])
+    );
+    assert_eq!(ca["rules"][0]["verbs"], serde_json::json!(["get"]));
+    for (kind, name) in [
+        ("RoleBinding", "hf-holdfast-hold-api-finder"),
+        ("ClusterRoleBinding", "hf-holdfast-hold-api-ca"),
+    ] {
+        let binding = helm::of_kind(&twice, kind)
+            .into_iter()
+            .find(|b| b["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"));
+        let subjects: Vec<&str> = binding["subjects"]
+            .as_array()
+            .expect("subjects")
+            .iter()
+            .filter_map(|s| s["name"].as_str())
+            .collect();
+        assert_eq!(subjects, ["dispatch", "bob"], "{kind} {name}");
+    }
+    let without = helm
+        .render(&install.clone().set("rbac.holdApiFinder=false"))
+        .expect("without the finder");
+    assert!(
+        helm::of_kind(&without, "Role")
+            .iter()
+            .all(|r| r["metadata"]["name"] != "hf-holdfast-hold-api-finder")
+    );
     // Values that would hand the controller identity to others, or take the chart's own
     // labels, are refused with a message naming them.
     for (set, names) in [

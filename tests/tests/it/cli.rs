@@ -59,7 +59,7 @@ fn json(out: &Output) -> Value {
 /// A kubeconfig whose user is an exec credential plugin: a script printing an ExecCredential
 /// with `token` (expiring in an hour, so kube treats it as refreshable) and appending a line to
 /// the returned marker file each time it runs.
-fn exec_plugin_kubeconfig(
+pub(crate) fn exec_plugin_kubeconfig(
     cp: &ControlPlane,
     dir: &Path,
     token: &str,
@@ -352,5 +352,34 @@ async fn status_lists_a_kueue_mode_hold_written_on_the_trainjobs_workload() {
             &json!("HeldByUs")
         ),
         "{listed}"
+    );
+}
+
+/// Without `--server` the CLI looks for the release in `--holdfast-namespace`; where there is
+/// none it says so and what to pass, exits 12 (nothing was sent), and never reads the token
+/// into a request.
+#[tokio::test]
+async fn without_server_a_namespace_with_no_release_is_an_error_naming_what_to_pass() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("cli-find").await.expect("namespace");
+    let out = tokio::process::Command::new(binary("kubectl-holdfast"))
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig(Identity::Admin))
+        .args(["--holdfast-namespace", &ns, "hold", &format!("{ns}/mnist")])
+        .args(["--instance", "1"])
+        .env_remove("KUBECONFIG")
+        .env_remove("HOLDFAST_SERVER")
+        .env_remove("HOLDFAST_CA_FILE")
+        .env_remove("HOLDFAST_TOKEN")
+        .output()
+        .await
+        .expect("run kubectl-holdfast");
+    assert_eq!(code(&out), 12, "{}{}", stdout(&out), stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("no holdfast release in namespace {ns}"))
+            && err.contains("--holdfast-namespace")
+            && err.contains("nothing was sent"),
+        "{err}"
     );
 }

@@ -12,6 +12,7 @@
 //! (`holdfast_tests::hold_support`, `holdfast_tests::kueue_support`).
 
 mod admission;
+mod adoption;
 mod adversary;
 mod cert_rotation;
 mod chart;

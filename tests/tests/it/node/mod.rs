@@ -10,6 +10,7 @@
 //! ```
 
 mod chart;
+mod cli;
 mod kep;
 mod kueue;
 mod pods;

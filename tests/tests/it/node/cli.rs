@@ -1,0 +1,172 @@
+//! `kubectl holdfast` on a real cluster with nothing configured but a kubeconfig whose user is
+//! an exec credential plugin: the CLI finds the hold API itself (no --server, no --ca-file).
+
+use super::*;
+use holdfast_tests::holdfast::binary;
+use k8s_openapi::api::core::v1::ServiceAccount;
+
+/// Runs `kubectl-holdfast` as a newcomer would: `--kubeconfig` and the command, nothing from
+/// the environment; the exit code, stdout and stderr.
+async fn kubectl_holdfast(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(binary("kubectl-holdfast"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("HOLDFAST_SERVER")
+        .env_remove("HOLDFAST_CA_FILE")
+        .env_remove("HOLDFAST_TOKEN")
+        .env_remove("HOLDFAST_NAMESPACE")
+        .env_remove("HOLDFAST_RELEASE")
+        .output()
+        .await
+        .expect("run kubectl-holdfast");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The chart installed in `holdfast-system` with a tenant's supervisor (ServiceAccount
+/// `dispatch` of the tenant's namespace) in `rbac.holdCallerBindings`; the supervisor's
+/// kubeconfig runs an exec plugin that prints its token. With no `--server` and no
+/// `--ca-file`, `kubectl holdfast` lists the release's Service and pods, port-forwards to the
+/// Lease holder's hold API port through the apiserver, verifies its certificate against the
+/// webhook configuration's caBundle, and holds, lists and releases the tenant's TrainJob.
+/// Looking for a release where the supervisor may not list Services is exit 10, nothing sent.
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
+async fn kubectl_holdfast_with_an_exec_plugin_kubeconfig_finds_the_hold_api_and_holds_lists_and_releases()
+ {
+    let cluster = NodeCluster::shared();
+    let admin = cluster.client(Identity::Admin).await.expect("admin");
+    let tns = cluster.namespace("node-cli").await.expect("namespace");
+    let sets = [
+        format!("rbac.holdCallerBindings[0].namespace={tns}"),
+        "rbac.holdCallerBindings[0].subjects[0].kind=ServiceAccount".to_owned(),
+        "rbac.holdCallerBindings[0].subjects[0].name=dispatch".to_owned(),
+        format!("rbac.holdCallerBindings[0].subjects[0].namespace={tns}"),
+    ];
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let release = ChartRelease::install(cluster, "hfcli", "holdfast-system", &sets).await;
+
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "dispatch"}})).expect("sa");
+    Api::<ServiceAccount>::namespaced(admin.clone(), &tns)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("create the supervisor's ServiceAccount");
+    let token = holdfast_tests::rbac::mint_token(&admin, &tns, "dispatch", 3600)
+        .await
+        .expect("token");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (kubeconfig, marker) =
+        crate::cli::exec_plugin_kubeconfig(cluster, dir.path(), &token, &tns);
+
+    // A TrainJob of a real runtime, created suspended: the hold and release act on it alone.
+    let runtimes: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &tns,
+        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+    );
+    let rt: DynamicObject =
+        serde_json::from_value(training_runtime("workload", cluster.workload_image()))
+            .expect("runtime");
+    runtimes
+        .create(&PostParams::default(), &rt)
+        .await
+        .expect("create runtime");
+    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &tns,
+        &holdfast_tests::objects::trainjob_resource(),
+    );
+    let tj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "mnist"},
+        "spec": {"suspend": true, "runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+    }))
+    .expect("trainjob");
+    trainjobs
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create trainjob");
+    let target = format!("{tns}/mnist");
+
+    let (code, out, err) = kubectl_holdfast(
+        &kubeconfig,
+        &[
+            "hold",
+            &target,
+            "--instance",
+            "7",
+            "--reason",
+            "node lost",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "hold through the found hold API: {out}{err}");
+    let answer: serde_json::Value = serde_json::from_str(&out).expect("the API's JSON answer");
+    assert_eq!(answer["result"], "Ok", "{answer}");
+    assert!(marker.is_file(), "the exec plugin was not run");
+    let held = trainjobs.get("mnist").await.expect("trainjob");
+    assert_eq!(
+        held.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(holdfast_core::names::ANN_HOLD_INSTANCE))
+            .map(String::as_str),
+        Some("7"),
+        "the hold is on the TrainJob"
+    );
+
+    let (code, out, err) = kubectl_holdfast(&kubeconfig, &["status", &target]).await;
+    assert_eq!(code, 0, "status: {out}{err}");
+    assert!(out.contains("mnist") && out.contains("node lost"), "{out}");
+    let (code, out, err) = kubectl_holdfast(&kubeconfig, &["status", "-n", &tns]).await;
+    assert_eq!(code, 0, "status -n: {out}{err}");
+    assert!(out.contains("mnist") && out.contains('7'), "{out}");
+
+    let (code, out, err) =
+        kubectl_holdfast(&kubeconfig, &["release", &target, "--instance", "6"]).await;
+    assert_eq!(code, 4, "a stale release is Rejected: {out}{err}");
+    let (code, out, err) =
+        kubectl_holdfast(&kubeconfig, &["release", &target, "--instance", "7"]).await;
+    assert_eq!(code, 0, "release: {out}{err}");
+    let released = trainjobs.get("mnist").await.expect("trainjob");
+    assert!(
+        released
+            .metadata
+            .annotations
+            .as_ref()
+            .is_none_or(|a| !a.contains_key(holdfast_core::names::ANN_HOLD_INSTANCE)),
+        "the hold is lifted: {:?}",
+        released.metadata.annotations
+    );
+
+    let (code, out, err) = kubectl_holdfast(
+        &kubeconfig,
+        &[
+            "hold",
+            &target,
+            "--instance",
+            "8",
+            "--holdfast-namespace",
+            &tns,
+        ],
+    )
+    .await;
+    assert_eq!(
+        code, 10,
+        "the supervisor may not look for a release there: {out}{err}"
+    );
+    assert!(
+        err.contains(&format!("listing holdfast's Services in namespace {tns}"))
+            && err.contains("nothing was sent"),
+        "{err}"
+    );
+    drop(release);
+}
