@@ -2,14 +2,16 @@
 //! namespace, a ready pod behind it (the Lease holder first), and a port-forward to the pod's
 //! `https` port through the apiserver, with the user's own kube credentials — as `kubectl
 //! port-forward` reaches a pod. The hold API's certificate is still verified, against
-//! `--ca-file` or else the caBundle of the release's ValidatingWebhookConfiguration (both
+//! `--ca-file` or else the caBundle of the release's MutatingWebhookConfiguration (both
 //! certificates come from one CA in every certificate mode of the chart); with neither, the
 //! call is refused before the token is sent.
 
 use std::net::SocketAddr;
 
 use anyhow::{Context, anyhow, bail};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, WebhookClientConfig,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams};
@@ -29,6 +31,8 @@ pub struct Release {
     pub host: String,
     /// The Service's pod selector.
     pub selector: String,
+    /// The chart release (`app.kubernetes.io/instance`).
+    pub instance: String,
 }
 
 impl Release {
@@ -47,17 +51,16 @@ pub fn choose_release(
     release: Option<&str>,
     services: &[Service],
 ) -> anyhow::Result<Release> {
+    let instance_of = |s: &Service| {
+        s.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/instance"))
+            .cloned()
+    };
     let candidates: Vec<&Service> = services
         .iter()
-        .filter(|s| {
-            release.is_none_or(|r| {
-                s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("app.kubernetes.io/instance"))
-                    .is_some_and(|i| i == r)
-            })
-        })
+        .filter(|s| release.is_none_or(|r| instance_of(s).as_deref() == Some(r)))
         .collect();
     let service = match candidates.as_slice() {
         [] => bail!(
@@ -67,16 +70,7 @@ pub fn choose_release(
         ),
         [one] => *one,
         many => {
-            let names: Vec<String> = many
-                .iter()
-                .filter_map(|s| {
-                    s.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get("app.kubernetes.io/instance"))
-                        .cloned()
-                })
-                .collect();
+            let names: Vec<String> = many.iter().filter_map(|s| instance_of(s)).collect();
             bail!(
                 "{} holdfast releases in namespace {namespace} ({}): pass --release",
                 many.len(),
@@ -101,7 +95,11 @@ pub fn choose_release(
                 .join(",")
         })
         .ok_or_else(|| anyhow!("Service {namespace}/{name} selects no pods"))?;
+    let instance = instance_of(service).ok_or_else(|| {
+        anyhow!("Service {namespace}/{name} names no release (app.kubernetes.io/instance)")
+    })?;
     Ok(Release {
+        instance,
         host: format!("{name}.{namespace}.svc"),
         namespace: namespace.to_owned(),
         service: name,
@@ -183,21 +181,58 @@ pub async fn pods(client: &kube::Client, release: &Release) -> anyhow::Result<Ve
     Ok(order)
 }
 
-/// The CA the hold API's certificate must chain to: the caBundle of the release's webhook
-/// configuration, if the user may read it.
+/// The CA the hold API's certificate must chain to: the caBundle of the release's mutating
+/// webhook configuration (present under every validation engine; the validating one may have
+/// no webhook), if the user may read it — and only if that configuration is the release's:
+/// its `app.kubernetes.io/instance` is the release and every webhook of it calls a Service in
+/// the release namespace (else a Service squatting holdfast's labels in a namespace the user
+/// was pointed at could name another configuration, whose CA signs for someone else).
 pub async fn ca_bundle(client: &kube::Client, release: &Release) -> anyhow::Result<Vec<u8>> {
     let name = release.webhook_configuration();
-    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let config = configs.get(name).await.with_context(|| {
-        format!("reading ValidatingWebhookConfiguration {name} for the hold API's CA")
+        format!("reading MutatingWebhookConfiguration {name} for the hold API's CA")
     })?;
-    config
+    let clients = config
         .webhooks
         .unwrap_or_default()
         .into_iter()
-        .find_map(|w| w.client_config.ca_bundle.map(|b| b.0))
+        .map(|w| w.client_config)
+        .collect();
+    release_ca(release, &config.metadata, clients)
+}
+
+/// [`ca_bundle`]'s check and choice, on the configuration read (its metadata and its
+/// webhooks' client configurations).
+pub fn release_ca(
+    release: &Release,
+    metadata: &kube::api::ObjectMeta,
+    clients: Vec<WebhookClientConfig>,
+) -> anyhow::Result<Vec<u8>> {
+    let name = metadata.name.clone().unwrap_or_default();
+    let instance = metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("app.kubernetes.io/instance"));
+    let in_release = !clients.is_empty()
+        && clients.iter().all(|c| {
+            c.service
+                .as_ref()
+                .is_some_and(|s| s.namespace == release.namespace)
+        });
+    if instance != Some(&release.instance) || !in_release {
+        bail!(
+            "MutatingWebhookConfiguration {name} is not release {}'s in namespace {} \
+             (its app.kubernetes.io/instance, or a webhook calling a Service elsewhere): its CA is not trusted",
+            release.instance,
+            release.namespace
+        );
+    }
+    clients
+        .into_iter()
+        .find_map(|c| c.ca_bundle.map(|b| b.0))
         .filter(|b| !b.is_empty())
-        .ok_or_else(|| anyhow!("ValidatingWebhookConfiguration {name} has no caBundle yet"))
+        .ok_or_else(|| anyhow!("MutatingWebhookConfiguration {name} has no caBundle yet"))
 }
 
 /// A local port whose every connection is a new port-forward to `pod`'s `port`. The task
@@ -327,6 +362,42 @@ mod tests {
         assert_eq!(b.service, "b-controller");
         let missing = choose_release("ns", Some("c"), &two).expect_err("no c");
         assert!(missing.to_string().contains("named c"), "{missing}");
+    }
+
+    #[test]
+    fn only_the_release_s_own_webhook_configuration_gives_the_ca() {
+        use k8s_openapi::ByteString;
+        use k8s_openapi::api::admissionregistration::v1::ServiceReference;
+        let release = choose_release("hs", None, &[service("hf-controller", "hf")]).expect("found");
+        let meta = |instance: &str| ObjectMeta {
+            name: Some("hf".into()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/instance".to_string(),
+                instance.to_string(),
+            )])),
+            ..Default::default()
+        };
+        let clients = |service_ns: &str| {
+            vec![WebhookClientConfig {
+                ca_bundle: Some(ByteString(b"PEM".to_vec())),
+                service: Some(ServiceReference {
+                    name: "hf-webhook".into(),
+                    namespace: service_ns.into(),
+                    ..Default::default()
+                }),
+                url: None,
+            }]
+        };
+        assert_eq!(
+            release_ca(&release, &meta("hf"), clients("hs")).expect("ours"),
+            b"PEM"
+        );
+        for (instance, ns) in [("other", "hs"), ("hf", "elsewhere")] {
+            let refused = release_ca(&release, &meta(instance), clients(ns)).expect_err("not ours");
+            assert!(refused.to_string().contains("not trusted"), "{refused}");
+        }
+        let none = release_ca(&release, &meta("hf"), vec![]).expect_err("no webhook");
+        assert!(none.to_string().contains("not trusted"), "{none}");
     }
 
     #[test]

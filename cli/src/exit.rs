@@ -17,7 +17,8 @@ Exit codes:
   8   Unknown       (504: the write's answer was lost; or the call was sent and its answer
                      never came back: read status after the CallBound)
   9   Unavailable   (503: drift asked of a replica not holding the Lease; retry)
-  10  Unauthenticated or Forbidden (401/403 from the hold API: token or RBAC)
+  10  Unauthenticated or Forbidden (401/403 from the hold API, or from the apiserver while
+                     finding the hold API or listing held jobs: token or RBAC)
   11  credentials   (the kubeconfig yields no bearer token, or its plugin failed)
   12  transport     (the hold API or the apiserver could not be reached: nothing was sent)
   13  incomplete    (status -A/-n: some held jobs could not be read; stderr names them)";
@@ -26,6 +27,8 @@ pub const OTHER: u8 = 1;
 pub const USAGE: u8 = 2;
 pub const CREDENTIALS: u8 = 11;
 pub const UNKNOWN: u8 = 8;
+/// 401/403: from the hold API, or from the apiserver while finding it or listing held jobs.
+pub const FORBIDDEN: u8 = 10;
 pub const TRANSPORT: u8 = 12;
 pub const INCOMPLETE: u8 = 13;
 
@@ -48,7 +51,7 @@ pub fn of_answer(status: u16, body: &Value) -> u8 {
         Some("Conflict") => 7,
         Some("Unknown") => 8,
         Some("Unavailable") => 9,
-        Some("Unauthenticated" | "Forbidden") => 10,
+        Some("Unauthenticated" | "Forbidden") => FORBIDDEN,
         _ => OTHER,
     }
 }

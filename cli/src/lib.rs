@@ -133,7 +133,11 @@ async fn call_discovered(
             matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 401 || s.code == 403)
         });
         Failure {
-            code: if forbidden { 10 } else { exit::TRANSPORT },
+            code: if forbidden {
+                exit::FORBIDDEN
+            } else {
+                exit::TRANSPORT
+            },
             error: e.context("finding the hold API (nothing was sent to it)"),
         }
     };
@@ -152,23 +156,35 @@ async fn call_discovered(
     let pods = discover::pods(&client, &release)
         .await
         .map_err(unreachable)?;
-    let mut answer = None;
-    for (pod, port) in pods {
+    let mut last = None;
+    let tries = pods.len();
+    for (i, (pod, port)) in pods.into_iter().enumerate() {
         let local = discover::forward(&client, &release.namespace, &pod, port)
             .await
-            .map_err(|e| unreachable(e.into()))?;
+            .map_err(unreachable)?;
         let http = http_client(cli, Some((&release.host, local, ca.as_deref())))
             .map_err(failure(exit::USAGE))?;
         let server = format!("https://{}:{}", release.host, local.port());
-        let (status, body) = send(request, &http, &server, token).await?;
-        let standby =
-            status == 503 && body.get("error").and_then(Value::as_str) == Some("Unavailable");
-        answer = Some((status, body));
-        if !standby {
-            break;
+        let more = i + 1 < tries;
+        match send(request, &http, &server, token).await {
+            // A pod the port-forward could not reach (gone, not ready after all): nothing was
+            // sent, so the next one may be tried.
+            Err(f) if f.code == exit::TRANSPORT && more => {
+                eprintln!("holdfast: pod {pod}: {:#}; trying the next one", f.error);
+                last = Some(Err(f));
+            }
+            Err(f) => return Err(f),
+            Ok((status, body)) => {
+                let standby = status == 503
+                    && body.get("error").and_then(Value::as_str) == Some("Unavailable");
+                last = Some(Ok((status, body)));
+                if !(standby && more) {
+                    break;
+                }
+            }
         }
     }
-    answer.ok_or_else(|| unreachable(anyhow!("no pod to call")))
+    last.unwrap_or_else(|| Err(unreachable(anyhow!("no pod to call"))))
 }
 
 async fn bearer_token(config: &kube::Config) -> Result<String, Failure> {
@@ -234,7 +250,8 @@ fn http_client(
         }
     }
     if let Some((host, local, _)) = forwarded {
-        http = http.resolve(host, local);
+        // The local end of the port-forward, never a proxy from the environment.
+        http = http.resolve(host, local).no_proxy();
     }
     Ok(http.build()?)
 }
@@ -297,7 +314,7 @@ async fn list_held(cli: &Cli, selection: &KubeSelection) -> Result<u8, Failure> 
     };
     let held::Listing { jobs, unread } = held::held_jobs(&client, scope).await.map_err(|e| {
         let code = match &e {
-            kube::Error::Api(s) if s.code == 401 || s.code == 403 => 10,
+            kube::Error::Api(s) if s.code == 401 || s.code == 403 => exit::FORBIDDEN,
             kube::Error::Api(_) => exit::OTHER,
             _ => exit::TRANSPORT,
         };

@@ -106,10 +106,11 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         reconciler_ready.clone(),
     )
     .with_events(events.clone());
-    held.add("TrainJob", {
+    // A hold is on the TrainJob in plain mode only; in kueue mode the gate counts Workloads.
+    if args.mode == Mode::Plain {
         let snapshots = snapshots.clone();
-        move || snapshots.held()
-    });
+        held.add("TrainJob", move || snapshots.held());
+    }
 
     let admin_addr = args.admin.admin_addr;
     let admin = admin_router(Arc::new(registry), ready.clone());

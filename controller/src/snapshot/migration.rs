@@ -16,7 +16,7 @@
 //! - When it reaches zero, once per leadership: the log line "start-up migration complete"
 //!   with its duration (from the reconciler's start) and how many jobs it migrated, and the
 //!   Normal Event `MigrationComplete` on the leader-election Lease
-//!   (`kubectl describe lease <release>-holdfast-controller -n <release namespace>`): a
+//!   (`kubectl describe lease <fullname>-controller -n <release namespace>`): a
 //!   migration is the leader's work, and the Lease is the one object that names the leader.
 
 use super::configmaps::ConfigMapIndex;

@@ -187,6 +187,7 @@ impl Fixture {
     }
 
     pub async fn stop_gate(&mut self) {
+        self.running_gate = None;
         if let Some((token, task)) = self.gate.take() {
             token.cancel();
             let _ = task.await;

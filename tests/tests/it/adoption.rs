@@ -1,6 +1,7 @@
-//! The adoption and removal walkthroughs of the chart README ("Uninstall": lifting the holds
-//! left in force), step by step against the real apiserver and, in kueue mode, the real Kueue:
-//! what an operator removing holdfast runs, and that it brings the held job back.
+//! The removal walkthroughs of the chart README ("Uninstall": lifting the holds left in
+//! force), step by step against the real apiserver and, in kueue mode, the real Kueue: the
+//! writes the README's kubectl commands make (made through the API here), and that they bring
+//! the held job back.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// The chart README's by-hand lift of a hold left on `obj` after holdfast is gone: remove
-/// every `holdfast.dev/` annotation and the `holdfast.dev/hold` finalizer (a JSON patch that
+/// the hold's `holdfast.dev/hold-*` annotations and the `holdfast.dev/hold` finalizer (a JSON patch that
 /// tests each position, so no other finalizer is touched), then the documented `spec` change.
 fn lift_by_hand(obj: &Value, spec: Value) -> (Patch<Value>, Patch<Value>) {
     let mut ops = Vec::new();
@@ -72,7 +73,8 @@ fn without_check(queue: &Value, check: &str) -> Value {
 /// hold's annotations; the README's commands (annotations off, `spec.suspend: false`) start it
 /// again. The suspension is the TrainJob's own field, so nothing else needs undoing.
 #[tokio::test]
-async fn removing_holdfast_in_plain_mode_leaves_the_hold_until_lifted_by_the_documented_commands() {
+async fn removing_holdfast_in_plain_mode_leaves_the_hold_until_its_marks_and_suspend_are_lifted_by_hand()
+ {
     let cp = ControlPlane::shared();
     // The kueue walkthrough shares this control plane: Kueue's TrainJob webhook must answer
     // before a TrainJob can be created at all.
@@ -122,9 +124,31 @@ async fn removing_holdfast_in_kueue_mode_needs_the_check_off_the_queue_and_the_w
     assert_eq!(f.exec.hold(&f.ns, "job", m).await, Ok(Outcome::Held));
     let held = f.workload_when("job", "held", |w| !active(w)).await;
     assert!(finalizers(&held).contains(&HOLD_FINALIZER.to_owned()));
-    let name = held["metadata"]["name"].as_str().expect("name").to_owned();
     let workloads = f.workload_api(&f.admin);
     let pp = PatchParams::default();
+    // As the README finds it: by the TrainJob's uid in Kueue's job-uid label.
+    let job_uid = f.trainjob("job").await["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_owned();
+    let found = workloads
+        .list(
+            &kube::api::ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={job_uid}")),
+        )
+        .await
+        .expect("the Workloads of the job");
+    let names: Vec<String> = found
+        .items
+        .iter()
+        .filter_map(|w| w.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        names.len(),
+        1,
+        "one Workload by the job-uid label: {names:?}"
+    );
+    let name = names[0].clone();
+    assert_eq!(held["metadata"]["name"].as_str(), Some(name.as_str()));
 
     // Installed, the by-hand lift is refused, to a cluster admin too.
     let webhook = Webhook::serve(&f).await;
@@ -158,9 +182,7 @@ async fn removing_holdfast_in_kueue_mode_needs_the_check_off_the_queue_and_the_w
         })
         .await;
     assert!(hold_annotations(&tj).is_empty());
-    let lifted = f
-        .workload_when("job", "admitted, no hold", |w| active(w))
-        .await;
+    let lifted = f.workload_when("job", "admitted, no hold", active).await;
     assert!(
         !finalizers(&lifted).contains(&HOLD_FINALIZER.to_owned()),
         "{:#}",
