@@ -177,38 +177,8 @@ async fn the_chart_on_the_node_guards_snapshots_fails_over_upgrades_and_uninstal
     // A TrainJob gets its snapshot; a user's edit of it is refused by the webhook, called by
     // the apiserver through its Service.
     let tns = cluster.namespace("node-chart").await.expect("namespace");
-    let runtimes: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &tns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
-    );
-    let rt: DynamicObject =
-        serde_json::from_value(training_runtime("workload", cluster.workload_image()))
-            .expect("runtime");
-    runtimes
-        .create(&PostParams::default(), &rt)
-        .await
-        .expect("create runtime");
-    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &tns,
-        &holdfast_tests::objects::trainjob_resource(),
-    );
-    let create_trainjob = |name: &'static str| {
-        let trainjobs = trainjobs.clone();
-        async move {
-            let tj: DynamicObject = serde_json::from_value(serde_json::json!({
-                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                "metadata": {"name": name},
-                "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
-            }))
-            .expect("trainjob");
-            trainjobs
-                .create(&PostParams::default(), &tj)
-                .await
-                .expect("create trainjob");
-        }
-    };
+    let trainjobs = workload_runtime(cluster, &admin, &tns).await;
+    let create_trainjob = |name: &'static str| create_workload_trainjob(&trainjobs, name, None);
     let user = cluster.client(Identity::User).await.expect("user");
     let cms: Api<ConfigMap> = Api::namespaced(user, &tns);
     let snapshot_of = |job: &'static str| {

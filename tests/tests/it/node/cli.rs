@@ -65,33 +65,8 @@ async fn kubectl_holdfast_with_an_exec_plugin_kubeconfig_finds_the_hold_api_and_
         crate::cli::exec_plugin_kubeconfig(cluster, dir.path(), &token, &tns);
 
     // A TrainJob of a real runtime, created suspended: the hold and release act on it alone.
-    let runtimes: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &tns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
-    );
-    let rt: DynamicObject =
-        serde_json::from_value(training_runtime("workload", cluster.workload_image()))
-            .expect("runtime");
-    runtimes
-        .create(&PostParams::default(), &rt)
-        .await
-        .expect("create runtime");
-    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &tns,
-        &holdfast_tests::objects::trainjob_resource(),
-    );
-    let tj: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "mnist"},
-        "spec": {"suspend": true, "runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
-    }))
-    .expect("trainjob");
-    trainjobs
-        .create(&PostParams::default(), &tj)
-        .await
-        .expect("create trainjob");
+    let trainjobs = workload_runtime(cluster, &admin, &tns).await;
+    create_workload_trainjob(&trainjobs, "mnist", Some(true)).await;
     let target = format!("{tns}/mnist");
 
     let (code, out, err) = kubectl_holdfast(

@@ -66,6 +66,54 @@ pub(super) fn owner_kind(meta: &kube::api::ObjectMeta) -> Option<(String, String
         .map(|o| (o.kind.clone(), o.name.clone()))
 }
 
+/// Creates TrainingRuntime `workload` (the node's workload image) in `ns`, as `admin`; the
+/// TrainJobs of `ns`, as `admin`.
+pub(super) async fn workload_runtime(
+    cluster: &NodeCluster,
+    admin: &kube::Client,
+    ns: &str,
+) -> Api<DynamicObject> {
+    let runtimes: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        ns,
+        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+    );
+    let rt: DynamicObject =
+        serde_json::from_value(training_runtime("workload", cluster.workload_image()))
+            .expect("runtime");
+    runtimes
+        .create(&PostParams::default(), &rt)
+        .await
+        .expect("create runtime");
+    Api::namespaced_with(
+        admin.clone(),
+        ns,
+        &holdfast_tests::objects::trainjob_resource(),
+    )
+}
+
+/// Creates TrainJob `name` of runtime `workload` through `trainjobs`, created suspended if
+/// `suspend` says so (no `spec.suspend` at all when `None`).
+pub(super) async fn create_workload_trainjob(
+    trainjobs: &Api<DynamicObject>,
+    name: &str,
+    suspend: Option<bool>,
+) {
+    let mut tj = serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+    });
+    if let Some(suspend) = suspend {
+        tj["spec"]["suspend"] = suspend.into();
+    }
+    let tj: DynamicObject = serde_json::from_value(tj).expect("trainjob");
+    trainjobs
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create trainjob");
+}
+
 /// The last lines of each of holdfast's controller pods' logs in `ns`.
 pub(super) async fn controller_logs(admin: &kube::Client, ns: &str) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);

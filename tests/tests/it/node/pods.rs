@@ -167,34 +167,9 @@ async fn a_trainjob_runs_suspends_and_resumes_through_trainer_and_jobset() {
     let cluster = NodeCluster::shared();
     let ns = cluster.namespace("node-tj").await.expect("namespace");
     let admin = cluster.client(Identity::Admin).await.expect("client");
-    let runtimes: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
-    );
-    let rt: DynamicObject =
-        serde_json::from_value(training_runtime("workload", cluster.workload_image()))
-            .expect("runtime");
-    runtimes
-        .create(&PostParams::default(), &rt)
-        .await
-        .expect("create runtime");
-    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &holdfast_tests::objects::trainjob_resource(),
-    );
-    let tj: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "tj"},
-        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
-    }))
-    .expect("trainjob");
+    let trainjobs = workload_runtime(cluster, &admin, &ns).await;
     let started = Instant::now();
-    trainjobs
-        .create(&PostParams::default(), &tj)
-        .await
-        .expect("create trainjob");
+    create_workload_trainjob(&trainjobs, "tj", None).await;
 
     // Trainer makes the JobSet, JobSet the Jobs, the Job controller the pods, the node runs them.
     let jobsets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &jobset_resource());
