@@ -14,7 +14,7 @@ const ACTION: &str = "Snapshot";
 
 /// Something about a TrainJob's snapshot an admin should see.
 #[derive(Debug)]
-pub enum Notice<'a> {
+pub enum SnapshotWarning<'a> {
     /// A ConfigMap of the snapshot's name is not controlled by this TrainJob.
     Squatted {
         configmap: &'a str,
@@ -46,56 +46,56 @@ pub enum Notice<'a> {
     },
 }
 
-impl Notice<'_> {
+impl SnapshotWarning<'_> {
     /// The Event's reason (bounded, PascalCase).
     pub fn reason(&self) -> &'static str {
         match self {
-            Notice::Squatted { .. } => "SnapshotNameTaken",
-            Notice::Invalid { .. } => "SnapshotInvalid",
-            Notice::Altered { .. } => "SnapshotAltered",
-            Notice::RuntimeNotFound { .. } => "RuntimeNotFound",
-            Notice::KindNotServed { .. } => "RuntimeKindNotServed",
-            Notice::NotARuntime { .. } => "NotARuntimeKind",
-            Notice::Unsnapshottable {
+            SnapshotWarning::Squatted { .. } => "SnapshotNameTaken",
+            SnapshotWarning::Invalid { .. } => "SnapshotInvalid",
+            SnapshotWarning::Altered { .. } => "SnapshotAltered",
+            SnapshotWarning::RuntimeNotFound { .. } => "RuntimeNotFound",
+            SnapshotWarning::KindNotServed { .. } => "RuntimeKindNotServed",
+            SnapshotWarning::NotARuntime { .. } => "NotARuntimeKind",
+            SnapshotWarning::Unsnapshottable {
                 error: SnapshotError::TooLarge { .. },
             } => "SnapshotTooLarge",
-            Notice::Unsnapshottable { .. } => "SnapshotFailed",
-            Notice::AdmissionRace { .. } => "RuntimeChangedSinceAdmission",
+            SnapshotWarning::Unsnapshottable { .. } => "SnapshotFailed",
+            SnapshotWarning::AdmissionRace { .. } => "RuntimeChangedSinceAdmission",
         }
     }
 
     /// The Event's note.
     pub fn note(&self) -> String {
         match self {
-            Notice::Squatted { configmap, fault } => format!(
+            SnapshotWarning::Squatted { configmap, fault } => format!(
                 "ConfigMap {configmap} is not this TrainJob's runtime snapshot ({fault}); it is \
                  neither used nor overwritten. Delete or rename it to let the snapshot be taken."
             ),
-            Notice::Invalid { configmap, fault } => format!(
+            SnapshotWarning::Invalid { configmap, fault } => format!(
                 "ConfigMap {configmap} is owned by this TrainJob but is not a usable snapshot: \
                  {fault}. It is left as it is."
             ),
-            Notice::Altered { configmap } => format!(
+            SnapshotWarning::Altered { configmap } => format!(
                 "ConfigMap {configmap}'s runtime data no longer matches the SHA-256 recorded \
                  when it was written: it was changed past the admission webhook."
             ),
-            Notice::RuntimeNotFound { runtime } => format!(
+            SnapshotWarning::RuntimeNotFound { runtime } => format!(
                 "The runtime {runtime} does not exist; no snapshot is taken until it does \
                  (retrying with backoff)."
             ),
-            Notice::KindNotServed { runtime } => format!(
+            SnapshotWarning::KindNotServed { runtime } => format!(
                 "The cluster serves no kind {} in API group {:?} (runtime {runtime}); \
                  retrying with backoff.",
                 runtime.kind, runtime.api_group
             ),
-            Notice::NotARuntime { runtime, why } => {
+            SnapshotWarning::NotARuntime { runtime, why } => {
                 format!("runtimeRef {runtime} is not snapshotted: {why}.")
             }
-            Notice::Unsnapshottable { error } => format!(
+            SnapshotWarning::Unsnapshottable { error } => format!(
                 "The runtime cannot be snapshotted: {error}. Nothing was written; the \
                  TrainJob is reconciled again when the runtime changes."
             ),
-            Notice::AdmissionRace {
+            SnapshotWarning::AdmissionRace {
                 runtime,
                 admitted,
                 snapshotted,
@@ -109,7 +109,7 @@ impl Notice<'_> {
 }
 
 /// Logs `notice` and queues it as a Warning Event on the TrainJob (never waits).
-pub fn warn(events: &Publisher, trainjob: &ObjectReference, notice: Notice<'_>) {
+pub fn warn(events: &Publisher, trainjob: &ObjectReference, notice: SnapshotWarning<'_>) {
     let reason = notice.reason();
     let note = notice.note();
     tracing::warn!(
@@ -155,7 +155,7 @@ mod tests {
             bytes: 2_000_000,
             limit: 1_048_576,
         };
-        let notice = Notice::Unsnapshottable { error: &error };
+        let notice = SnapshotWarning::Unsnapshottable { error: &error };
         assert_eq!(notice.reason(), "SnapshotTooLarge");
         assert!(notice.note().contains("2000000 bytes"), "{}", notice.note());
     }

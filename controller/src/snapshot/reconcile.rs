@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use super::config::Config;
 use super::configmaps::{ConfigMapIndex, SnapshotMeta};
-use super::events::{self as snapshot_events, Notice, warn};
+use super::events::{self as snapshot_events, SnapshotWarning, warn};
 use super::ledger::{JobKey, Known, Ledger, Refused, digest};
 use super::runtimes::{RuntimeIndex, RuntimeKey};
 use super::{Error, SnapshotMetrics};
@@ -167,7 +167,7 @@ impl Context {
                 warn(
                     &self.events,
                     &job.reference(),
-                    Notice::Unsnapshottable { error: &error },
+                    SnapshotWarning::Unsnapshottable { error: &error },
                 );
                 return Ok(Action::await_change());
             }
@@ -335,7 +335,7 @@ impl Context {
             warn(
                 &self.events,
                 &job.reference(),
-                Notice::Altered { configmap: &name },
+                SnapshotWarning::Altered { configmap: &name },
             );
         }
         self.check_admission(job, runtime_ref, snapshot.resource_version())
@@ -364,11 +364,11 @@ impl Context {
         self.metrics.failure(fault.metric_label());
         let name = snapshot_name(job);
         let notice = match &fault {
-            SnapshotFault::Squatted { .. } => Notice::Squatted {
+            SnapshotFault::Squatted { .. } => SnapshotWarning::Squatted {
                 configmap: &name,
                 fault: &fault,
             },
-            _ => Notice::Invalid {
+            _ => SnapshotWarning::Invalid {
                 configmap: &name,
                 fault: &fault,
             },
@@ -385,7 +385,7 @@ impl Context {
                 warn(
                     &self.events,
                     &job.reference(),
-                    Notice::KindNotServed {
+                    SnapshotWarning::KindNotServed {
                         runtime: runtime_ref,
                     },
                 );
@@ -395,7 +395,7 @@ impl Context {
                 warn(
                     &self.events,
                     &job.reference(),
-                    Notice::NotARuntime {
+                    SnapshotWarning::NotARuntime {
                         runtime: runtime_ref,
                         why: &e.to_string(),
                     },
@@ -425,7 +425,7 @@ impl Context {
             warn(
                 &self.events,
                 &job.reference(),
-                Notice::RuntimeNotFound {
+                SnapshotWarning::RuntimeNotFound {
                     runtime: runtime_ref,
                 },
             );
@@ -552,7 +552,7 @@ impl Context {
         warn(
             &self.events,
             &job.reference(),
-            Notice::Unsnapshottable { error },
+            SnapshotWarning::Unsnapshottable { error },
         );
         self.ledger
             .record_unsnapshottable(job.key.clone(), runtime_version.to_owned());
@@ -580,7 +580,7 @@ impl Context {
             warn(
                 &self.events,
                 &job.reference(),
-                Notice::AdmissionRace {
+                SnapshotWarning::AdmissionRace {
                     runtime: runtime_ref,
                     admitted,
                     snapshotted,
