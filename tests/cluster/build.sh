@@ -3,12 +3,15 @@
 # etcd, kube-apiserver and kube-controller-manager from their Go modules (the go command
 # builds them; no code of theirs is in this tree), plus the Trainer, JobSet and Kueue CRDs
 # as shipped in those projects' modules, and Kueue's controller (tests/cluster/kueue). Prints the cache directory on stdout.
+# With an argument, builds a version-matrix entry instead (a directory of matrix/ with its own
+# versions.env, go.mod and kueue/go.mod; tests/matrix.sh runs the suite against each).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/versions.env"
+mod=$(cd "${1:-$here}" && pwd)
+. "$mod/versions.env"
 cache=${HOLDFAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/holdfast}
-sum=$(cat "$here/go.mod" "$here/go.sum" "$here/kueue/go.mod" "$here/kueue/go.sum" "$here/versions.env" "$here/build.sh" | sha256sum | cut -c1-12)
-dir="$cache/cluster/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-${sum}"
+sum=$(cat "$mod/go.mod" "$mod/go.sum" "$mod/kueue/go.mod" "$mod/kueue/go.sum" "$mod/versions.env" "$here/build.sh" | sha256sum | cut -c1-12)
+dir="$cache/cluster/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-kueue-${KUEUE_VERSION}-trainer-${TRAINER_VERSION}-${sum}"
 if [ -f "$dir/.complete" ]; then echo "$dir"; exit 0; fi
 mkdir -p "$cache/cluster"
 exec 9>"$cache/cluster/.lock"
@@ -21,12 +24,12 @@ mkdir -p "$tmp/bin"
 minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
 v=k8s.io/component-base/version
 ldflags="-X $v.gitVersion=${KUBERNETES_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=${minor} -X $v.gitTreeState=clean"
-(cd "$here" && go build -ldflags "$ldflags" -o "$tmp/bin/" \
+(cd "$mod" && go build -ldflags "$ldflags" -o "$tmp/bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager)
-(cd "$here" && go build -o "$tmp/bin/etcd" go.etcd.io/etcd/server/v3)
+(cd "$mod" && go build -o "$tmp/bin/etcd" go.etcd.io/etcd/server/v3)
 # Kueue is its own module: its dependencies must not move the apiserver's.
-(cd "$here/kueue" && go build -o "$tmp/bin/kueue" sigs.k8s.io/kueue/cmd/kueue)
+(cd "$mod/kueue" && go build -o "$tmp/bin/kueue" sigs.k8s.io/kueue/cmd/kueue)
 moddir() { (cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p'); }
 mkdir -p "$tmp/crds/trainer" "$tmp/crds/jobset" "$tmp/crds/kueue"
 cp "$(moddir "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}")"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$tmp/crds/trainer/"

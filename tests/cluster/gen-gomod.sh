@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Regenerates go.mod for the Kubernetes release in versions.env: one replace per staging
 # module of k8s.io/kubernetes (each published as v0.N.P for v1.N.P), then the tool lines.
+# With an argument, does the same in that directory (a version-matrix entry, matrix/*), for
+# the control plane only: the node's tools are built from this directory's module alone.
 set -euo pipefail
-cd "$(dirname "$0")"
+here=$(cd "$(dirname "$0")" && pwd)
+cd "${1:-$here}"
 . ./versions.env
 gomod=$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+[ -n "$gomod" ] || { echo "k8s.io/kubernetes@${KUBERNETES_VERSION} could not be downloaded (not served?)" >&2; exit 1; }
 staging="v0.${KUBERNETES_VERSION#v1.}"
 {
-  echo 'module holdfast.dev/tests/cluster'
+  echo "module holdfast.dev/tests/cluster${PWD#$here}"
   echo
   echo "go $(sed -n 's/^go //p' "$gomod")"
   echo
@@ -21,14 +25,18 @@ staging="v0.${KUBERNETES_VERSION#v1.}"
       if go mod download "$mod@$staging" >/dev/null 2>&1; then printf '\t%s\n' "$line"; else echo "skipping unserved $mod@$staging" >&2; fi
     done
   echo ')'
-} > go.mod
+} > go.mod.new
+mv go.mod.new go.mod
 # kube-apiserver and kube-controller-manager for every tier; kubelet, kube-scheduler,
 # kube-proxy and kubectl for tier 3's node (built by node/build.sh).
-go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@${KUBERNETES_VERSION}" \
-  "k8s.io/kubernetes/cmd/kube-controller-manager@${KUBERNETES_VERSION}" \
-  "k8s.io/kubernetes/cmd/kubelet@${KUBERNETES_VERSION}" \
-  "k8s.io/kubernetes/cmd/kube-scheduler@${KUBERNETES_VERSION}" \
-  "k8s.io/kubernetes/cmd/kube-proxy@${KUBERNETES_VERSION}" \
-  "k8s.io/kubernetes/cmd/kubectl@${KUBERNETES_VERSION}" \
-  "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
+tools=("k8s.io/kubernetes/cmd/kube-apiserver@${KUBERNETES_VERSION}"
+  "k8s.io/kubernetes/cmd/kube-controller-manager@${KUBERNETES_VERSION}"
+  "go.etcd.io/etcd/server/v3@${ETCD_VERSION}")
+if [ "$(pwd)" = "$here" ]; then
+  tools+=("k8s.io/kubernetes/cmd/kubelet@${KUBERNETES_VERSION}"
+    "k8s.io/kubernetes/cmd/kube-scheduler@${KUBERNETES_VERSION}"
+    "k8s.io/kubernetes/cmd/kube-proxy@${KUBERNETES_VERSION}"
+    "k8s.io/kubernetes/cmd/kubectl@${KUBERNETES_VERSION}")
+fi
+go get -tool "${tools[@]}"
 go mod tidy
