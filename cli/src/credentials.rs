@@ -23,7 +23,8 @@ pub struct KubeSelection {
 }
 
 const USE_A_TOKEN: &str = "the hold API authenticates bearer tokens only: use a kubeconfig user \
-     with a token, a token file or an exec plugin that prints a token, or a ServiceAccount's \
+     with a token, a token file, an exec plugin that prints a token or an oidc auth-provider, \
+     or a ServiceAccount's \
      token (`kubectl create token SERVICEACCOUNT -n NAMESPACE`, then --token or \
      HOLDFAST_TOKEN)";
 
