@@ -113,8 +113,7 @@ fn expiry(token: &str) -> Option<jiff::Timestamp> {
     if !exp.is_finite() {
         return None;
     }
-    // Truncating an `exp` far outside jiff's range is still outside it: None.
-    #[allow(clippy::cast_possible_truncation)]
+    // `as` saturates: an `exp` far outside jiff's range stays outside it, and is None.
     jiff::Timestamp::from_second(exp as i64).ok()
 }
 
