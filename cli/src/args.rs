@@ -10,7 +10,8 @@ use holdfast_core::duration;
 /// Installed as `kubectl-holdfast` it is `kubectl holdfast ...`. It authenticates as kubectl
 /// does: the kubeconfig's (or, in a pod, the ServiceAccount's) bearer token, from a static
 /// token, a token file, an exec credential plugin (EKS, GKE, AKS, OIDC login helpers) or an
-/// auth-provider's OIDC token. The hold API accepts bearer tokens only.
+/// `auth-provider: oidc` id-token (refreshed with its refresh-token when it has expired, and
+/// written back to the kubeconfig, as kubectl does). The hold API accepts bearer tokens only.
 #[derive(Parser, Debug)]
 #[command(name = "holdfast", version, after_help = crate::exit::HELP)]
 pub struct Cli {

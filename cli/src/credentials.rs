@@ -2,7 +2,7 @@
 //! kubeconfig (`--kubeconfig`, else `KUBECONFIG`, else ~/.kube/config, else the pod's
 //! ServiceAccount) and kube's own auth layer yields the `Authorization` header it would send to
 //! the apiserver — a static token, a token file, an exec credential plugin's token or an
-//! auth-provider's OIDC token. The hold API authenticates bearer tokens only, so a user whose
+//! auth-provider's OIDC token (refreshed here when it has expired: [`crate::oidc`]). The hold API authenticates bearer tokens only, so a user whose
 //! kubeconfig yields a client certificate (or a password) is told so, and what to do instead.
 
 use std::path::PathBuf;
@@ -10,6 +10,9 @@ use std::path::PathBuf;
 use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{ServiceBuilder, ServiceExt, service_fn};
+
+use crate::kubeconfig_file::{self, Selected};
+use crate::oidc::{self, OidcError};
 
 /// Which kubeconfig, context and user.
 #[derive(Clone, Debug, Default)]
@@ -20,7 +23,8 @@ pub struct KubeSelection {
 }
 
 const USE_A_TOKEN: &str = "the hold API authenticates bearer tokens only: use a kubeconfig user \
-     with a token, a token file or an exec plugin that prints a token, or a ServiceAccount's \
+     with a token, a token file, an exec plugin that prints a token or an oidc auth-provider, \
+     or a ServiceAccount's \
      token (`kubectl create token SERVICEACCOUNT -n NAMESPACE`, then --token or \
      HOLDFAST_TOKEN)";
 
@@ -37,6 +41,8 @@ pub enum CredentialsError {
         path: String,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Oidc(#[from] OidcError),
     #[error("the credential plugin or token refresh failed: {0}")]
     Refresh(String),
     #[error(
@@ -72,6 +78,40 @@ pub async fn kube_config(sel: &KubeSelection) -> Result<kube::Config, Credential
         }
         None => kube::Config::from_kubeconfig(&options).await?,
     })
+}
+
+/// `config` with an `oidc` auth-provider replaced by its id-token, refreshed first if it has
+/// expired, so that the kube client and the hold API call send the same token and the issuer
+/// is asked once. A refreshed token is written back to the kubeconfig, as kubectl does; if
+/// that fails the run goes on with a warning.
+pub async fn with_oidc_id_token(
+    config: &mut kube::Config,
+    sel: &KubeSelection,
+) -> Result<(), CredentialsError> {
+    let Some(provider) = config
+        .auth_info
+        .auth_provider
+        .as_ref()
+        .filter(|p| p.name == "oidc")
+    else {
+        return Ok(());
+    };
+    let token = oidc::id_token(&provider.config, jiff::Timestamp::now()).await?;
+    if let Some(refreshed) = &token.refreshed {
+        let selected = Selected {
+            kubeconfig: sel.kubeconfig.as_deref(),
+            context: sel.context.as_deref(),
+            user: sel.user.as_deref(),
+        };
+        if let Err(e) = kubeconfig_file::write_back(selected, refreshed) {
+            eprintln!(
+                "holdfast: warning: the refreshed oidc id-token was not written back to the kubeconfig ({e:#}): it still holds the old tokens"
+            );
+        }
+    }
+    config.auth_info.auth_provider = None;
+    config.auth_info.token = Some(token.id_token.into());
+    Ok(())
 }
 
 /// The bearer token kube would send to the apiserver with `config` (running exec plugins and

@@ -19,7 +19,7 @@ Exit codes:
   9   Unavailable   (503: drift asked of a replica not holding the Lease; retry)
   10  Unauthenticated or Forbidden (401/403 from the hold API, or from the apiserver while
                      finding the hold API or listing held jobs: token or RBAC)
-  11  credentials   (the kubeconfig yields no bearer token, or its plugin failed)
+  11  credentials   (the kubeconfig yields no bearer token, or its plugin or OIDC refresh failed)
   12  transport     (the hold API or the apiserver could not be reached: nothing was sent)
   13  incomplete    (status -A/-n: some held jobs could not be read; stderr names them)";
 

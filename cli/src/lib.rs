@@ -8,6 +8,8 @@ mod credentials;
 mod discover;
 mod exit;
 mod held;
+mod kubeconfig_file;
+mod oidc;
 mod output;
 
 use std::process::ExitCode;
@@ -67,16 +69,22 @@ async fn execute(cli: &Cli) -> Result<u8, Failure> {
     }
 }
 
-/// The kube configuration, with `--token` in place of the kubeconfig user's credentials.
+/// The kube configuration, with `--token` in place of the kubeconfig user's credentials (or
+/// an oidc auth-provider's id-token, refreshed if it has expired).
 async fn kube_config(cli: &Cli, selection: &KubeSelection) -> Result<kube::Config, Failure> {
     let mut config = credentials::kube_config(selection)
         .await
         .map_err(failure(exit::CREDENTIALS))?;
-    if let Some(token) = &cli.token {
-        config.auth_info = kube::config::AuthInfo {
-            token: Some(token.clone().into()),
-            ..Default::default()
-        };
+    match &cli.token {
+        Some(token) => {
+            config.auth_info = kube::config::AuthInfo {
+                token: Some(token.clone().into()),
+                ..Default::default()
+            };
+        }
+        None => credentials::with_oidc_id_token(&mut config, selection)
+            .await
+            .map_err(failure(exit::CREDENTIALS))?,
     }
     Ok(config)
 }

@@ -19,7 +19,12 @@ use serde_json::{Value, json};
 
 /// Runs `kubectl-holdfast` with `kubeconfig` against the hold API at `server` (trusting the
 /// control plane's CA), nothing taken from the environment.
-async fn holdfast(cp: &ControlPlane, kubeconfig: &Path, server: &str, args: &[&str]) -> Output {
+pub(crate) async fn holdfast(
+    cp: &ControlPlane,
+    kubeconfig: &Path,
+    server: &str,
+    args: &[&str],
+) -> Output {
     let ca = cp.dir().join("ca.crt");
     tokio::process::Command::new(binary("kubectl-holdfast"))
         .arg("--kubeconfig")
@@ -36,22 +41,22 @@ async fn holdfast(cp: &ControlPlane, kubeconfig: &Path, server: &str, args: &[&s
         .expect("run kubectl-holdfast")
 }
 
-fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The exit code, with the output in the message if there is none.
-fn code(out: &Output) -> i32 {
+pub(crate) fn code(out: &Output) -> i32 {
     out.status
         .code()
         .unwrap_or_else(|| panic!("killed: {}{}", stdout(out), stderr(out)))
 }
 
-fn json(out: &Output) -> Value {
+pub(crate) fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(out), stderr(out)))
 }

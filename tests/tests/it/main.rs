@@ -17,6 +17,7 @@ mod adversary;
 mod cert_rotation;
 mod chart;
 mod cli;
+mod cli_oidc;
 mod cluster_smoke;
 mod events;
 mod faults;
