@@ -116,11 +116,9 @@ async fn call(
             send(&request, &http, server, &token).await?
         }
         None => {
+            // `--token`, when given, is already the configuration's credential.
             let config = kube_config(cli, selection).await?;
-            let token = match &cli.token {
-                Some(t) => t.clone(),
-                None => bearer_token(&config).await?,
-            };
+            let token = bearer_token(&config).await?;
             call_discovered(cli, config, &request, &token).await?
         }
     };
