@@ -308,13 +308,14 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
 {{- $owners := "(request.resource.resource == 'workloads' && object != null && ((has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob')) || (oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob'))) && (oldObject == null || !has(object.metadata.ownerReferences) || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences))" -}}
 {{- $jobUid := printf "(request.resource.resource == 'workloads' && object != null && oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && %s)" (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/job-uid")) -}}
 {{- $heldWorkload := "(request.resource.resource == 'workloads' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
+{{- $heldTrainJob := "(request.resource.resource == 'trainjobs' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
 {{- $stateChanges := include "holdfast.cel.stateChanges" "" -}}
 {{- $kueueMode := eq .Values.mode "kueue" -}}
 - name: holdfast-state
   {{- if $kueueMode }}
   expression: "{{ $stateChanges }} || {{ $queueKeys }} || {{ $owners }} || {{ $jobUid }} || {{ $flip }} || {{ $heldWorkload }}"
   {{- else }}
-  expression: "{{ $stateChanges }} || ({{ $flip }} && ({{ $carriesNew }} || {{ $carriesOld }}))"
+  expression: "{{ $stateChanges }} || ({{ $flip }} && ({{ $carriesNew }} || {{ $carriesOld }})) || {{ $heldWorkload }}"
   {{- end }}
 - name: not-the-controller
   {{- if $kueueMode }}
@@ -324,7 +325,7 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
   {{- end }}
 {{- if $kueueMode }}
 - name: kueue-only-on-holdfast-state
-  expression: "!({{ $user }} in {{ $kueue }}) || {{ $stateChanges }} || {{ $queueKeys }} || {{ $heldWorkload }}"
+  expression: "!({{ $user }} in {{ $kueue }}) || {{ $stateChanges }} || {{ $queueKeys }} || {{ $heldWorkload }} || ({{ $flip }} && {{ $heldTrainJob }})"
 {{- end }}
 {{- end -}}
 

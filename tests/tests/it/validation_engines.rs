@@ -314,7 +314,7 @@ async fn the_admission_policies_and_the_webhook_decide_every_request_alike() {
                 Err(e) => failures.push(format!("[{mode}] policies alone: {e}: {case:?}")),
             }
             let lookup = queue_check(&input, &who(), mode).is_some()
-                || unsuspend_check(&input, mode).is_some()
+                || unsuspend_check(&input, &who(), mode).is_some()
                 || requests_check(&input, mode).is_some();
             if lookup {
                 *counts.entry(format!("{mode} with a lookup")).or_default() += 1;
