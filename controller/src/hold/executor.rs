@@ -507,15 +507,27 @@ impl HoldExecutor {
         })?;
         let workload = match self.mode {
             Mode::Kueue => {
-                reads::workload_of(reqs, self.config.transient_backoff, namespace, &trainjob)
-                    .await?
+                reads::workload_of(
+                    reqs,
+                    self.config.transient_backoff,
+                    namespace,
+                    &trainjob,
+                    true,
+                )
+                .await?
             }
             // Plain mode reads the Workload too: a hold placed on it in kueue mode, before a
             // switch, is honoured until released. No Workload kind served (Kueue not
             // installed): none.
             Mode::Plain => {
-                match reads::workload_of(reqs, self.config.transient_backoff, namespace, &trainjob)
-                    .await
+                match reads::workload_of(
+                    reqs,
+                    self.config.transient_backoff,
+                    namespace,
+                    &trainjob,
+                    false,
+                )
+                .await
                 {
                     Err(e) if e.cause() == Some(RejectCause::NotFound) => None,
                     other => other?,

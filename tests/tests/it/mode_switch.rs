@@ -67,14 +67,16 @@ fn resume() -> Patch<Value> {
     Patch::Merge(json!({"spec": {"suspend": false}}))
 }
 
-/// A dry run of `patch` on `name`, refused (by the webhook or an admission policy): polled
-/// until it is, since a registration takes effect asynchronously (and, under the policy
-/// engine, each policy on its own). Then made for real and refused again; the message.
+/// A dry run of `patch` on `name`, refused (by the webhook or an admission policy) with a
+/// message containing `why`: polled until it is, since a registration takes effect
+/// asynchronously, and the old mode's leaves the apiserver's cache on its own (under the
+/// policy engine, each policy). Then made for real and refused again; the message.
 async fn refused_once_in_effect(
     f: &Fixture,
     api: &Api<DynamicObject>,
     name: &str,
     patch: &Patch<Value>,
+    why: &str,
 ) -> String {
     let dry = PatchParams {
         dry_run: true,
@@ -84,12 +86,15 @@ async fn refused_once_in_effect(
         &format!("the new mode's admission refuses {patch:?} on {name}"),
         Duration::from_secs(30),
         || async {
-            matches!(api.patch(name, &dry, patch).await, Err(kube::Error::Api(s)) if s.code == 403)
-                .then_some(())
+            matches!(api.patch(name, &dry, patch).await,
+                Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(why))
+            .then_some(())
         },
     )
     .await;
-    refused(api.patch(name, &PatchParams::default(), patch).await)
+    let message = refused(api.patch(name, &PatchParams::default(), patch).await);
+    assert!(message.contains(why), "{message}");
+    message
 }
 
 /// Whether Kueue sent an update of TrainJob `ns/name` that admission refused (the audit log).
@@ -146,8 +151,7 @@ async fn a_plain_mode_hold_still_stops_the_job_after_switching_to_kueue_mode_and
     let webhook = Webhook::serve(&f).await;
 
     // A cluster admin may not unsuspend it.
-    let message = refused_once_in_effect(&f, &jobs, "job", &resume()).await;
-    assert!(message.contains("spec.suspend"), "{message}");
+    refused_once_in_effect(&f, &jobs, "job", &resume(), "placed in plain mode").await;
     // Queued (allowed: the queue requires the readmission check), Kueue makes a Workload and
     // admits it through the gate, then is refused the unsuspend: the TrainJob carries hold 3.
     jobs.patch(
@@ -209,20 +213,15 @@ async fn a_plain_mode_hold_still_stops_the_job_after_switching_to_kueue_mode_and
     f.finish().await;
 }
 
-/// Kueue mode → plain mode. A queued job runs through its start gate and is held in kueue
-/// mode (hold 4: the Workload inactive, with the hold's marks and finalizer; Kueue suspends
-/// the TrainJob). After the switch (the readmission check taken off the queue, as the README
-/// says) nobody may start it: a cluster admin's unsuspend, and Kueue's, are refused (the
-/// webhook reads the Workload's hold); the Workload may not be re-activated, moved or
-/// disowned. The plain-mode hold API reads hold 4 from the
-/// Workload, refuses a stale Release and lifts it with its instance; Kueue then admits the
-/// job again and starts it.
-#[tokio::test]
-async fn a_kueue_mode_hold_still_stops_the_job_after_switching_to_plain_mode_and_releases_with_its_instance()
- {
-    let mut f = Fixture::start("switch-to-plain").await;
+/// Kueue mode: a queued job runs through its start gate and is held (hold 4); then
+/// `helm upgrade --set mode=plain`: the plain-mode configurations replace the kueue ones, the
+/// readmission gate stops, and the check comes off the queue (README). The plain-mode webhook
+/// and controller.
+async fn held_in_kueue_mode_then_switched_to_plain(
+    f: &mut Fixture,
+) -> (PlainWebhook, HoldExecutor) {
     let cp = f.cp;
-    let webhook = Webhook::serve(&f).await;
+    let webhook = Webhook::serve(f).await;
     f.create_job("job", json!({})).await;
     f.open_and_run("job").await;
     assert_eq!(
@@ -249,12 +248,26 @@ async fn a_kueue_mode_hold_still_stops_the_job_after_switching_to_plain_mode_and
         )
         .await
         .expect("the check off the ClusterQueue");
-    let plain = PlainWebhook::serve(&f).await;
+    let plain = PlainWebhook::serve(f).await;
     let exec = plain_executor(cp).await;
+    (plain, exec)
+}
 
+/// Kueue mode → plain mode. A queued job runs through its start gate and is held in kueue
+/// mode (hold 4: the Workload inactive, with the hold's marks and finalizer; Kueue suspends
+/// the TrainJob). After the switch (the readmission check taken off the queue, as the README
+/// says) nobody may start it: a cluster admin's unsuspend, and Kueue's, are refused (the
+/// webhook reads the Workload's hold); the Workload may not be re-activated, moved or
+/// disowned. The plain-mode hold API reads hold 4 from the
+/// Workload, refuses a stale Release and lifts it with its instance; Kueue then admits the
+/// job again and starts it.
+#[tokio::test]
+async fn a_kueue_mode_hold_still_stops_the_job_after_switching_to_plain_mode_and_releases_with_its_instance()
+ {
+    let mut f = Fixture::start("switch-to-plain").await;
+    let (plain, exec) = held_in_kueue_mode_then_switched_to_plain(&mut f).await;
     let jobs = f.trainjobs(&f.admin);
-    let message = refused_once_in_effect(&f, &jobs, "job", &resume()).await;
-    assert!(message.contains("carries hold 4"), "{message}");
+    refused_once_in_effect(&f, &jobs, "job", &resume(), "carries hold 4").await;
     // Kueue, on a stale view of its Workload, is refused too.
     let kueue = f.cp.client(Identity::Kueue).await.expect("kueue");
     let message = refused(
@@ -271,8 +284,12 @@ async fn a_kueue_mode_hold_still_stops_the_job_after_switching_to_plain_mode_and
         ("moved", json!({"spec": {"queueName": "elsewhere"}})),
         ("disowned", json!({"metadata": {"ownerReferences": null}})),
     ] {
-        let message = refused_once_in_effect(&f, &workloads, &wname, &Patch::Merge(edit)).await;
-        assert!(message.contains("Workload"), "{what}: {message}");
+        let message =
+            refused_once_in_effect(&f, &workloads, &wname, &Patch::Merge(edit), "Workload").await;
+        assert!(
+            message.contains("hold") || message.contains("owner"),
+            "{what}: {message}"
+        );
     }
     assert!(suspended(&f.trainjob("job").await));
 
@@ -303,6 +320,46 @@ async fn a_kueue_mode_hold_still_stops_the_job_after_switching_to_plain_mode_and
     );
     let tj = f.trainjob("job").await;
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("5"));
+    plain.stop(&f.admin).await;
+    f.finish().await;
+}
+
+/// Kueue mode → plain mode, and the held Workload deleted: its hold finalizer keeps it (and
+/// its hold) while Kueue may make a replacement, so the job stays stopped; no readmission
+/// controller moves the hold in plain mode, so the plain-mode hold API finds it on the
+/// Workload being deleted and releases it there, and the deletion completes.
+#[tokio::test]
+async fn deleting_a_workload_held_in_kueue_mode_after_the_switch_neither_starts_the_job_nor_strands_its_hold()
+ {
+    let mut f = Fixture::start("switch-delete").await;
+    let (plain, exec) = held_in_kueue_mode_then_switched_to_plain(&mut f).await;
+    let held = f.workload_when("job", "held", |w| !active(w)).await;
+    let wname = held["metadata"]["name"].as_str().expect("name").to_owned();
+    f.workload_api(&f.admin)
+        .delete(&wname, &Default::default())
+        .await
+        .expect("delete the held Workload");
+    let jobs = f.trainjobs(&f.admin);
+    refused_once_in_effect(&f, &jobs, "job", &resume(), "carries hold 4").await;
+    let status = exec.status(&f.ns, "job").await.expect("status");
+    assert_eq!(status.hold.as_ref().and_then(|h| h.instance), Some(4));
+    assert_eq!(
+        exec.release(&f.ns, "job", meta(Some(4), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    f.eventually("the deleted Workload is gone", SETTLE, || async {
+        let gone = f
+            .workloads("job")
+            .await
+            .iter()
+            .all(|w| w["metadata"]["name"] != wname.as_str());
+        gone.then_some(())
+    })
+    .await;
+    f.job_when("job", "Kueue admits and starts the released job", |tj| {
+        tj["spec"]["suspend"] == false
+    })
+    .await;
     plain.stop(&f.admin).await;
     f.finish().await;
 }
