@@ -355,6 +355,33 @@ pub fn select_workload<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'
     }
 }
 
+/// [`select_workload`] where no readmission controller runs to move a hold (plain mode, a
+/// hold left from kueue mode): a held Workload being deleted next to a live replacement is
+/// the held object itself — waiting for a move nobody makes would leave the hold
+/// unreleasable — so Release lifts it there (its finalizer with it) and Hold replaces it
+/// there.
+pub fn select_workload_without_mover<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'a> {
+    match select_workload(items, trainjob_uid) {
+        Selected::TransferPending => items
+            .iter()
+            .filter(|w| owned_by(w, trainjob_uid) && terminating(w) && has_hold_finalizer(w))
+            .max_by_key(|w| {
+                (
+                    w.pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    w.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .map_or(Selected::None, Selected::Workload),
+        other => other,
+    }
+}
+
 /// The hold in force on any Workload among `items` that TrainJob `trainjob_uid` owns
 /// ([`owned_by`]), described for a message ("1", or the unreadable value), if any. The
 /// webhook refuses to let the TrainJob be unsuspended while there is one.

@@ -1170,7 +1170,7 @@ fn run_everything(bytes: &[u8]) {
                 let _ = validate(&input, &who, mode);
                 let _ = (
                     queue_check(&input, &who, mode),
-                    unsuspend_check(&input, mode),
+                    unsuspend_check(&input, &who, mode),
                 );
             }
             let _ = (uid, runtime_to_record(&input));
@@ -1204,7 +1204,10 @@ fn same_decisions(
             );
         }
     }
-    prop_assert_eq!(unsuspend_check(pruned, mode), unsuspend_check(whole, mode));
+    prop_assert_eq!(
+        unsuspend_check(pruned, &who, mode),
+        unsuspend_check(whole, &who, mode)
+    );
     for found in [Ok(None), Ok(Some("h".to_owned())), Err("e".to_owned())] {
         prop_assert_eq!(
             unsuspend_verdict(pruned, found.clone()),

@@ -128,9 +128,9 @@ struct Policy {
     /// Kueue mode: Kueue's queues, to refuse a managed TrainJob queued where the readmission
     /// gate is not (see `holdfast_core::policy::queue_check`).
     queues: Option<holdfast_cluster::Queues>,
-    /// Kueue mode: the holds on a TrainJob's Workloads, read when it is being unsuspended
-    /// (see `holdfast_core::policy::unsuspend_check`). Without it in kueue mode every
-    /// unsuspend is refused.
+    /// The holds on a TrainJob's Workloads, read when it is being unsuspended (see
+    /// `holdfast_core::policy::unsuspend_check`; plain mode: a hold left from kueue mode).
+    /// Without it every such unsuspend is refused.
     workload_holds: Option<Arc<dyn WorkloadHolds>>,
     metrics: Metrics,
     limits: Limits,
@@ -223,8 +223,8 @@ impl Admission {
         }))
     }
 
-    /// Kueue mode: where the holds on a TrainJob's Workloads are read when it is being
-    /// unsuspended. Without it, in kueue mode, every unsuspend is refused.
+    /// Where the holds on a TrainJob's Workloads are read when it is being unsuspended.
+    /// Without it every unsuspend `unsuspend_check` names is refused.
     pub fn with_workload_holds(self, holds: Arc<dyn WorkloadHolds>) -> Self {
         let p = &self.policy;
         Self::with_policy(Arc::new(Policy {
@@ -376,7 +376,7 @@ impl Policy {
             verdict = requests_verdict(input, &check, queue_problem(&gate), &covered);
         }
         if verdict.is_allowed()
-            && let Some(check) = unsuspend_check(input, self.mode)
+            && let Some(check) = unsuspend_check(input, &self.identities, self.mode)
         {
             let found = match &self.workload_holds {
                 _ if check.uid.is_empty() => Err(

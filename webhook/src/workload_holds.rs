@@ -1,5 +1,7 @@
-//! Kueue mode: whether a hold is in force on a TrainJob's Workloads, read from the apiserver
-//! when the TrainJob is being unsuspended (see `holdfast_core::policy::unsuspend_check`).
+//! Whether a hold is in force on a TrainJob's Workloads, read from the apiserver when the
+//! TrainJob is being unsuspended (see `holdfast_core::policy::unsuspend_check`): in kueue
+//! mode, by Kueue; in plain mode, by anyone, after a switch from kueue mode left a hold on
+//! the Workload. A cluster that serves no Workloads (Kueue not installed) has none.
 //!
 //! Kueue unsuspends a job when its cache says the Workload is admitted. A hold deactivates the
 //! Workload, and Kueue evicts it and suspends the job again — but between the hold's write and
@@ -47,10 +49,12 @@ impl KubeWorkloadHolds {
             namespace,
             &holdfast_cluster::workload_resource(),
         );
-        let list = api
-            .list_metadata(params)
-            .await
-            .map_err(|e| format!("listing Workloads in {namespace}: {e}"))?;
+        let list = match api.list_metadata(params).await {
+            Ok(list) => list,
+            // The Workload kind is not served (Kueue is not installed): no Workload, no hold.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Vec::new()),
+            Err(e) => return Err(format!("listing Workloads in {namespace}: {e}")),
+        };
         list.items
             .iter()
             .map(|w| {

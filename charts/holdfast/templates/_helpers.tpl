@@ -289,9 +289,14 @@ request the policy refuses. */}}
 {{- $creators := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotCreators) -}}
 {{- $deleters := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotDeleters) -}}
 - name: runtime-snapshot
-  expression: "(has(request.name) && request.name.endsWith('-runtime-snapshot')) || (object != null && ((has(object.metadata.name) && object.metadata.name.endsWith('-runtime-snapshot')) || (has(object.metadata.labels) && 'holdfast.dev/runtime-snapshot' in object.metadata.labels))) || (oldObject != null && ((has(oldObject.metadata.name) && oldObject.metadata.name.endsWith('-runtime-snapshot')) || (has(oldObject.metadata.labels) && 'holdfast.dev/runtime-snapshot' in oldObject.metadata.labels)))"
+  expression: |-
+    (has(request.name) && request.name.endsWith('-runtime-snapshot'))
+    || (object != null && ((has(object.metadata.name) && object.metadata.name.endsWith('-runtime-snapshot')) || (has(object.metadata.labels) && 'holdfast.dev/runtime-snapshot' in object.metadata.labels)))
+    || (oldObject != null && ((has(oldObject.metadata.name) && oldObject.metadata.name.endsWith('-runtime-snapshot')) || (has(oldObject.metadata.labels) && 'holdfast.dev/runtime-snapshot' in oldObject.metadata.labels)))
 - name: not-decided-by-identity
-  expression: "!(request.operation == 'CREATE' && {{ $user }} in {{ $creators }}) && !(request.operation == 'DELETE' && {{ $user }} in {{ $deleters }})"
+  expression: |-
+    !(request.operation == 'CREATE' && {{ $user }} in {{ $creators }})
+    && !(request.operation == 'DELETE' && {{ $user }} in {{ $deleters }})
 {{- end -}}
 
 {{/* The match conditions of the TrainJob and Workload rules (jobs.validate and the
@@ -308,23 +313,40 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
 {{- $owners := "(request.resource.resource == 'workloads' && object != null && ((has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob')) || (oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob'))) && (oldObject == null || !has(object.metadata.ownerReferences) || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences))" -}}
 {{- $jobUid := printf "(request.resource.resource == 'workloads' && object != null && oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && %s)" (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/job-uid")) -}}
 {{- $heldWorkload := "(request.resource.resource == 'workloads' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
+{{- $heldTrainJob := "(request.resource.resource == 'trainjobs' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
 {{- $stateChanges := include "holdfast.cel.stateChanges" "" -}}
 {{- $kueueMode := eq .Values.mode "kueue" -}}
 - name: holdfast-state
   {{- if $kueueMode }}
-  expression: "{{ $stateChanges }} || {{ $queueKeys }} || {{ $owners }} || {{ $jobUid }} || {{ $flip }} || {{ $heldWorkload }}"
+  expression: |-
+    {{ $stateChanges }}
+    || {{ $queueKeys }}
+    || {{ $owners }}
+    || {{ $jobUid }}
+    || {{ $flip }}
+    || {{ $heldWorkload }}
   {{- else }}
-  expression: "{{ $stateChanges }} || ({{ $flip }} && ({{ $carriesNew }} || {{ $carriesOld }}))"
+  expression: |-
+    {{ $stateChanges }}
+    || ({{ $flip }} && ({{ $carriesNew }} || {{ $carriesOld }}))
+    || {{ $heldWorkload }}
   {{- end }}
 - name: not-the-controller
   {{- if $kueueMode }}
-  expression: "!({{ $user }} in {{ $controllers }}) || {{ $flip }}"
+  expression: |-
+    !({{ $user }} in {{ $controllers }})
+    || {{ $flip }}
   {{- else }}
   expression: "!({{ $user }} in {{ $controllers }})"
   {{- end }}
 {{- if $kueueMode }}
 - name: kueue-only-on-holdfast-state
-  expression: "!({{ $user }} in {{ $kueue }}) || {{ $stateChanges }} || {{ $queueKeys }} || {{ $heldWorkload }}"
+  expression: |-
+    !({{ $user }} in {{ $kueue }})
+    || {{ $stateChanges }}
+    || {{ $queueKeys }}
+    || {{ $heldWorkload }}
+    || ({{ $flip }} && {{ $heldTrainJob }})
 {{- end }}
 {{- end -}}
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use holdfast_core::{
     hold::{
         Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView, HoldError, Outcome,
-        RejectCause, Status, apply, decide,
+        RejectCause, Status, apply, decide, switch,
     },
     mode::Mode,
 };
@@ -301,29 +301,38 @@ impl HoldExecutor {
                     "{kind} needs holdfast's readmission gate, which this TrainJob's Workload would not pass: {why}"
                 )));
             }
-            let view = match HeldView::read(
-                &call,
-                self.mode,
-                &read.trainjob,
-                read.workload.as_ref(),
-                false,
-            ) {
-                Ok(view) => view,
-                // Kueue mode: Open waits for the Workload (every started object has one).
-                Err(e) if kind == CallKind::Open && e.cause() == Some(RejectCause::NoWorkload) => {
-                    reqs.pause(
-                        self.config
-                            .transient_backoff
-                            .max(Duration::from_millis(200)),
-                    )
-                    .await?;
-                    continue;
-                }
-                Err(e) => return Err(e),
+            // A hold of the other mode, left in force across a mode switch, is honoured: the
+            // call acts in that hold's mode until it is released (`holdfast_core::hold::switch`).
+            let mode = switch::acting_mode(self.mode, &read.trainjob, read.workload.as_ref());
+            if mode != self.mode {
+                tracing::info!(
+                    namespace, name, call = %kind, configured = %self.mode, hold_mode = %mode,
+                    "a hold placed in the other mode is in force: the call acts on it"
+                );
+            }
+            let view =
+                match HeldView::read(&call, mode, &read.trainjob, read.workload.as_ref(), false) {
+                    Ok(view) => view,
+                    // Kueue mode: Open waits for the Workload (every started object has one).
+                    Err(e)
+                        if kind == CallKind::Open && e.cause() == Some(RejectCause::NoWorkload) =>
+                    {
+                        reqs.pause(
+                            self.config
+                                .transient_backoff
+                                .max(Duration::from_millis(200)),
+                        )
+                        .await?;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+            let mut decision = match attempts.decide(&call, &view) {
+                Decision::Write(w) => Decision::Write(switch::carried_write(w, self.mode, mode)),
+                other => other,
             };
-            let mut decision = attempts.decide(&call, &view);
             if let Decision::Write(w) = &decision
-                && self.mode == Mode::Plain
+                && mode == Mode::Plain
                 && w.stop == Some(false)
             {
                 // Only a Release or Open that would let the TrainJob run looks for pods: the
@@ -333,14 +342,19 @@ impl HoldExecutor {
                 if !remaining.is_empty() {
                     tracing::info!(namespace, name, call = %kind, pods = ?remaining, "refused: pods of an earlier execution remain");
                     observed.pods.clone_from(&remaining);
-                    decision = decide(
+                    decision = match decide(
                         &call,
                         &HeldView {
                             pods_remain: true,
                             ..view
                         },
                         None,
-                    );
+                    ) {
+                        Decision::Write(w) => {
+                            Decision::Write(switch::carried_write(w, self.mode, mode))
+                        }
+                        other => other,
+                    };
                 }
             }
             let write = match decision {
@@ -415,7 +429,9 @@ impl HoldExecutor {
                 "status",
             );
             let read = self.read(&mut reqs, namespace, name).await?;
-            Status::read(self.mode, &read.trainjob, read.workload.as_ref())
+            // The hold in force, whichever mode placed it (`hold::switch`).
+            let mode = switch::acting_mode(self.mode, &read.trainjob, read.workload.as_ref());
+            Status::read(mode, &read.trainjob, read.workload.as_ref())
         }
         .await;
         self.metrics
@@ -464,7 +480,7 @@ impl HoldExecutor {
         }
     }
 
-    /// Reads the TrainJob and, in Kueue mode, its Workload.
+    /// Reads the TrainJob and its Workload (plain mode: none when Kueue is not installed).
     async fn read(
         &self,
         reqs: &mut CallRequests<'_>,
@@ -490,10 +506,32 @@ impl HoldExecutor {
             other => other,
         })?;
         let workload = match self.mode {
-            Mode::Plain => None,
             Mode::Kueue => {
-                reads::workload_of(reqs, self.config.transient_backoff, namespace, &trainjob)
-                    .await?
+                reads::workload_of(
+                    reqs,
+                    self.config.transient_backoff,
+                    namespace,
+                    &trainjob,
+                    true,
+                )
+                .await?
+            }
+            // Plain mode reads the Workload too: a hold placed on it in kueue mode, before a
+            // switch, is honoured until released. No Workload kind served (Kueue not
+            // installed): none.
+            Mode::Plain => {
+                match reads::workload_of(
+                    reqs,
+                    self.config.transient_backoff,
+                    namespace,
+                    &trainjob,
+                    false,
+                )
+                .await
+                {
+                    Err(e) if e.cause() == Some(RejectCause::NotFound) => None,
+                    other => other?,
+                }
             }
         };
         Ok(Read { trainjob, workload })

@@ -660,8 +660,14 @@ async fn round_trip(
     let workload = match exec.mode {
         Mode::Plain => None,
         Mode::Kueue => {
-            match reads::workload_of(reqs, exec.config.transient_backoff, &namespace, &trainjob)
-                .await
+            match reads::workload_of(
+                reqs,
+                exec.config.transient_backoff,
+                &namespace,
+                &trainjob,
+                true,
+            )
+            .await
             {
                 Ok(Some(w)) => Some(w),
                 // The periodic probe took the first TrainJob listed, and an unqueued one has no

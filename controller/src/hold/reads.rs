@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use holdfast_core::{
     hold::HoldError,
-    readmission::{Selected, owned_by, select_workload},
+    readmission::{Selected, owned_by, select_workload, select_workload_without_mover},
 };
 use kube::core::params::ListParams;
 use serde_json::Value;
@@ -43,11 +43,16 @@ pub(crate) async fn retrying_read(
 /// hold next to its replacement, the readmission controller is moving the hold: read
 /// again (after `backoff`, doubling up to half a second) until it is done or the deadline
 /// passes.
+///
+/// `mover`: whether the readmission controller runs (kueue mode). Without it (plain mode,
+/// reading a hold left from kueue mode) nobody moves a hold, and the held Workload being
+/// deleted is the one chosen ([`select_workload_without_mover`]).
 pub(crate) async fn workload_of(
     reqs: &mut CallRequests<'_>,
     backoff: Duration,
     namespace: &str,
     trainjob: &Value,
+    mover: bool,
 ) -> Result<Option<Value>, HoldError> {
     let uid = trainjob
         .pointer("/metadata/uid")
@@ -92,7 +97,12 @@ pub(crate) async fn workload_of(
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        match select_workload(items, uid) {
+        let selected = if mover {
+            select_workload(items, uid)
+        } else {
+            select_workload_without_mover(items, uid)
+        };
+        match selected {
             Selected::None => return Ok(None),
             Selected::Workload(w) => return Ok(Some(w.clone())),
             Selected::TransferPending => {

@@ -18,6 +18,7 @@ pub mod object;
 mod outcome;
 mod state;
 mod status;
+pub mod switch;
 mod view;
 mod write;
 

@@ -102,6 +102,18 @@ pub(crate) fn workload_queue(obj: Object<'_>) -> Option<&Value> {
     obj.get(QUEUE_NAME)
 }
 
+/// Whether `obj` carries holdfast state: a `holdfast.dev/` annotation, label or finalizer
+/// (the chart's `holdfast.cel.carries`, which decides what the protected entries are sent).
+pub(crate) fn carries_holdfast_state(obj: Object<'_>) -> bool {
+    let ours = |k: &str| k.starts_with("holdfast.dev/");
+    annotations(obj).is_some_and(|a| a.keys().any(|k| ours(k)))
+        || labels(obj).is_some_and(|l| l.keys().any(|k| ours(k)))
+        || obj
+            .get(FINALIZERS)
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().filter_map(Value::as_str).any(ours))
+}
+
 /// Whether `metadata.finalizers` holds holdfast's hold finalizer.
 pub(crate) fn has_hold_finalizer(obj: Object<'_>) -> bool {
     obj.get(FINALIZERS)

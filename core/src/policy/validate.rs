@@ -168,7 +168,7 @@ pub fn queue_verdict(
     )
 }
 
-/// A TrainJob being unsuspended in kueue mode, whose Workloads the webhook must read: see
+/// A TrainJob being unsuspended, whose Workloads the webhook must read: see
 /// [`unsuspend_check`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnsuspendCheck {
@@ -177,15 +177,26 @@ pub struct UnsuspendCheck {
     pub uid: String,
 }
 
-/// Kueue mode: whether `input` unsuspends a TrainJob (only Kueue may, by the rule above).
-/// Kueue acts on its cache: a Workload deactivated by a hold a moment ago can still look
-/// admitted to it, and it would start the held job until its own eviction catches up. The
-/// webhook reads the TrainJob's Workloads from the apiserver and refuses with
-/// [`unsuspend_verdict`] while any of them carries a hold; Kueue retries, and by then sees
-/// the hold's eviction.
-pub fn unsuspend_check(input: &AdmissionInput, mode: Mode) -> Option<UnsuspendCheck> {
-    if mode != Mode::Kueue
-        || input.resource != Resource::TrainJob
+/// Whether `input` unsuspends a TrainJob whose Workloads the webhook must read first, and
+/// refuse with [`unsuspend_verdict`] while any of them carries a hold.
+///
+/// - kueue mode (only Kueue may unsuspend, by the rule above): Kueue acts on its cache, and a
+///   Workload deactivated by a hold a moment ago can still look admitted to it; it would
+///   start the held job until its own eviction catches up. Kueue retries, and by then sees
+///   the hold's eviction.
+/// - plain mode, after a switch from kueue mode: a hold placed in kueue mode lives on the
+///   Workload (`spec.active: false`, its annotations and finalizer), and the TrainJob's own
+///   fields do not show it. It is honoured until its holder releases it through the hold
+///   API, so an unsuspend of the TrainJob by anyone but the controller is refused while it
+///   is in force. Checked where the chart sends it: a TrainJob carrying holdfast state
+///   (every job that ran under holdfast does: the admitted runtime version, A, the opened
+///   mark), the controller's own writes excepted.
+pub fn unsuspend_check(
+    input: &AdmissionInput,
+    who: &Identities,
+    mode: Mode,
+) -> Option<UnsuspendCheck> {
+    if input.resource != Resource::TrainJob
         || input.subresource.is_some()
         || input.operation != Operation::Update
     {
@@ -194,6 +205,11 @@ pub fn unsuspend_check(input: &AdmissionInput, mode: Mode) -> Option<UnsuspendCh
     let n = Doc::of(input.object.as_ref()).object()?;
     let o = Doc::of(input.old_object.as_ref()).object()?;
     if !fields::suspended(o) || fields::suspended(n) {
+        return None;
+    }
+    if mode == Mode::Plain
+        && (who.is_controller(&input.user.username) || !fields::carries_holdfast_state(o))
+    {
         return None;
     }
     // An empty uid (a malformed stored object) is checked too: the webhook refuses it.
@@ -217,7 +233,7 @@ pub fn unsuspend_verdict(input: &AdmissionInput, found: Result<Option<String>, S
         Ok(Some(hold)) => Verdict::deny(
             field,
             format!(
-                "spec.suspend of TrainJob {}: its Workload carries hold {hold}; the TrainJob stays suspended until its holder releases it (user {} acted on a stale view; retry after the Workload is evicted)",
+                "spec.suspend of TrainJob {}: its Workload carries hold {hold}; the TrainJob stays suspended until its holder releases it through the hold API, in either mode (a hold placed in kueue mode is honoured after a switch to plain mode); user {} may not unsuspend it now (Kueue acting on a stale view: retry after the Workload is evicted)",
                 input.object_ref(),
                 input.user.username
             ),
@@ -604,6 +620,9 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     if !controller && let Some(v) = annotations_changed(input, who, o, n) {
         return v;
     }
+    if kueue_owns_suspend_of_held(mode, trainjob, o, n) {
+        return deny_unsuspend_of_plain_hold(input, who, o);
+    }
     if !controller && fields::has_hold_finalizer(o) != fields::has_hold_finalizer(n) {
         // The finalizer keeps a held Workload (and so its hold) while it is deleted: removing
         // it and then deleting the Workload would let an active replacement in.
@@ -636,6 +655,10 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
         (Mode::Kueue, Resource::Workload) => kueue_workload_update(input, who, o, n),
         (Mode::Kueue, Resource::TrainJob) if !kueue => kueue_trainjob_update(input, who, o, n),
         (Mode::Plain, Resource::TrainJob) => plain_trainjob_update(input, who, o, n),
+        // A Workload held in kueue mode keeps its hold after a switch to plain mode.
+        (Mode::Plain, Resource::Workload) if fields::held(o) => {
+            kueue_workload_update(input, who, o, n)
+        }
         _ => Verdict::Allow,
     }
 }
@@ -652,6 +675,36 @@ fn annotations_changed(
         .chain(new.keys())
         .find(|k| old.get(*k) != new.get(*k))
         .map(|k| deny_annotation(input, who, k, old.get(k).copied(), new.get(k).copied()))
+}
+
+/// Kueue mode: a TrainJob that carries a hold of its own (`holdfast.dev/hold-instance` on
+/// the TrainJob: one placed in plain mode, before a switch to kueue mode) is unsuspended by
+/// nobody, Kueue included, until its holder releases it through the hold API. Kueue would
+/// otherwise admit it (its Workload carries no hold) and start it past the hold. The hold
+/// is on the object itself: no lookup.
+fn kueue_owns_suspend_of_held(mode: Mode, trainjob: bool, o: Object<'_>, n: Object<'_>) -> bool {
+    mode == Mode::Kueue
+        && trainjob
+        && fields::held(o)
+        && fields::suspended(o)
+        && !fields::suspended(n)
+}
+
+fn deny_unsuspend_of_plain_hold(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: Object<'_>,
+) -> Verdict {
+    Verdict::deny(
+        "spec.suspend",
+        format!(
+            "spec.suspend of TrainJob {}: it carries hold {} ({ANN_HOLD_INSTANCE}), placed in plain mode before holdfast switched to kueue mode; it stays suspended until its holder releases it through the hold API, which only {} carries out; user {} may not unsuspend it, Kueue included",
+            input.object_ref(),
+            fields::hold_instance(o),
+            who.describe_controller(),
+            input.user.username
+        ),
+    )
 }
 
 /// Both modes: while a managed TrainJob's start gate is closed (no `opened` mark), nobody but

@@ -159,6 +159,19 @@ async fn removing_holdfast_in_kueue_mode_needs_the_check_off_the_queue_and_the_w
     // `helm uninstall`: the webhook and the controller (its readmission gate) go.
     webhook.stop().await;
     f.stop_gate().await;
+    // The apiserver drops each removed configuration and admission policy from its cache on
+    // its own (validation.engine policy: a moment later): wait until the lift is no longer
+    // refused (a dry run).
+    let dry = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    f.eventually(
+        "holdfast's admission is gone",
+        Duration::from_secs(30),
+        || async { workloads.patch(&name, &dry, &marks).await.ok().map(|_| ()) },
+    )
+    .await;
     // Step 1: the ClusterQueue no longer requires the readmission check.
     let queues: Api<DynamicObject> = Api::all_with(
         f.admin.clone(),

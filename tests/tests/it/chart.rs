@@ -351,8 +351,11 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
 
         // Least privilege follows the values.
         let role = find(&docs, "ClusterRole", "holdfast-controller");
+        // Workloads in both modes (plain: a hold left from kueue mode is released on its
+        // Workload); the readmission gate's status writes in kueue mode only.
+        assert!(grants(role, "kueue.x-k8s.io", "workloads"), "{combo:?}");
         assert_eq!(
-            grants(role, "kueue.x-k8s.io", "workloads"),
+            grants(role, "kueue.x-k8s.io", "workloads/status"),
             combo.mode == "kueue",
             "{combo:?}"
         );
@@ -798,7 +801,11 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
                 ),
             ]
         } else {
-            Vec::new()
+            vec![(
+                "held-workloads.validate.holdfast.dev".to_owned(),
+                "Fail".to_owned(),
+                s(&["unsuspends-a-job-with-holdfast-state", "not-the-controller"]),
+            )]
         };
         assert_eq!(validating(&policy), want, "{mode}");
         for docs in [&both, &policy] {
@@ -1073,6 +1080,10 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("watch", tj, "trainingruntimes", "", ""),
         ("list", tj, "clustertrainingruntimes", "", ""),
         ("get", "slurm.example.com", "slurmruntimes", "tenant", "s"),
+        // A hold left from kueue mode is read and released on its Workload.
+        ("get", "kueue.x-k8s.io", "workloads", "tenant", "w"),
+        ("list", "kueue.x-k8s.io", "workloads", "", ""),
+        ("update", "kueue.x-k8s.io", "workloads", "tenant", "w"),
         ("list", "slurm.example.com", "slurmruntimes", "", ""),
         ("get", "", "configmaps", "tenant", "job-runtime-snapshot"),
         ("watch", "", "configmaps", "", ""),
@@ -1182,7 +1193,7 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
             "",
             "tbl-holdfast",
         ),
-        ("get", "kueue.x-k8s.io", "workloads", "tenant", "w"),
+        ("watch", "kueue.x-k8s.io", "workloads", "", ""),
         ("list", "kueue.x-k8s.io", "admissionchecks", "", ""),
         ("create", "", "events", "tenant", ""),
         ("get", "events.k8s.io", "events", "tenant", "e"),
@@ -1196,6 +1207,8 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("get", tj, "trainingruntimes", "tenant", "rt"),
         ("get", tj, "clustertrainingruntimes", "", "rt"),
         ("get", "slurm.example.com", "slurmruntimes", "tenant", "s"),
+        // An unsuspend is refused while the job's Workload carries a hold.
+        ("list", "kueue.x-k8s.io", "workloads", "tenant", ""),
     ];
     let denied: Vec<Access> = vec![
         ("list", tj, "trainingruntimes", "tenant", ""),

@@ -27,6 +27,7 @@ mod holds_plain;
 mod kueue_smoke;
 mod match_conditions;
 mod metrics;
+mod mode_switch;
 mod node;
 mod outage;
 mod seams;

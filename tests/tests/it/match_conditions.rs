@@ -478,7 +478,7 @@ impl Case {
             let input = self.input(self.mutated(mode, patched));
             let refused = !validate(&input, &who, mode).is_allowed();
             let lookup = queue_check(&input, &who, mode).is_some()
-                || unsuspend_check(&input, mode).is_some();
+                || unsuspend_check(&input, &who, mode).is_some();
             let protected = refused || requests_nothing(&input, mode);
             (protected, protected || lookup)
         }
@@ -1092,7 +1092,7 @@ async fn with_the_policy_engine_every_lookup_is_sent_and_the_queue_checks_fail_c
             ));
         }
         let allowed = validate(&input, &who(), mode).is_allowed();
-        let lookup = queue.is_some() || unsuspend_check(&input, mode).is_some();
+        let lookup = queue.is_some() || unsuspend_check(&input, &who(), mode).is_some();
         lookups += usize::from(lookup && allowed);
         if allowed && lookup && !protected && !best_effort {
             failures.push(format!(

@@ -103,6 +103,62 @@ struct Scene {
     admin: kube::Client,
     world: World,
     ns: String,
+    /// An unsuspend of a TrainJob whose Workload carries a hold: what plain mode's lookup
+    /// entry refuses (see [`held_probe`]).
+    held: Case,
+}
+
+/// A TrainJob carrying holdfast state (suspended, opened) and a Workload it owns carrying a
+/// hold, stored as the admin before anything is registered; the probe is alice's unsuspend
+/// of the job, which only the plain-mode Workload lookup refuses (under the policy engine the
+/// lookup's entry, `held-workloads.validate`, is plain mode's only webhook entry). Neither
+/// object is in the catalogue, so no case reads them.
+async fn held_probe(admin: &kube::Client, ns: &str) -> Case {
+    use kube::api::{Api, DynamicObject, PostParams};
+    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        ns,
+        &holdfast_controller::resources::trainjob(),
+    );
+    let job: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "held-probe", "annotations": {"holdfast.dev/opened": "true"}},
+        "spec": {"runtimeRef": {"name": "rt"}, "suspend": true}
+    }))
+    .expect("trainjob");
+    let stored = trainjobs
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("the probe's TrainJob");
+    let uid = stored.metadata.uid.clone().expect("uid");
+    let workload: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": holdfast_tests::kueue::KUEUE_API_VERSION, "kind": "Workload",
+        "metadata": {"name": "held-probe", "labels": {"kueue.x-k8s.io/job-uid": uid},
+            "annotations": {"holdfast.dev/hold-instance": "1"},
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": "held-probe", "uid": uid, "controller": true}]},
+        "spec": {"queueName": "q", "active": false, "podSets": [{"name": "main", "count": 1,
+            "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}]}
+    }))
+    .expect("workload");
+    Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        ns,
+        &holdfast_tests::kueue::api_resource("Workload", "workloads"),
+    )
+    .create(&PostParams::default(), &workload)
+    .await
+    .expect("the probe's Workload");
+    let old = serde_json::to_value(&stored).expect("json");
+    let mut new = old.clone();
+    new["spec"]["suspend"] = json!(false);
+    Case {
+        resource: holdfast_core::policy::Resource::TrainJob,
+        op: holdfast_core::policy::Operation::Update,
+        user: "alice",
+        old: Some(old),
+        new: Some(new),
+    }
 }
 
 impl Scene {
@@ -120,6 +176,7 @@ impl Scene {
             admin,
             world,
             ns,
+            held,
         } = self;
         let engine = match pass {
             Pass::PoliciesAlone => Engine::Policy,
@@ -146,9 +203,12 @@ impl Scene {
         .create(&Default::default(), &validating)
         .await
         .expect("register the validating entries");
-            // Kueue mode, policy engine: only the lookups' entries remain; a managed queued
-            // TrainJob reaches the queue check (refused: this webhook watches no queues).
-            let webhook_probe = if engine == Engine::Policy {
+            // Policy engine: only the lookups' entries remain. Kueue mode: a managed queued
+            // TrainJob reaches the queue check (refused: this webhook watches no queues);
+            // plain mode: an unsuspend of a job whose Workload carries a hold.
+            let webhook_probe = if engine == Engine::Policy && mode == Mode::Plain {
+                held.clone()
+            } else if engine == Engine::Policy {
                 probe(
                     ns,
                     &[],
@@ -264,11 +324,13 @@ async fn the_admission_policies_and_the_webhook_decide_every_request_alike() {
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let ns = cp.namespace("engines").await.expect("namespace");
     let world = World::create(&cp, &admin, &ns).await;
+    let held = held_probe(&admin, &ns).await;
     let scene = Scene {
         cp,
         admin,
         world,
         ns,
+        held,
     };
     let (cp, world, ns) = (&scene.cp, &scene.world, &scene.ns);
 
@@ -314,7 +376,7 @@ async fn the_admission_policies_and_the_webhook_decide_every_request_alike() {
                 Err(e) => failures.push(format!("[{mode}] policies alone: {e}: {case:?}")),
             }
             let lookup = queue_check(&input, &who(), mode).is_some()
-                || unsuspend_check(&input, mode).is_some()
+                || unsuspend_check(&input, &who(), mode).is_some()
                 || requests_check(&input, mode).is_some();
             if lookup {
                 *counts.entry(format!("{mode} with a lookup")).or_default() += 1;

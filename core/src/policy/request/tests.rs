@@ -345,7 +345,11 @@ fn a_decoded_unsuspend_keeps_the_trainjob_uid_for_the_workload_check() {
     v["request"]["oldObject"] = tj(&[], &[], Some(true));
     v["request"]["oldObject"]["metadata"]["uid"] = json!("u-7");
     let (_, input) = decode(&v).unwrap();
-    let check = crate::policy::unsuspend_check(&input, crate::mode::Mode::Kueue)
-        .expect("an unsuspend is checked");
+    let check = crate::policy::unsuspend_check(
+        &input,
+        &crate::policy::testkit::who(),
+        crate::mode::Mode::Kueue,
+    )
+    .expect("an unsuspend is checked");
     assert_eq!(check.uid, "u-7");
 }

@@ -219,7 +219,8 @@ fn table() -> Vec<Case> {
         case("kueue: move a Workload that carries no hold", KUEUE_MODE, WL, Update, Some(workload.clone()), Some(with(&workload, |v| v["spec"]["queueName"] = json!("other"))), &EVERYONE),
         case("kueue: reactivate a Workload Kueue deactivated itself", KUEUE_MODE, WL, Update, Some(active(&workload, Some(false))), Some(active(&workload, Some(true))), &EVERYONE),
         case("kueue: deactivate a Workload", KUEUE_MODE, WL, Update, Some(workload.clone()), Some(active(&workload, Some(false))), &EVERYONE),
-        case("kueue: suspend a held TrainJob in plain terms is Kueue's", KUEUE_MODE, TJ, Update, Some(queued_held.clone()), Some(suspend(&queued_held, Some(false))), &[KUEUE]),
+        case("kueue: a TrainJob carrying a plain-mode hold is unsuspended by nobody", KUEUE_MODE, TJ, Update, Some(queued_held.clone()), Some(suspend(&queued_held, Some(false))), NOBODY),
+        case("kueue: Kueue suspends a TrainJob carrying a plain-mode hold", KUEUE_MODE, TJ, Update, Some(suspend(&queued_held, Some(false))), Some(queued_held.clone()), &[KUEUE]),
         // --- plain mode: holds and the start gate
         case("plain: unsuspend a held TrainJob", PLAIN, TJ, Update, Some(held_job.clone()), Some(suspend(&held_job, Some(false))), &[CONTROLLER]),
         case("plain: unsuspend a held TrainJob by dropping spec.suspend", PLAIN, TJ, Update, Some(held_job.clone()), Some(suspend(&held_job, None)), &[CONTROLLER]),
@@ -239,7 +240,7 @@ fn table() -> Vec<Case> {
         case("plain: create a managed TrainJob suspended", PLAIN, TJ, Create, None, Some(gated.clone()), &EVERYONE),
         case("plain: create a managed TrainJob unsuspended", PLAIN, TJ, Create, None, Some(suspend(&gated, Some(false))), &[CONTROLLER]),
         case("plain: create a managed TrainJob without spec.suspend", PLAIN, TJ, Create, None, Some(suspend(&gated, None)), &[CONTROLLER]),
-        case("plain: spec.active of a held Workload is not the hold", PLAIN, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, Some(true))), &EVERYONE),
+        case("plain: a Workload held in kueue mode stays inactive", PLAIN, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, Some(true))), &[CONTROLLER]),
         case("plain: garbage spec.suspend reads as false", PLAIN, TJ, Update, Some(held_job.clone()), Some(with(&held_job, |v| v["spec"]["suspend"] = json!("true"))), &[CONTROLLER]),
         // --- everything else
         case("a Pod", BOTH, Resource::Other { group: "".into(), resource: "pods".into(), }, Create, None, Some(json!({"metadata": {"annotations": {ANN_HOLD_INSTANCE: "1"}}})), &EVERYONE),
@@ -997,7 +998,7 @@ fn kueue_unsuspend_is_checked_against_the_workloads_holds() {
         Some(&old),
         Some(&new),
     );
-    let check = unsuspend_check(&up, Mode::Kueue).expect("an unsuspend is checked");
+    let check = unsuspend_check(&up, &who(), Mode::Kueue).expect("an unsuspend is checked");
     assert_eq!(
         (
             check.namespace.as_str(),
@@ -1006,8 +1007,9 @@ fn kueue_unsuspend_is_checked_against_the_workloads_holds() {
         ),
         ("team-a", "mnist", "u-1")
     );
-    // Not in plain mode, not a suspension, not a no-op, not a create.
-    assert_eq!(unsuspend_check(&up, Mode::Plain), None);
+    // Not in plain mode for a job without holdfast state, not a suspension, not a no-op,
+    // not a create.
+    assert_eq!(unsuspend_check(&up, &who(), Mode::Plain), None);
     let down = input(
         Resource::TrainJob,
         Operation::Update,
@@ -1015,7 +1017,7 @@ fn kueue_unsuspend_is_checked_against_the_workloads_holds() {
         Some(&new),
         Some(&old),
     );
-    assert_eq!(unsuspend_check(&down, Mode::Kueue), None);
+    assert_eq!(unsuspend_check(&down, &who(), Mode::Kueue), None);
     let same = input(
         Resource::TrainJob,
         Operation::Update,
@@ -1023,7 +1025,7 @@ fn kueue_unsuspend_is_checked_against_the_workloads_holds() {
         Some(&old),
         Some(&old),
     );
-    assert_eq!(unsuspend_check(&same, Mode::Kueue), None);
+    assert_eq!(unsuspend_check(&same, &who(), Mode::Kueue), None);
     let create = input(
         Resource::TrainJob,
         Operation::Create,
@@ -1031,7 +1033,7 @@ fn kueue_unsuspend_is_checked_against_the_workloads_holds() {
         None,
         Some(&new),
     );
-    assert_eq!(unsuspend_check(&create, Mode::Kueue), None);
+    assert_eq!(unsuspend_check(&create, &who(), Mode::Kueue), None);
 
     assert!(unsuspend_verdict(&up, Ok(None)).is_allowed());
     let (field, message) = denied(&unsuspend_verdict(&up, Ok(Some("3".to_owned()))));
@@ -1112,4 +1114,178 @@ fn kueue_queued_trainjob_is_checked_against_its_queue_managed_or_not() {
         queue_check(&update, &who(), Mode::Kueue).map(|c| c.local_queue),
         Some("other".to_owned())
     );
+}
+
+#[test]
+fn plain_mode_checks_an_unsuspend_of_a_job_with_holdfast_state_against_its_workloads_holds() {
+    use crate::policy::unsuspend_check;
+    // A job that ran under holdfast (A on it) and was held in kueue mode: the hold is on its
+    // Workload, which the TrainJob's fields do not show.
+    let old = uid(&tj(&[(ANN_ATTEMPT, "1")], &[QUEUED], Some(true)), "u-1");
+    let new = uid(&tj(&[(ANN_ATTEMPT, "1")], &[], Some(false)), "u-1");
+    for user in [ALICE, KUEUE, TRAINER] {
+        let up = input(
+            Resource::TrainJob,
+            Operation::Update,
+            user,
+            Some(&old),
+            Some(&new),
+        );
+        let check = unsuspend_check(&up, &who(), Mode::Plain).expect("checked");
+        assert_eq!(check.uid, "u-1", "{user}");
+    }
+    // The controller's own writes are not (the chart does not send them).
+    let up = input(
+        Resource::TrainJob,
+        Operation::Update,
+        CONTROLLER,
+        Some(&old),
+        Some(&new),
+    );
+    assert_eq!(unsuspend_check(&up, &who(), Mode::Plain), None);
+    // A job without holdfast state is not sent, so not checked.
+    let bare_old = uid(&tj(&[], &[], Some(true)), "u-1");
+    let bare_new = uid(&tj(&[], &[], Some(false)), "u-1");
+    let up = input(
+        Resource::TrainJob,
+        Operation::Update,
+        ALICE,
+        Some(&bare_old),
+        Some(&bare_new),
+    );
+    assert_eq!(unsuspend_check(&up, &who(), Mode::Plain), None);
+}
+
+#[test]
+fn in_kueue_mode_nobody_unsuspends_a_trainjob_carrying_a_plain_mode_hold_kueue_included() {
+    let held = tj(
+        &[HOLD, (ANN_ATTEMPT, "1"), (ANN_OPENED, "true")],
+        &[QUEUED],
+        Some(true),
+    );
+    let running = suspend(&held, Some(false));
+    for user in EVERYONE {
+        let v = validate(
+            &input(
+                Resource::TrainJob,
+                Operation::Update,
+                user,
+                Some(&held),
+                Some(&running),
+            ),
+            &who(),
+            Mode::Kueue,
+        );
+        let (field, message) = denied(&v);
+        assert_eq!(field, "spec.suspend", "{user}");
+        assert!(message.contains(user), "{message}");
+    }
+    let (_, message) = denied(&validate(
+        &input(
+            Resource::TrainJob,
+            Operation::Update,
+            KUEUE,
+            Some(&held),
+            Some(&running),
+        ),
+        &who(),
+        Mode::Kueue,
+    ));
+    assert!(
+        message.contains("hold 3") && message.contains("plain mode"),
+        "{message}"
+    );
+    // Without the hold, Kueue unsuspends as ever; and Kueue may still suspend a held job.
+    let free = drop_ann(&held, ANN_HOLD_INSTANCE);
+    let v = validate(
+        &input(
+            Resource::TrainJob,
+            Operation::Update,
+            KUEUE,
+            Some(&free),
+            Some(&suspend(&free, Some(false))),
+        ),
+        &who(),
+        Mode::Kueue,
+    );
+    assert!(v.is_allowed(), "{v:?}");
+    let v = validate(
+        &input(
+            Resource::TrainJob,
+            Operation::Update,
+            KUEUE,
+            Some(&running),
+            Some(&held),
+        ),
+        &who(),
+        Mode::Kueue,
+    );
+    assert!(v.is_allowed(), "{v:?}");
+}
+
+#[test]
+fn in_plain_mode_a_workload_held_in_kueue_mode_stays_inactive_in_its_queue_and_its_jobs() {
+    let owner = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "name": "mnist", "uid": "u-1", "controller": true}]);
+    let held = with(&wl(&[HOLD], Some(false)), |w| {
+        w["metadata"]["ownerReferences"] = owner.clone();
+        w["metadata"]["labels"] = json!({"kueue.x-k8s.io/job-uid": "u-1"});
+    });
+    let edits = [
+        ("activated", active(&held, Some(true))),
+        (
+            "moved",
+            with(&held, |w| w["spec"]["queueName"] = json!("elsewhere")),
+        ),
+        (
+            "disowned",
+            with(&held, |w| w["metadata"]["ownerReferences"] = json!([])),
+        ),
+        (
+            "unlabelled",
+            with(&held, |w| w["metadata"]["labels"] = json!({})),
+        ),
+    ];
+    for (what, edit) in &edits {
+        for user in [ALICE, TRAINER] {
+            let v = validate(
+                &input(
+                    Resource::Workload,
+                    Operation::Update,
+                    user,
+                    Some(&held),
+                    Some(edit),
+                ),
+                &who(),
+                Mode::Plain,
+            );
+            assert!(!v.is_allowed(), "{what} by {user}: {v:?}");
+        }
+        let v = validate(
+            &input(
+                Resource::Workload,
+                Operation::Update,
+                CONTROLLER,
+                Some(&held),
+                Some(edit),
+            ),
+            &who(),
+            Mode::Plain,
+        );
+        assert!(v.is_allowed(), "{what} by the controller: {v:?}");
+    }
+    // A Workload without a hold is not holdfast's business in plain mode.
+    let free = drop_ann(&held, ANN_HOLD_INSTANCE);
+    let v = validate(
+        &input(
+            Resource::Workload,
+            Operation::Update,
+            ALICE,
+            Some(&free),
+            Some(&active(&free, Some(true))),
+        ),
+        &who(),
+        Mode::Plain,
+    );
+    assert!(v.is_allowed(), "{v:?}");
 }
