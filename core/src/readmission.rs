@@ -331,23 +331,11 @@ pub fn owned_by(workload: &Value, trainjob_uid: &str) -> bool {
 /// - else the newest live Workload (by creation time, then name);
 /// - else the newest held Workload being deleted: with no replacement it is the held object.
 pub fn select_workload<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'a> {
-    let key = |w: &&Value| {
-        (
-            w.pointer("/metadata/creationTimestamp")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            w.pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-        )
-    };
     let owned = || items.iter().filter(|w| owned_by(w, trainjob_uid));
-    let live = owned().filter(|w| !terminating(w)).max_by_key(key);
+    let live = owned().filter(|w| !terminating(w)).max_by_key(newest);
     let source = owned()
         .filter(|w| terminating(w) && has_hold_finalizer(w))
-        .max_by_key(key);
+        .max_by_key(newest);
     match (live, source) {
         (Some(_), Some(_)) => Selected::TransferPending,
         (Some(w), None) | (None, Some(w)) => Selected::Workload(w),
@@ -355,28 +343,37 @@ pub fn select_workload<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'
     }
 }
 
+/// The order of [`select_workload`]'s "newest": creation time, then name.
+fn newest(w: &&Value) -> (String, String) {
+    let text = |p: &str| {
+        w.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (text("/metadata/creationTimestamp"), text("/metadata/name"))
+}
+
 /// [`select_workload`] where no readmission controller runs to move a hold (plain mode, a
-/// hold left from kueue mode): a held Workload being deleted next to a live replacement is
-/// the held object itself — waiting for a move nobody makes would leave the hold
-/// unreleasable — so Release lifts it there (its finalizer with it) and Hold replaces it
-/// there.
+/// hold left from kueue mode). No gate moves a hold here, so the Workload that carries one is
+/// the held object, live or being deleted, whatever else the TrainJob owns: a newer Workload
+/// someone created beside it (a decoy owned by the same TrainJob) must not hide the hold from
+/// the hold API. Without a hold, the newest live one; a held Workload being deleted next to a
+/// live replacement is the held object itself — waiting for a move nobody makes would leave
+/// the hold unreleasable — so Release lifts it there (its finalizer with it).
 pub fn select_workload_without_mover<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'a> {
+    let held = items
+        .iter()
+        .filter(|w| owned_by(w, trainjob_uid) && object::hold_state(w) != HoldState::Absent)
+        .max_by_key(newest);
+    if let Some(w) = held {
+        return Selected::Workload(w);
+    }
     match select_workload(items, trainjob_uid) {
         Selected::TransferPending => items
             .iter()
             .filter(|w| owned_by(w, trainjob_uid) && terminating(w) && has_hold_finalizer(w))
-            .max_by_key(|w| {
-                (
-                    w.pointer("/metadata/creationTimestamp")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                    w.pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                )
-            })
+            .max_by_key(newest)
             .map_or(Selected::None, Selected::Workload),
         other => other,
     }

@@ -332,12 +332,13 @@ impl HoldExecutor {
                 other => other,
             };
             if let Decision::Write(w) = &decision
-                && mode == Mode::Plain
+                && (mode == Mode::Plain || self.mode == Mode::Plain)
                 && w.stop == Some(false)
             {
                 // Only a Release or Open that would let the TrainJob run looks for pods: the
                 // decision is then remade knowing whether any remain. (Neither reads
-                // `after_conflict`; that is Hold's alone.)
+                // `after_conflict`; that is Hold's alone.) A kueue-mode hold released in plain
+                // mode looks too: no readmission gate runs here to wait for them.
                 let remaining = self.remaining_pods(reqs, namespace, name).await?;
                 if !remaining.is_empty() {
                     tracing::info!(namespace, name, call = %kind, pods = ?remaining, "refused: pods of an earlier execution remain");

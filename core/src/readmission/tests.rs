@@ -614,6 +614,32 @@ fn hold_calls_act_on_the_live_workload_or_wait_for_a_transfer() {
     }
 }
 
+/// Attack (review of the mode switch): in plain mode, with a hold left on Workload `held` from
+/// kueue mode, a user creates a newer Workload owned by the same TrainJob. With no gate to
+/// move holds, the held Workload stays the held object: the decoy must not make the hold API
+/// see "not held" (and Open start the job past the hold).
+#[test]
+fn without_a_mover_a_newer_owned_workload_never_hides_the_one_carrying_a_hold() {
+    let mut held = workload_json("held", "2026-11-29T11:00:00Z", false, true);
+    held["metadata"]["annotations"] = json!({"holdfast.dev/hold-instance": "4"});
+    let decoy = workload_json("decoy", "2026-11-29T12:00:00Z", false, false);
+    let items = vec![held.clone(), decoy];
+    match super::select_workload_without_mover(&items, "tj-uid") {
+        Selected::Workload(w) => assert_eq!(w["metadata"]["name"], "held"),
+        other => panic!("{other:?}"),
+    }
+    // Being deleted changes nothing: its finalizer keeps it, and it is still the held object.
+    held["metadata"]["deletionTimestamp"] = json!("2026-11-29T12:30:00Z");
+    let items = vec![
+        held,
+        workload_json("decoy", "2026-11-29T12:00:00Z", false, false),
+    ];
+    match super::select_workload_without_mover(&items, "tj-uid") {
+        Selected::Workload(w) => assert_eq!(w["metadata"]["name"], "held"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Seam: a decoy Workload carrying the TrainJob's job-uid label captured the hold. Only the
 /// TrainJob's controller ownerReference makes a Workload its own.
 #[test]
