@@ -106,12 +106,29 @@ fn set_tokens(doc: &mut Value, user: &str, refreshed: &Refreshed) -> bool {
 }
 
 fn write(path: &Path, doc: &Value) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
     let text = serde_saphyr::to_string(doc)?;
+    // A symlinked kubeconfig is written where it points: replacing the link with a file would
+    // leave the spent refresh token in its target.
+    let path =
+        &std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
     let permissions = std::fs::metadata(path)?.permissions();
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(format!(".holdfast-{}.tmp", std::process::id()));
     let temporary = PathBuf::from(temporary);
-    let written = std::fs::write(&temporary, text)
+    // Created new (never following or reusing something already there) and with the file's
+    // own mode from the first byte, so the tokens are never readable by anyone the kubeconfig
+    // is not.
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(permissions.mode() & 0o777)
+        .open(&temporary)
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        })
         .and_then(|()| std::fs::set_permissions(&temporary, permissions))
         .and_then(|()| std::fs::rename(&temporary, path));
     if written.is_err() {
@@ -165,5 +182,39 @@ mod tests {
             ..Default::default()
         };
         assert!(write_back(sel, &refreshed).is_err());
+    }
+
+    #[test]
+    fn a_symlinked_kubeconfig_is_written_where_it_points_with_its_own_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("real-config");
+        std::fs::write(&target, KUBECONFIG).expect("write");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let link = dir.path().join("config");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let sel = Selected {
+            kubeconfig: Some(&link),
+            ..Default::default()
+        };
+        let refreshed = Refreshed {
+            id_token: "new-id".into(),
+            refresh_token: None,
+        };
+        write_back(sel, &refreshed).expect("written");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .expect("link")
+                .file_type()
+                .is_symlink(),
+            "the link stays a link"
+        );
+        let text = std::fs::read_to_string(&target).expect("target");
+        assert!(text.contains("new-id"), "{text}");
+        let mode = std::fs::metadata(&target)
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 }

@@ -118,7 +118,8 @@ fn expiry(token: &str) -> Option<jiff::Timestamp> {
 }
 
 /// The HTTPS client for the issuer: trusting `idp-certificate-authority[-data]` if given (as
-/// well as the built-in roots, as client-go does), else the built-in roots.
+/// well as the built-in roots, as client-go does), else the built-in roots; it follows no
+/// redirect.
 fn issuer_client(config: &HashMap<String, String>) -> anyhow::Result<reqwest::Client> {
     use anyhow::Context;
     let pem = match (config.get(CA_DATA), config.get(CA_FILE)) {
@@ -134,9 +135,12 @@ fn issuer_client(config: &HashMap<String, String>) -> anyhow::Result<reqwest::Cl
         )),
         _ => None,
     };
+    // No redirects: the refresh token is posted to the token endpoint the discovery document
+    // names and nowhere else (a 307 would re-send the form to wherever it points).
     let mut http = reqwest::Client::builder()
         .timeout(ISSUER_TIMEOUT)
-        .https_only(true);
+        .https_only(true)
+        .redirect(reqwest::redirect::Policy::none());
     if let Some((pem, from)) = pem {
         let certificates = reqwest::Certificate::from_pem_bundle(&pem)
             .with_context(|| format!("{from} is not PEM certificates"))?;
