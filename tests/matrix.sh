@@ -26,7 +26,7 @@ for e in "${entries[@]}"; do
 done
 cargo build --workspace --bins --locked
 results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+trap 'rm -f "$results" "$results.versions"' EXIT
 status=0
 for e in "${entries[@]}"; do
   mod=$(module "$e")
@@ -51,7 +51,6 @@ for e in "${entries[@]}"; do
   printf '| %s | %s | %s | %s | %s | %s passed, %s failed | %s | %d min |\n' \
     "$name" "$k8s" "$etcd" "$kueue" "$trainer" "$passed" "$failed" "$verdict" $(((secs + 59) / 60)) >> "$results"
 done
-rm -f "$results.versions"
 echo
 echo "| entry | Kubernetes | etcd | Kueue | Trainer CRDs | tests | result | time |"
 echo "|---|---|---|---|---|---|---|---|"

@@ -13,6 +13,12 @@ cache=${HOLDFAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/holdfast}
 sum=$(cat "$mod/go.mod" "$mod/go.sum" "$mod/kueue/go.mod" "$mod/kueue/go.sum" "$mod/versions.env" "$here/build.sh" | sha256sum | cut -c1-12)
 dir="$cache/cluster/k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-kueue-${KUEUE_VERSION}-trainer-${TRAINER_VERSION}-${sum}"
 if [ -f "$dir/.complete" ]; then echo "$dir"; exit 0; fi
+# The binary follows kueue/go.mod and the CRDs (and the cache key) follow versions.env: they
+# must name the same Kueue.
+if ! grep -q "sigs.k8s.io/kueue ${KUEUE_VERSION}\b" "$mod/kueue/go.mod"; then
+  echo "$mod/kueue/go.mod does not pin sigs.k8s.io/kueue ${KUEUE_VERSION} (versions.env's KUEUE_VERSION)" >&2
+  exit 1
+fi
 mkdir -p "$cache/cluster"
 exec 9>"$cache/cluster/.lock"
 flock 9
