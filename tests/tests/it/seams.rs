@@ -20,7 +20,7 @@ use holdfast_core::{
     hold::classify::{ObjectState, Underlying},
     hold::{HoldError, Outcome, RejectCause},
     mode::Mode,
-    names::{ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, HOLD_FINALIZER, QUEUE_NAME_LABEL},
+    names::{ANN_ATTEMPT, ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, HOLD_FINALIZER, QUEUE_NAME_LABEL},
 };
 use holdfast_tests::{ControlPlane, Identity, kueue};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -353,11 +353,18 @@ async fn seam5_release_leaves_kueues_own_deactivation_in_place() {
     let f = Fixture::start("seam5-kueue").await;
     f.create_job("job", json!({"kueue.x-k8s.io/max-exec-time-seconds": "1"}))
         .await;
-    f.open_and_run("job").await;
+    // Not `open_and_run`: with one second to run, a loaded machine can miss the moment the
+    // job is unsuspended (seen once in the version matrix). Kueue's deactivation for its
+    // time, and A raised at the gate, say it ran.
+    f.open_at_gate("job").await;
     f.workload_when("job", "Kueue deactivates it for its time", |w| {
         !active(w)
             && condition_reason(w, "Evicted")
                 .is_some_and(|r| r == "DeactivatedDueToMaximumExecutionTimeExceeded")
+    })
+    .await;
+    f.job_when("job", "A rose at the gate", |tj| {
+        annotation(tj, ANN_ATTEMPT) == Some("1")
     })
     .await;
     assert_eq!(
