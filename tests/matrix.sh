@@ -39,7 +39,7 @@ for e in "${entries[@]}"; do
   HOLDFAST_CLUSTER_DIR=$dir cargo test -p holdfast-tests --locked --test it -- \
     --skip faults:: --skip generated_sequences_in_ 2>&1 | tee "$log" || rc=$?
   HOLDFAST_CLUSTER_DIR=$dir HOLDFAST_TEST_VALIDATION_ENGINE=policy cargo test -p holdfast-tests --locked --test it -- \
-    admission:: seams:: outage:: holds_kueue:: adversary::every_sequence_the_adversary 2>&1 | tee -a "$log" || rc=$?
+    admission:: seams:: outage:: holds_kueue:: mode_switch:: adoption:: adversary::every_sequence_the_adversary 2>&1 | tee -a "$log" || rc=$?
   secs=$(($(date +%s) - start))
   counts=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
                 END { printf "%d %d", p, f }' "$log")

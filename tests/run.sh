@@ -54,7 +54,7 @@ cargo test -p holdfast-tests --locked --test it -- adversary:: --nocapture 2>&1 
 echo "== the webhook suite and the adversary's corpus under validation.engine=policy (issue #14)"
 # The same tests, with the chart's ValidatingAdmissionPolicies judging the validating rules and
 # the webhook keeping only its lookups and mutations.
-HOLDFAST_TEST_VALIDATION_ENGINE=policy cargo test -p holdfast-tests --locked --test it -- admission:: seams:: outage:: holds_kueue:: adversary::every_sequence_the_adversary 2>&1 | tee -a "$log"
+HOLDFAST_TEST_VALIDATION_ENGINE=policy cargo test -p holdfast-tests --locked --test it -- admission:: seams:: outage:: holds_kueue:: mode_switch:: adoption:: adversary::every_sequence_the_adversary 2>&1 | tee -a "$log"
 echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"
 tests/cluster/node/holdfast-image.sh
 cargo test -p holdfast-tests --locked --test it -- --ignored node:: --test-threads 1 2>&1 | tee -a "$log"
