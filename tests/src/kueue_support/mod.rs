@@ -482,7 +482,7 @@ pub fn uid(o: &Value) -> String {
     o["metadata"]["uid"].as_str().unwrap_or_default().to_owned()
 }
 
-/// holdfast's webhook, served in-process in Kueue mode (watching Kueue's queues) and
+/// holdfast's webhook, served in-process (in Kueue mode watching Kueue's queues) and
 /// registered for one namespace, under the engine `HOLDFAST_TEST_VALIDATION_ENGINE` names.
 pub struct Webhook {
     hook: crate::in_process_webhook::InProcessWebhook,
@@ -491,9 +491,15 @@ pub struct Webhook {
 }
 
 impl Webhook {
+    /// In Kueue mode.
     pub async fn serve(f: &Fixture) -> Webhook {
+        Webhook::serve_in(f, Mode::Kueue).await
+    }
+
+    /// In `mode` (plain mode: a cluster switched away from Kueue mode, Kueue still running).
+    pub async fn serve_in(f: &Fixture, mode: Mode) -> Webhook {
         use crate::registration::{Engine, Namespaces, Registration, Target};
-        let hook = crate::in_process_webhook::InProcessWebhook::start(f.cp, Mode::Kueue, true)
+        let hook = crate::in_process_webhook::InProcessWebhook::start(f.cp, mode, true)
             .await
             .expect("webhook starts");
         let registration = Registration::new(
@@ -501,7 +507,7 @@ impl Webhook {
             Target::Url(hook.url()),
             f.cp.ca_pem().as_bytes().to_vec(),
         )
-        .with_mode(Mode::Kueue)
+        .with_mode(mode)
         .with_engine(Engine::from_env())
         .with_namespaces(Namespaces::Only(vec![f.ns.clone()]));
         registration

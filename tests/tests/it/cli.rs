@@ -26,16 +26,25 @@ pub(crate) async fn holdfast(
     args: &[&str],
 ) -> Output {
     let ca = cp.dir().join("ca.crt");
+    let ca = ca.to_str().expect("a UTF-8 path");
+    let mut all = vec!["--server", server, "--ca-file", ca];
+    all.extend_from_slice(args);
+    kubectl_holdfast(kubeconfig, &all).await
+}
+
+/// Runs `kubectl-holdfast --kubeconfig KUBECONFIG ARGS...` with nothing taken from the
+/// environment (no `KUBECONFIG`, no `HOLDFAST_*`).
+pub(crate) async fn kubectl_holdfast(kubeconfig: &Path, args: &[&str]) -> Output {
     tokio::process::Command::new(binary("kubectl-holdfast"))
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["--server", server, "--ca-file"])
-        .arg(&ca)
         .args(args)
         .env_remove("KUBECONFIG")
         .env_remove("HOLDFAST_SERVER")
         .env_remove("HOLDFAST_CA_FILE")
         .env_remove("HOLDFAST_TOKEN")
+        .env_remove("HOLDFAST_NAMESPACE")
+        .env_remove("HOLDFAST_RELEASE")
         .output()
         .await
         .expect("run kubectl-holdfast")
@@ -367,18 +376,12 @@ async fn status_lists_a_kueue_mode_hold_written_on_the_trainjobs_workload() {
 async fn without_server_a_namespace_with_no_release_is_an_error_naming_what_to_pass() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("cli-find").await.expect("namespace");
-    let out = tokio::process::Command::new(binary("kubectl-holdfast"))
-        .arg("--kubeconfig")
-        .arg(cp.kubeconfig(Identity::Admin))
-        .args(["--holdfast-namespace", &ns, "hold", &format!("{ns}/mnist")])
-        .args(["--instance", "1"])
-        .env_remove("KUBECONFIG")
-        .env_remove("HOLDFAST_SERVER")
-        .env_remove("HOLDFAST_CA_FILE")
-        .env_remove("HOLDFAST_TOKEN")
-        .output()
-        .await
-        .expect("run kubectl-holdfast");
+    let job = format!("{ns}/mnist");
+    let out = kubectl_holdfast(
+        &cp.kubeconfig(Identity::Admin),
+        &["--holdfast-namespace", &ns, "hold", &job, "--instance", "1"],
+    )
+    .await;
     assert_eq!(code(&out), 12, "{}{}", stdout(&out), stderr(&out));
     let err = stderr(&out);
     assert!(

@@ -14,48 +14,12 @@ use holdfast_core::hold::{HeldObject, Outcome, RejectCause};
 use holdfast_core::mode::Mode;
 use holdfast_core::names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, HOLD_FINALIZER};
 use holdfast_tests::hold_support::{self, annotation, meta, suspended};
-use holdfast_tests::in_process_webhook::InProcessWebhook;
 use holdfast_tests::kueue_support::{
     Fixture, MINUTE, QUEUE, SETTLE, Webhook, active, condition, finalizers, refused,
 };
-use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-/// holdfast's plain-mode webhook, served in-process and registered for one namespace under
-/// the engine `HOLDFAST_TEST_VALIDATION_ENGINE` names (the kueue-mode one is
-/// [`Webhook::serve`]).
-struct PlainWebhook {
-    hook: InProcessWebhook,
-    registration: Registration,
-}
-
-impl PlainWebhook {
-    async fn serve(f: &Fixture) -> PlainWebhook {
-        let hook = InProcessWebhook::start(f.cp, Mode::Plain, false)
-            .await
-            .expect("webhook starts");
-        let registration = Registration::new(
-            format!("holdfast-{}", f.ns),
-            Target::Url(hook.url()),
-            f.cp.ca_pem().as_bytes().to_vec(),
-        )
-        .with_mode(Mode::Plain)
-        .with_engine(Engine::from_env())
-        .with_namespaces(Namespaces::Only(vec![f.ns.clone()]));
-        registration
-            .install(&f.admin)
-            .await
-            .expect("register the webhooks and policies");
-        PlainWebhook { hook, registration }
-    }
-
-    async fn stop(self, admin: &kube::Client) {
-        self.registration.uninstall(admin).await;
-        self.hook.stop().await.expect("webhook stops");
-    }
-}
 
 /// A plain-mode executor acting as holdfast's controller.
 async fn plain_executor(cp: &ControlPlane) -> HoldExecutor {
@@ -121,7 +85,7 @@ async fn a_plain_mode_hold_still_stops_the_job_after_switching_to_kueue_mode_and
     let f = Fixture::start("switch-to-kueue").await;
     let cp = f.cp;
     // Plain mode: the chart's plain-mode registration and controller.
-    let plain = PlainWebhook::serve(&f).await;
+    let plain = Webhook::serve_in(&f, Mode::Plain).await;
     let exec = plain_executor(cp).await;
     let jobs = f.trainjobs(&f.admin);
     let tj: DynamicObject = serde_json::from_value(json!({
@@ -147,7 +111,7 @@ async fn a_plain_mode_hold_still_stops_the_job_after_switching_to_kueue_mode_and
 
     // `helm upgrade --set mode=kueue`: the kueue-mode configurations replace the plain ones;
     // the controller (f.exec, the gate) runs in kueue mode.
-    plain.stop(&f.admin).await;
+    plain.stop().await;
     let webhook = Webhook::serve(&f).await;
 
     // A cluster admin may not unsuspend it.
@@ -217,9 +181,7 @@ async fn a_plain_mode_hold_still_stops_the_job_after_switching_to_kueue_mode_and
 /// `helm upgrade --set mode=plain`: the plain-mode configurations replace the kueue ones, the
 /// readmission gate stops, and the check comes off the queue (README). The plain-mode webhook
 /// and controller.
-async fn held_in_kueue_mode_then_switched_to_plain(
-    f: &mut Fixture,
-) -> (PlainWebhook, HoldExecutor) {
+async fn held_in_kueue_mode_then_switched_to_plain(f: &mut Fixture) -> (Webhook, HoldExecutor) {
     let cp = f.cp;
     let webhook = Webhook::serve(f).await;
     f.create_job("job", json!({})).await;
@@ -248,7 +210,7 @@ async fn held_in_kueue_mode_then_switched_to_plain(
         )
         .await
         .expect("the check off the ClusterQueue");
-    let plain = PlainWebhook::serve(f).await;
+    let plain = Webhook::serve_in(f, Mode::Plain).await;
     let exec = plain_executor(cp).await;
     (plain, exec)
 }
@@ -320,7 +282,7 @@ async fn a_kueue_mode_hold_still_stops_the_job_after_switching_to_plain_mode_and
     );
     let tj = f.trainjob("job").await;
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("5"));
-    plain.stop(&f.admin).await;
+    plain.stop().await;
     f.finish().await;
 }
 
@@ -360,6 +322,6 @@ async fn deleting_a_workload_held_in_kueue_mode_after_the_switch_neither_starts_
         tj["spec"]["suspend"] == false
     })
     .await;
-    plain.stop(&f.admin).await;
+    plain.stop().await;
     f.finish().await;
 }

@@ -19,7 +19,7 @@ use holdfast_tests::hold_support::api::start_api;
 use holdfast_tests::hold_support::{
     annotation, create_trainjob, executor, hold_annotations, read_trainjob, suspended,
 };
-use holdfast_tests::holdfast::{binary, owned_control_plane_with};
+use holdfast_tests::holdfast::owned_control_plane_with;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::authorization::v1::{
@@ -29,7 +29,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use crate::cli::{code, holdfast, json, stderr, stdout};
+use crate::cli::{code, holdfast, json, kubectl_holdfast, stderr, stdout};
 use issuer::{CLIENT_ID, Issuer};
 
 /// The apiserver's OIDC flags for `issuer`: users are `oidc:<sub>`.
@@ -307,18 +307,18 @@ async fn an_oidc_refresh_the_issuer_refuses_exits_with_the_credentials_code_and_
     );
     let before = std::fs::read(&kubeconfig).expect("read");
 
-    let out = tokio::process::Command::new(binary("kubectl-holdfast"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--server", "https://127.0.0.1:9", "hold", "ns/mnist"])
-        .args(["--instance", "1"])
-        .env_remove("KUBECONFIG")
-        .env_remove("HOLDFAST_SERVER")
-        .env_remove("HOLDFAST_CA_FILE")
-        .env_remove("HOLDFAST_TOKEN")
-        .output()
-        .await
-        .expect("run kubectl-holdfast");
+    let out = kubectl_holdfast(
+        &kubeconfig,
+        &[
+            "--server",
+            "https://127.0.0.1:9",
+            "hold",
+            "ns/mnist",
+            "--instance",
+            "1",
+        ],
+    )
+    .await;
     assert_eq!(code(&out), 11, "{}{}", stdout(&out), stderr(&out));
     let err = stderr(&out);
     assert!(

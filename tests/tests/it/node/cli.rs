@@ -2,25 +2,12 @@
 //! an exec credential plugin: the CLI finds the hold API itself (no --server, no --ca-file).
 
 use super::*;
-use holdfast_tests::holdfast::binary;
 use k8s_openapi::api::core::v1::ServiceAccount;
 
 /// Runs `kubectl-holdfast` as a newcomer would: `--kubeconfig` and the command, nothing from
 /// the environment; the exit code, stdout and stderr.
 async fn kubectl_holdfast(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(binary("kubectl-holdfast"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .env_remove("HOLDFAST_SERVER")
-        .env_remove("HOLDFAST_CA_FILE")
-        .env_remove("HOLDFAST_TOKEN")
-        .env_remove("HOLDFAST_NAMESPACE")
-        .env_remove("HOLDFAST_RELEASE")
-        .output()
-        .await
-        .expect("run kubectl-holdfast");
+    let out = crate::cli::kubectl_holdfast(kubeconfig, args).await;
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
