@@ -11,7 +11,7 @@ use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER}
 use holdfast_webhook::metrics::Metrics;
 use holdfast_webhook::runtime_lookup::KubeRuntimeLookup;
 use holdfast_webhook::workload_holds::KubeWorkloadHolds;
-use holdfast_webhook::{Admission, CertFiles, Limits, RunningWebhook, ServeOptions};
+use holdfast_webhook::{Admission, Limits, RunningWebhook, ServeOptions};
 
 use crate::{ControlPlane, Identity};
 
@@ -35,14 +35,8 @@ impl InProcessWebhook {
     /// Serves `mode`'s policy. In kueue mode with `queues`, it watches Kueue's queues (the
     /// queue check); without, every queue check of a managed TrainJob is refused.
     pub async fn start(cp: &ControlPlane, mode: Mode, queues: bool) -> anyhow::Result<Self> {
-        let certs = tempfile::tempdir()?;
         let cert = cp.issue_serving_cert(&["127.0.0.1"], Duration::from_secs(24 * 3600))?;
-        let files = CertFiles {
-            cert: certs.path().join("tls.crt"),
-            key: certs.path().join("tls.key"),
-        };
-        std::fs::write(&files.cert, &cert.cert_pem)?;
-        std::fs::write(&files.key, &cert.key_pem)?;
+        let (files, certs) = crate::serving_files::write(&cert)?;
         let client = cp.client(Identity::Webhook).await?;
         let queues = (queues && mode == Mode::Kueue)
             .then(|| holdfast_cluster::Queues::start(client.clone(), None));

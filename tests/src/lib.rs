@@ -30,6 +30,7 @@ pub mod process;
 pub mod promql;
 pub mod rbac;
 pub mod registration;
+pub mod serving_files;
 pub mod values_table;
 pub mod wait;
 

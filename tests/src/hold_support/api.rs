@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::{ControlPlane, Identity};
 use holdfast_controller::api::{ApiState, KubeAuth, router};
 use holdfast_controller::hold::HoldExecutor;
-use holdfast_serve::{CertFiles, TlsServer};
+use holdfast_serve::TlsServer;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -36,13 +36,7 @@ pub async fn start_api(cp: &ControlPlane, exec: HoldExecutor) -> HoldApi {
     let cert = cp
         .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
         .expect("cert");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let files = CertFiles {
-        cert: dir.path().join("tls.crt"),
-        key: dir.path().join("tls.key"),
-    };
-    std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
-    std::fs::write(&files.key, &cert.key_pem).expect("write key");
+    let (files, dir) = crate::serving_files::write(&cert).expect("write the certificate");
     let server = TlsServer::bind("127.0.0.1:0".parse().expect("addr"), files)
         .await
         .expect("bind");

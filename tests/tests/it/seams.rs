@@ -527,16 +527,11 @@ struct LossyProxy {
 
 impl LossyProxy {
     async fn start(cp: &ControlPlane, lose: fn(usize) -> Loss) -> LossyProxy {
-        let dir = tempfile::tempdir().expect("tempdir");
         let cert = cp
             .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
             .expect("cert");
-        let files = holdfast_serve::CertFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
-        };
-        std::fs::write(&files.cert, &cert.cert_pem).expect("cert");
-        std::fs::write(&files.key, &cert.key_pem).expect("key");
+        let (files, dir) =
+            holdfast_tests::serving_files::write(&cert).expect("write the certificate");
         let upstream = reqwest::Client::builder()
             .add_root_certificate(
                 reqwest::Certificate::from_pem(cp.ca_pem().as_bytes()).expect("CA"),

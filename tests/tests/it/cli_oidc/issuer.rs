@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use holdfast_certs::CertificateAuthority;
-use holdfast_serve::{CertFiles, TlsServer};
+use holdfast_serve::TlsServer;
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
 use serde_json::{Value, json};
@@ -96,13 +96,8 @@ impl Issuer {
         let cert = ca
             .issue_serving(&["127.0.0.1".into()], Duration::from_secs(3600))
             .expect("serving certificate");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let files = CertFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
-        };
-        std::fs::write(&files.cert, &cert.cert_pem).expect("write cert");
-        std::fs::write(&files.key, &cert.key_pem).expect("write key");
+        let (files, dir) =
+            holdfast_tests::serving_files::write(&cert).expect("write the certificate");
         let server = TlsServer::bind("127.0.0.1:0".parse().expect("addr"), files)
             .await
             .expect("bind");
