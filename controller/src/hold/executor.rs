@@ -327,10 +327,12 @@ impl HoldExecutor {
                     }
                     Err(e) => return Err(e),
                 };
-            let mut decision = match attempts.decide(&call, &view) {
+            // A write decided for the hold in force, carried into that hold's mode.
+            let carried = |decision| match decision {
                 Decision::Write(w) => Decision::Write(switch::carried_write(w, self.mode, mode)),
                 other => other,
             };
+            let mut decision = carried(attempts.decide(&call, &view));
             if let Decision::Write(w) = &decision
                 && (mode == Mode::Plain || self.mode == Mode::Plain)
                 && w.stop == Some(false)
@@ -343,19 +345,14 @@ impl HoldExecutor {
                 if !remaining.is_empty() {
                     tracing::info!(namespace, name, call = %kind, pods = ?remaining, "refused: pods of an earlier execution remain");
                     observed.pods.clone_from(&remaining);
-                    decision = match decide(
+                    decision = carried(decide(
                         &call,
                         &HeldView {
                             pods_remain: true,
                             ..view
                         },
                         None,
-                    ) {
-                        Decision::Write(w) => {
-                            Decision::Write(switch::carried_write(w, self.mode, mode))
-                        }
-                        other => other,
-                    };
+                    ));
                 }
             }
             let write = match decision {
