@@ -12,6 +12,7 @@
 mod chart;
 mod cli;
 mod kep;
+mod kep_fixture;
 mod kueue;
 mod pods;
 mod writers;

@@ -1,6 +1,6 @@
 //! Trainer's and holdfast's snapshot writers on the node.
 
-use super::kep::{self, Config, EDITED_IMAGE, Installed, Jobs};
+use super::kep_fixture::{self as kep, Config, EDITED_IMAGE, Installed, Jobs};
 use super::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 
