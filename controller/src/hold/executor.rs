@@ -18,6 +18,7 @@ use tokio::time::Duration as TokioDuration;
 use super::{
     config::ExecutorConfig,
     events::{self as hold_events, Seen},
+    held_workloads::{HeldWorkloads, Lookup},
     hooks::{Hooks, WritePoint},
     metrics::{CallMetrics, MetricCall},
     preflight::{self, Capability, CapabilityVerdict, PreflightReport},
@@ -54,6 +55,9 @@ pub struct HoldExecutor {
     /// Kueue mode: Kueue's queues, watched, to tell whether a Workload goes through the
     /// readmission gate.
     queues: Option<Queues>,
+    /// Plain mode: which TrainJobs own a Workload carrying a hold left from kueue mode,
+    /// watched, so that a call on any other job reads no Workload.
+    held_workloads: Option<HeldWorkloads>,
     /// Where each call's Event goes (none: no Events).
     events: Option<Publisher>,
 }
@@ -75,11 +79,12 @@ struct Read {
 
 impl HoldExecutor {
     /// An executor acting through `client`, which must not retry on its own (see
-    /// [`client_without_retry`]). In Kueue mode it watches Kueue's queues (through a
-    /// retrying client of the same configuration) and so must be made within a tokio
-    /// runtime.
+    /// [`client_without_retry`]). In Kueue mode it watches Kueue's queues, in plain mode the
+    /// Workloads carrying a hold left from kueue mode (metadata only), and so must be made
+    /// within a tokio runtime.
     pub fn new(client: kube::Client, mode: Mode, config: ExecutorConfig) -> Self {
         let queues = (mode == Mode::Kueue).then(|| Queues::start(client.clone(), None));
+        let held_workloads = (mode == Mode::Plain).then(|| HeldWorkloads::start(client.clone()));
         HoldExecutor {
             client,
             mode,
@@ -88,6 +93,7 @@ impl HoldExecutor {
             hooks: Hooks::default(),
             metrics: CallMetrics::default(),
             queues,
+            held_workloads,
             events: None,
         }
     }
@@ -102,6 +108,16 @@ impl HoldExecutor {
     /// Kueue mode: the watched queues.
     pub fn queues(&self) -> Option<&Queues> {
         self.queues.as_ref()
+    }
+
+    /// Plain mode: waits at most `timeout` for the watch of Workloads carrying a hold to
+    /// list; whether it did (kueue mode: true). Until it lists, each call reads the job's
+    /// Workloads from the apiserver.
+    pub async fn workloads_listed(&self, timeout: Duration) -> bool {
+        match &self.held_workloads {
+            Some(h) => h.wait_listed(timeout).await,
+            None => true,
+        }
     }
 
     /// Installs test hooks.
@@ -515,8 +531,20 @@ impl HoldExecutor {
                 .await?
             }
             // Plain mode reads the Workload too: a hold placed on it in kueue mode, before a
-            // switch, is honoured until released. No Workload kind served (Kueue not
-            // installed): none.
+            // switch, is honoured until released. Not when the watch says no Workload of the
+            // job carries a hold's marks (or none is served): nothing else in plain mode
+            // reads a Workload.
+            Mode::Plain
+                if self.held_workloads.as_ref().is_some_and(|h| {
+                    trainjob
+                        .pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .is_some_and(|uid| h.lookup(namespace, uid) == Lookup::Unmarked)
+                }) =>
+            {
+                None
+            }
+            // No Workload kind served (Kueue not installed): none.
             Mode::Plain => {
                 match reads::workload_of(
                     reqs,

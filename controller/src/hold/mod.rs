@@ -11,6 +11,7 @@
 mod config;
 pub mod events;
 mod executor;
+mod held_workloads;
 mod hooks;
 mod metrics;
 pub mod preflight;

@@ -90,6 +90,113 @@ async fn hold_lands_with_all_annotations_in_one_update() {
     assert_eq!(mine.len(), 2, "one read and one write: {mine:#?}");
 }
 
+/// A Workload `name` owned by TrainJob `trainjob` (as Kueue makes one), with `annotations`.
+fn owned_workload(name: &str, trainjob: &Value, annotations: Value) -> kube::api::DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": holdfast_tests::kueue::KUEUE_API_VERSION, "kind": "Workload",
+        "metadata": {"name": name, "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob", "name": trainjob["metadata"]["name"],
+                "uid": trainjob["metadata"]["uid"], "controller": true}]},
+        "spec": {"active": false, "queueName": "q", "podSets": [{"name": "node", "count": 1,
+            "template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}]}
+    }))
+    .expect("workload")
+}
+
+fn workloads(client: &kube::Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &holdfast_tests::kueue::api_resource("Workload", "workloads"),
+    )
+}
+
+/// Plain mode honours a hold left on a Workload from kueue mode, yet a call on a job whose
+/// Workloads carry no hold's marks reads no Workload: the executor watches the marks
+/// (metadata only), so the call sends the apiserver the TrainJob's GET and its PUT, as a raw
+/// read-and-update would, even with a Workload the job owns (as Kueue makes one).
+#[tokio::test]
+async fn a_hold_on_a_job_whose_workloads_carry_no_hold_sends_only_its_read_and_its_write() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("hold-pair").await.expect("namespace");
+    let tj = create_trainjob(cp, &ns, "mnist", false).await;
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    workloads(&admin, &ns)
+        .create(
+            &PostParams::default(),
+            &owned_workload("unheld", &tj, json!({"other": "x"})),
+        )
+        .await
+        .expect("an unheld Workload the job owns");
+    let exec = executor(cp).await;
+    assert!(exec.workloads_listed(MINUTE).await, "the watch lists");
+
+    assert_eq!(
+        exec.hold(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    let events = settled_audit(cp).await;
+    let calls: Vec<(&str, &str)> = controller_requests(&events, &ns)
+        .into_iter()
+        .map(|e| (verb(e), resource(e)))
+        .collect();
+    assert_eq!(
+        calls,
+        [("get", "trainjobs"), ("update", "trainjobs")],
+        "the hold's requests in its namespace"
+    );
+}
+
+/// The watch's other side: a Workload carrying a hold's marks, seen after the watch listed,
+/// sends the job's calls to the apiserver for its Workloads, so the hold on it is read fresh
+/// and honoured (the call acts in kueue mode, as after a switch, and a stale instance is
+/// refused).
+#[tokio::test]
+async fn a_workload_carrying_a_hold_is_read_fresh_once_the_watch_sees_its_marks() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("hold-marked").await.expect("namespace");
+    let tj = create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    assert!(exec.workloads_listed(MINUTE).await, "the watch lists");
+    assert_eq!(
+        exec.status(&ns, "mnist").await.expect("status").mode,
+        holdfast_core::mode::Mode::Plain
+    );
+    // As kueue mode leaves a held Workload (here written by cluster-admin: no webhook runs in
+    // this test).
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    workloads(&admin, &ns)
+        .create(
+            &PostParams::default(),
+            &owned_workload("held", &tj, json!({ANN_HOLD_INSTANCE: "4"})),
+        )
+        .await
+        .expect("a held Workload the job owns");
+    let mut seen = false;
+    for _ in 0..300 {
+        let status = exec.status(&ns, "mnist").await.expect("status");
+        if status.mode == holdfast_core::mode::Mode::Kueue {
+            assert_eq!(status.hold.and_then(|h| h.instance), Some(4));
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen, "the hold on the Workload is seen within 30 s");
+    let stale = exec.release(&ns, "mnist", meta(Some(3), MINUTE)).await;
+    assert_eq!(
+        stale.expect_err("stale").cause(),
+        Some(RejectCause::StaleHold)
+    );
+    let events = settled_audit(cp).await;
+    let listed = controller_requests(&events, &ns)
+        .into_iter()
+        .filter(|e| verb(e) == "list" && resource(e) == "workloads")
+        .count();
+    assert!(listed >= 1, "the Workloads were read from the apiserver");
+}
+
 #[tokio::test]
 async fn release_removes_all_hold_annotations() {
     let cp = ControlPlane::shared();

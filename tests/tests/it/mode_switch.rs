@@ -212,6 +212,9 @@ async fn held_in_kueue_mode_then_switched_to_plain(f: &mut Fixture) -> (Webhook,
         .expect("the check off the ClusterQueue");
     let plain = Webhook::serve_in(f, Mode::Plain).await;
     let exec = plain_executor(cp).await;
+    // Calls then go through the watch of held Workloads (it has the hold's marks), not the
+    // reads made while it lists.
+    assert!(exec.workloads_listed(MINUTE).await, "the watch lists");
     (plain, exec)
 }
 

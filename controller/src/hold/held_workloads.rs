@@ -1,0 +1,358 @@
+//! Plain mode: which TrainJobs own a Workload that carries a hold's marks, from a
+//! metadata-only watch of every Workload, so that a hold call on a job Kueue never held sends
+//! the apiserver nothing but the TrainJob's GET and its update.
+//!
+//! A hold placed in kueue mode lives on the job's Workload and is honoured in plain mode after
+//! a switch (`holdfast_core::hold::switch`). Finding it by reading the job's Workloads on
+//! every call cost two LISTs per call (by Kueue's job-uid label, then the namespace, since an
+//! editor may remove the label). Here the marks are watched instead: a Workload's hold is its
+//! `holdfast.dev/hold-instance` annotation and the hold finalizer, both metadata. Only the
+//! Workloads carrying a mark are kept (a switch leaves a few; every other Workload is
+//! forgotten as it is seen), so the memory does not grow with the number of jobs.
+//!
+//! What the watch answers ([`Lookup`]):
+//! - [`Lookup::Unmarked`]: no Workload the TrainJob owns carries a mark, as of the watch, or
+//!   the Workload kind is not served (Kueue not installed). The call reads no Workload.
+//! - [`Lookup::Marked`]: one does; the call reads the job's Workloads from the apiserver as
+//!   before (consistent, whole objects), so a hold's state is never taken from the cache.
+//! - [`Lookup::Unknown`]: the watch has not listed (starting, or refused — say, RBAC without
+//!   `watch`); the call reads the Workloads from the apiserver.
+//!
+//! Why a lagging watch cannot hide a hold: in plain mode nothing adds a hold's marks to a
+//! Workload. Holds on Workloads are placed by kueue mode's controller, which a switch stops
+//! first (chart README, "Switching mode"); the readmission controller that moves a hold to a
+//! replacement Workload is kueue mode's; the webhook refuses anyone else writing the marks.
+//! So in plain mode marks only go away, and a stale watch errs towards [`Lookup::Marked`],
+//! which reads fresh. The watch's initial list is a consistent read, not the watch cache.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use holdfast_core::{
+    hold::object,
+    names::HOLD_FINALIZER,
+    readmission::{has_hold_finalizer, owned_by},
+};
+use kube::api::{Api, DynamicObject};
+use kube::core::{ObjectMeta, PartialObjectMeta};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// What the watch says about a TrainJob's Workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The watch has not listed: read the Workloads from the apiserver.
+    Unknown,
+    /// No Workload the TrainJob owns carries a hold's marks: none to read.
+    Unmarked,
+    /// One does: read them from the apiserver.
+    Marked,
+}
+
+/// Where the watch is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Listing {
+    Pending,
+    Listed,
+    /// The Workload kind is not served (the list answered 404): there are no Workloads.
+    NotServed,
+}
+
+/// The marked Workloads, by namespace then name: each as `{"metadata": …}` with only what
+/// ownership and the marks are read from, so [`owned_by`] and the hold's reading decide as
+/// they do on a Workload read whole.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Marked(BTreeMap<String, BTreeMap<String, Value>>);
+
+impl Marked {
+    /// Records a Workload as seen: kept if it carries a mark, forgotten otherwise.
+    pub fn apply(&mut self, meta: &ObjectMeta) {
+        let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) else {
+            return;
+        };
+        match marked_view(meta) {
+            Some(view) => {
+                self.0
+                    .entry(ns.clone())
+                    .or_default()
+                    .insert(name.clone(), view);
+            }
+            None => self.delete(meta),
+        }
+    }
+
+    /// Forgets a Workload (deleted).
+    pub fn delete(&mut self, meta: &ObjectMeta) {
+        let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) else {
+            return;
+        };
+        if let Some(names) = self.0.get_mut(ns) {
+            names.remove(name);
+            if names.is_empty() {
+                self.0.remove(ns);
+            }
+        }
+    }
+
+    /// Whether a Workload in `namespace` owned by TrainJob `uid` carries a mark.
+    pub fn owns_marked(&self, namespace: &str, uid: &str) -> bool {
+        self.0
+            .get(namespace)
+            .is_some_and(|names| names.values().any(|w| owned_by(w, uid)))
+    }
+
+    /// How many marked Workloads are kept.
+    pub fn len(&self) -> usize {
+        self.0.values().map(BTreeMap::len).sum()
+    }
+}
+
+/// `meta` as the `{"metadata": …}` ownership and the marks are read from, if it carries a
+/// hold's mark: the hold-instance annotation (any value: an unreadable hold counts) or the
+/// hold finalizer.
+fn marked_view(meta: &ObjectMeta) -> Option<Value> {
+    let view = json!({"metadata": {
+        "ownerReferences": serde_json::to_value(&meta.owner_references).ok()?,
+        "annotations": meta.annotations.as_ref().map(|a| {
+            a.get(holdfast_core::names::ANN_HOLD_INSTANCE)
+                .map(|v| json!({holdfast_core::names::ANN_HOLD_INSTANCE: v}))
+                .unwrap_or_else(|| json!({}))
+        }),
+        "finalizers": meta.finalizers.as_ref().map(|f| {
+            f.iter().filter(|f| *f == HOLD_FINALIZER).collect::<Vec<_>>()
+        }),
+    }});
+    let marked = object::hold_state(&view).is_held() || has_hold_finalizer(&view);
+    marked.then_some(view)
+}
+
+struct Inner {
+    marked: Arc<RwLock<Marked>>,
+    listing: watch::Receiver<Listing>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The watch. Cheap to clone; it stops with the last clone.
+#[derive(Clone)]
+pub struct HeldWorkloads(Arc<Inner>);
+
+impl std::fmt::Debug for HeldWorkloads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldWorkloads")
+            .field("listing", &*self.0.listing.borrow())
+            .finish()
+    }
+}
+
+impl HeldWorkloads {
+    /// Starts watching every namespace's Workloads, metadata only. Must be called within a
+    /// tokio runtime.
+    pub fn start(client: kube::Client) -> HeldWorkloads {
+        let api: Api<PartialObjectMeta<DynamicObject>> =
+            Api::all_with(client, &holdfast_cluster::workload_resource());
+        let (tx, listing) = watch::channel(Listing::Pending);
+        let marked = Arc::new(RwLock::new(Marked::default()));
+        let writer = marked.clone();
+        let mut relist: Option<Marked> = None;
+        // The default semantic: the initial list is a consistent read (see the module's
+        // documentation), not the apiserver's watch cache.
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let task = tokio::spawn(events.for_each(move |event| {
+            match event {
+                Ok(watcher::Event::Init) => relist = Some(Marked::default()),
+                Ok(watcher::Event::InitApply(w)) => {
+                    if let Some(buffer) = relist.as_mut() {
+                        buffer.apply(&w.metadata);
+                    }
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let (Some(fresh), Ok(mut m)) = (relist.take(), writer.write()) {
+                        tracing::info!(
+                            marked = fresh.len(),
+                            "listed Workloads: these carry a hold left from kueue mode"
+                        );
+                        *m = fresh;
+                    }
+                    tx.send_replace(Listing::Listed);
+                }
+                Ok(watcher::Event::Apply(w)) => {
+                    if let Ok(mut m) = writer.write() {
+                        m.apply(&w.metadata);
+                    }
+                }
+                Ok(watcher::Event::Delete(w)) => {
+                    if let Ok(mut m) = writer.write() {
+                        m.delete(&w.metadata);
+                    }
+                }
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) if s.code == 404 => {
+                    // Kueue is not installed. Listed again (with backoff) until it is: a
+                    // Workload created then carries no hold (plain mode places none).
+                    if *tx.borrow() == Listing::Pending {
+                        tracing::debug!("the Workload kind is not served: no Workload holds");
+                    }
+                    tx.send_if_modified(|l| {
+                        let changed = *l == Listing::Pending;
+                        if changed {
+                            *l = Listing::NotServed;
+                        }
+                        changed
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching Workloads for holds left from kueue mode; hold calls read them from the apiserver until the watch lists");
+                }
+            }
+            futures::future::ready(())
+        }));
+        HeldWorkloads(Arc::new(Inner {
+            marked,
+            listing,
+            task,
+        }))
+    }
+
+    /// What the watch says about the Workloads TrainJob `uid` in `namespace` owns.
+    pub fn lookup(&self, namespace: &str, uid: &str) -> Lookup {
+        match *self.0.listing.borrow() {
+            Listing::Pending => Lookup::Unknown,
+            Listing::NotServed => Lookup::Unmarked,
+            Listing::Listed => match self.0.marked.read() {
+                Ok(m) if m.owns_marked(namespace, uid) => Lookup::Marked,
+                Ok(_) => Lookup::Unmarked,
+                Err(_) => Lookup::Unknown,
+            },
+        }
+    }
+
+    /// Waits at most `timeout` for the watch to list (or find the kind not served); whether
+    /// it did.
+    pub async fn wait_listed(&self, timeout: Duration) -> bool {
+        let mut rx = self.0.listing.clone();
+        tokio::time::timeout(timeout, rx.wait_for(|l| *l != Listing::Pending))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_core::names::{ANN_HOLD_INSTANCE, TRAINER_GROUP, TRAINJOB_KIND};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn workload(
+        name: &str,
+        owner: &str,
+        annotations: &[(&str, &str)],
+        finalizers: &[&str],
+    ) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: format!("{TRAINER_GROUP}/v1alpha1"),
+                kind: TRAINJOB_KIND.into(),
+                name: "job".into(),
+                uid: owner.into(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            finalizers: Some(finalizers.iter().map(|f| f.to_string()).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_unmarked_workload_is_not_kept() {
+        let mut m = Marked::default();
+        m.apply(&workload(
+            "w",
+            "u1",
+            &[("other", "1")],
+            &["other/finalizer"],
+        ));
+        assert_eq!(m.len(), 0);
+        assert!(!m.owns_marked("ns", "u1"));
+    }
+
+    #[test]
+    fn a_hold_annotation_or_the_hold_finalizer_marks_the_owners_workload() {
+        let mut m = Marked::default();
+        m.apply(&workload("a", "u1", &[(ANN_HOLD_INSTANCE, "3")], &[]));
+        m.apply(&workload(
+            "b",
+            "u2",
+            &[(ANN_HOLD_INSTANCE, "not a number")],
+            &[],
+        ));
+        m.apply(&workload("c", "u3", &[], &[HOLD_FINALIZER]));
+        assert_eq!(m.len(), 3);
+        for uid in ["u1", "u2", "u3"] {
+            assert!(m.owns_marked("ns", uid), "{uid}");
+        }
+        assert!(!m.owns_marked("ns", "u4"));
+        assert!(
+            !m.owns_marked("other-ns", "u1"),
+            "owners are namespace-local"
+        );
+    }
+
+    #[test]
+    fn a_mark_removed_or_a_workload_deleted_is_forgotten() {
+        let mut m = Marked::default();
+        m.apply(&workload(
+            "a",
+            "u1",
+            &[(ANN_HOLD_INSTANCE, "3")],
+            &[HOLD_FINALIZER],
+        ));
+        m.apply(&workload("a", "u1", &[], &[]));
+        assert!(!m.owns_marked("ns", "u1"));
+        assert_eq!(m.len(), 0);
+        m.apply(&workload("b", "u2", &[], &[HOLD_FINALIZER]));
+        m.delete(&workload("b", "u2", &[], &[]));
+        assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn only_a_controller_reference_to_a_trainjob_makes_an_owner() {
+        let mut m = Marked::default();
+        let mut w = workload("a", "u1", &[(ANN_HOLD_INSTANCE, "3")], &[]);
+        if let Some(refs) = w.owner_references.as_mut() {
+            refs[0].controller = Some(false);
+        }
+        m.apply(&w);
+        assert!(!m.owns_marked("ns", "u1"));
+        let mut w = workload("b", "u2", &[(ANN_HOLD_INSTANCE, "3")], &[]);
+        if let Some(refs) = w.owner_references.as_mut() {
+            refs[0].kind = "JobSet".into();
+        }
+        m.apply(&w);
+        assert!(!m.owns_marked("ns", "u2"));
+    }
+
+    #[test]
+    fn an_owner_reference_moved_to_another_job_moves_the_mark() {
+        let mut m = Marked::default();
+        m.apply(&workload("a", "u1", &[(ANN_HOLD_INSTANCE, "3")], &[]));
+        m.apply(&workload("a", "u2", &[(ANN_HOLD_INSTANCE, "3")], &[]));
+        assert!(!m.owns_marked("ns", "u1"));
+        assert!(m.owns_marked("ns", "u2"));
+    }
+}
