@@ -96,22 +96,56 @@ pub async fn with_oidc_id_token(
     else {
         return Ok(());
     };
-    let token = oidc::id_token(&provider.config, jiff::Timestamp::now()).await?;
-    if let Some(refreshed) = &token.refreshed {
-        let selected = Selected {
-            kubeconfig: sel.kubeconfig.as_deref(),
-            context: sel.context.as_deref(),
-            user: sel.user.as_deref(),
-        };
-        if let Err(e) = kubeconfig_file::write_back(selected, refreshed) {
-            eprintln!(
-                "holdfast: warning: the refreshed oidc id-token was not written back to the kubeconfig ({e:#}): it still holds the old tokens"
-            );
-        }
-    }
+    let token = match oidc::usable(&provider.config, jiff::Timestamp::now()) {
+        Some(token) => token,
+        None => refresh_oidc(&provider.config, sel).await?,
+    };
     config.auth_info.auth_provider = None;
-    config.auth_info.token = Some(token.id_token.into());
+    config.auth_info.token = Some(token.into());
     Ok(())
+}
+
+/// A refreshed id-token, under the kubeconfig's lock: first read again from the file, where
+/// a run that held the lock meanwhile may have written a fresh one (its refresh token is then
+/// spent, if the issuer rotates them); refreshed with the file's refresh token otherwise, and
+/// written back. Without the lock (no file defines the user, or another process kept it)
+/// the token is refreshed and not written back, with a warning.
+async fn refresh_oidc(
+    config: &std::collections::HashMap<String, String>,
+    sel: &KubeSelection,
+) -> Result<String, CredentialsError> {
+    let selected = Selected {
+        kubeconfig: sel.kubeconfig.as_deref(),
+        context: sel.context.as_deref(),
+        user: sel.user.as_deref(),
+    };
+    let not_written = |e: anyhow::Error| {
+        eprintln!(
+            "holdfast: warning: the refreshed oidc id-token was not written back to the kubeconfig ({e:#}): it still holds the old tokens"
+        );
+    };
+    let locked = match kubeconfig_file::lock(selected, kubeconfig_file::LOCK_WAIT).await {
+        Ok(locked) => locked,
+        Err(e) => {
+            let refreshed = oidc::refreshed(config).await?;
+            not_written(e);
+            return Ok(refreshed.id_token);
+        }
+    };
+    let current = locked.config().unwrap_or_else(|e| {
+        eprintln!(
+            "holdfast: warning: reading the kubeconfig again ({e:#}); using the tokens read first"
+        );
+        config.clone()
+    });
+    if let Some(token) = oidc::usable(&current, jiff::Timestamp::now()) {
+        return Ok(token);
+    }
+    let refreshed = oidc::refreshed(&current).await?;
+    if let Err(e) = locked.write_back(&refreshed) {
+        not_written(e);
+    }
+    Ok(refreshed.id_token)
 }
 
 /// The bearer token kube would send to the apiserver with `config` (running exec plugins and

@@ -6,10 +6,18 @@
 //! The file is the one named by `--kubeconfig`, else the first file of `KUBECONFIG` that
 //! defines the user, else ~/.kube/config. It is rewritten whole (as kubectl rewrites it:
 //! comments are not kept) through a temporary file renamed over it, with its permissions.
+//!
+//! The refresh and the write are made under the file's lock, the one client-go takes
+//! (`<file>.lock`, created exclusively and removed after), so kubectl and other runs never
+//! write the file at once; and the lock's holder reads the tokens again first: a run that
+//! waited for another's refresh uses the token that run wrote instead of presenting a refresh
+//! token the issuer has already rotated away.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use kube::config::Kubeconfig;
 use serde_json::Value;
 
@@ -23,23 +31,97 @@ pub struct Selected<'a> {
     pub user: Option<&'a str>,
 }
 
-/// Writes `refreshed` into the selected user's `auth-provider` config; the file written.
-pub fn write_back(sel: Selected<'_>, refreshed: &Refreshed) -> anyhow::Result<PathBuf> {
+/// How long a run waits for another's lock on the kubeconfig.
+pub const LOCK_WAIT: Duration = Duration::from_secs(15);
+
+/// The kubeconfig file that defines the selected user's `oidc` auth-provider, locked.
+#[derive(Debug)]
+pub struct Locked {
+    path: PathBuf,
+    user: String,
+    lock: PathBuf,
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.lock);
+    }
+}
+
+impl Locked {
+    /// The user's auth-provider config as the file holds it now.
+    pub fn config(&self) -> anyhow::Result<HashMap<String, String>> {
+        let doc = read(&self.path)?;
+        let config = provider_config(&doc, &self.user).ok_or_else(|| {
+            anyhow!(
+                "{} no longer defines user {}",
+                self.path.display(),
+                self.user
+            )
+        })?;
+        Ok(config
+            .iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+            .collect())
+    }
+
+    /// Writes `refreshed` into the user's `auth-provider` config; the file written.
+    pub fn write_back(&self, refreshed: &Refreshed) -> anyhow::Result<&Path> {
+        let mut doc = read(&self.path)?;
+        if !set_tokens(&mut doc, &self.user, refreshed) {
+            bail!(
+                "{} no longer defines user {}",
+                self.path.display(),
+                self.user
+            );
+        }
+        write(&self.path, &doc)?;
+        Ok(&self.path)
+    }
+}
+
+/// Locks the kubeconfig file that defines the selected user with an `oidc` auth-provider,
+/// waiting at most `wait` for another holder (kubectl, another run) to let go.
+pub async fn lock(sel: Selected<'_>, wait: Duration) -> anyhow::Result<Locked> {
     let user = user_name(sel)?;
-    for path in candidates(sel) {
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let mut doc: Value =
-            serde_saphyr::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
-        if set_tokens(&mut doc, &user, refreshed) {
-            write(&path, &doc)?;
-            return Ok(path);
+    let path = candidates(sel)
+        .into_iter()
+        .find(|path| read(path).is_ok_and(|doc| provider_config(&doc, &user).is_some()))
+        .ok_or_else(|| {
+            anyhow!("no kubeconfig file defines user {user} with an oidc auth-provider")
+        })?;
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    let lock = PathBuf::from(lock);
+    let started = std::time::Instant::now();
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
+        {
+            Ok(_) => return Ok(Locked { path, user, lock }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if started.elapsed() >= wait {
+                    bail!(
+                        "{} has been locked for {}s by another process (kubectl or holdfast); remove it if none is running",
+                        lock.display(),
+                        wait.as_secs()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating the lock {}", lock.display()));
+            }
         }
     }
-    Err(anyhow!(
-        "no kubeconfig file defines user {user} with an oidc auth-provider"
-    ))
+}
+
+fn read(path: &Path) -> anyhow::Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_saphyr::from_str(&text).with_context(|| format!("reading {}", path.display()))
 }
 
 /// The user the selection resolves to, as kube resolved it.
@@ -77,6 +159,19 @@ fn candidates(sel: Selected<'_>) -> Vec<PathBuf> {
             .into_iter()
             .collect(),
     }
+}
+
+/// `users[name == user].user.auth-provider.config`, if that user has an oidc auth-provider.
+fn provider_config<'a>(doc: &'a Value, user: &str) -> Option<&'a serde_json::Map<String, Value>> {
+    doc.get("users")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|u| u.get("name").and_then(Value::as_str) == Some(user))?
+        .get("user")?
+        .get("auth-provider")
+        .filter(|p| p.get("name").and_then(Value::as_str) == Some("oidc"))?
+        .get("config")?
+        .as_object()
 }
 
 /// Sets the tokens in `users[name == user].user.auth-provider.config` if that user has an
@@ -143,8 +238,13 @@ mod tests {
 
     const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\nusers:\n- name: jane\n  user:\n    auth-provider:\n      name: oidc\n      config:\n        client-id: kubectl\n        id-token: old-id\n        refresh-token: old-refresh\n        idp-issuer-url: https://127.0.0.1:5556\n- name: tok\n  user:\n    token: s3cret\ncontexts:\n- name: a\n  context:\n    cluster: c\n    user: jane\n- name: b\n  context:\n    cluster: c\n    user: tok\ncurrent-context: a\n";
 
-    #[test]
-    fn a_refreshed_token_is_written_into_the_selected_users_auth_provider_and_nowhere_else() {
+    async fn write_back(sel: Selected<'_>, refreshed: &Refreshed) -> anyhow::Result<PathBuf> {
+        let locked = lock(sel, LOCK_WAIT).await?;
+        locked.write_back(refreshed).map(Path::to_owned)
+    }
+
+    #[tokio::test]
+    async fn a_refreshed_token_is_written_into_the_selected_users_auth_provider_and_nowhere_else() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config");
         std::fs::write(&path, KUBECONFIG).expect("write");
@@ -156,7 +256,7 @@ mod tests {
             id_token: "new-id".into(),
             refresh_token: Some("new-refresh".into()),
         };
-        assert_eq!(write_back(sel, &refreshed).expect("written"), path);
+        assert_eq!(write_back(sel, &refreshed).await.expect("written"), path);
         let kc = Kubeconfig::read_from(&path).expect("still a kubeconfig");
         let user = |name: &str| {
             kc.auth_infos
@@ -181,11 +281,11 @@ mod tests {
             context: Some("b"),
             ..Default::default()
         };
-        assert!(write_back(sel, &refreshed).is_err());
+        assert!(write_back(sel, &refreshed).await.is_err());
     }
 
-    #[test]
-    fn a_symlinked_kubeconfig_is_written_where_it_points_with_its_own_mode() {
+    #[tokio::test]
+    async fn a_symlinked_kubeconfig_is_written_where_it_points_with_its_own_mode() {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().expect("tempdir");
         let target = dir.path().join("real-config");
@@ -201,7 +301,7 @@ mod tests {
             id_token: "new-id".into(),
             refresh_token: None,
         };
-        write_back(sel, &refreshed).expect("written");
+        write_back(sel, &refreshed).await.expect("written");
         assert!(
             std::fs::symlink_metadata(&link)
                 .expect("link")
@@ -216,5 +316,57 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[tokio::test]
+    async fn the_kubeconfig_is_locked_as_client_go_locks_it_and_the_holder_reads_the_tokens_again()
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config");
+        std::fs::write(&path, KUBECONFIG).expect("write");
+        let sel = Selected {
+            kubeconfig: Some(&path),
+            ..Default::default()
+        };
+        let lock_file = dir.path().join("config.lock");
+        let first = lock(sel, LOCK_WAIT).await.expect("locked");
+        assert!(lock_file.exists(), "client-go's lock file");
+        assert_eq!(first.config().expect("config")[ID_TOKEN], "old-id");
+        // A second run waits; while it waits, the first refreshes and writes.
+        let waiting = {
+            let path = path.clone();
+            tokio::spawn(async move {
+                let sel = Selected {
+                    kubeconfig: Some(&path),
+                    ..Default::default()
+                };
+                let second = lock(sel, LOCK_WAIT).await.expect("locked after the first");
+                second.config().expect("config")
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "the second run waits for the lock");
+        first
+            .write_back(&Refreshed {
+                id_token: "new-id".into(),
+                refresh_token: Some("new-refresh".into()),
+            })
+            .expect("written");
+        drop(first);
+        let seen = waiting.await.expect("the second run");
+        assert_eq!(
+            seen[ID_TOKEN], "new-id",
+            "the waiter reads what the holder wrote"
+        );
+        assert_eq!(seen[REFRESH_TOKEN], "new-refresh");
+        assert!(!lock_file.exists(), "the lock is removed with its holder");
+
+        // A lock nobody lets go of (a crashed kubectl): the wait ends with an error naming it.
+        std::fs::write(&lock_file, "").expect("a stale lock");
+        let err = lock(sel, Duration::from_millis(100))
+            .await
+            .expect_err("stale");
+        assert!(err.to_string().contains("config.lock"), "{err}");
+        assert!(lock_file.exists(), "someone else's lock is not removed");
     }
 }

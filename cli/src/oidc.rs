@@ -43,35 +43,25 @@ const MARGIN: Duration = Duration::from_secs(10);
 /// Each call to the issuer (discovery, token endpoint) is bounded.
 const ISSUER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The id-token to send, and what the issuer returned if it was refreshed.
-#[derive(Debug, PartialEq, Eq)]
-pub struct IdToken {
-    pub id_token: String,
-    /// The refreshed `id-token` and (if the issuer rotated it) `refresh-token`, to write back.
-    pub refreshed: Option<Refreshed>,
-}
-
+/// What the issuer returned: the refreshed `id-token` and (if the issuer rotated it) `refresh-token`, to write back.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refreshed {
     pub id_token: String,
     pub refresh_token: Option<String>,
 }
 
-/// The id-token of an `oidc` auth-provider's `config`, refreshed first if it has expired (or
-/// expires within [`MARGIN`] of `now`) or cannot be read.
-pub async fn id_token(
-    config: &HashMap<String, String>,
-    now: jiff::Timestamp,
-) -> Result<IdToken, OidcError> {
-    let current = config.get(ID_TOKEN).filter(|t| !t.is_empty());
-    if let Some(token) = current
-        && expiry(token).is_some_and(|exp| now + MARGIN < exp)
-    {
-        return Ok(IdToken {
-            id_token: token.clone(),
-            refreshed: None,
-        });
-    }
+/// The `config`'s id-token if it can be sent as it is: a JWT that does not expire within
+/// [`MARGIN`] of `now`.
+pub fn usable(config: &HashMap<String, String>, now: jiff::Timestamp) -> Option<String> {
+    config
+        .get(ID_TOKEN)
+        .filter(|t| !t.is_empty())
+        .filter(|t| expiry(t).is_some_and(|exp| now + MARGIN < exp))
+        .cloned()
+}
+
+/// A new id-token (and maybe refresh token) from the issuer, with `config`'s refresh token.
+pub async fn refreshed(config: &HashMap<String, String>) -> Result<Refreshed, OidcError> {
     let field = |key: &'static str| {
         config
             .get(key)
@@ -83,13 +73,9 @@ pub async fn id_token(
     let client_id = field(CLIENT_ID)?;
     let client_secret = config.get(CLIENT_SECRET).filter(|s| !s.is_empty());
     let http = issuer_client(config).map_err(|e| refresh_error(issuer, e))?;
-    let refreshed = refresh(&http, issuer, client_id, client_secret, refresh_token)
+    refresh(&http, issuer, client_id, client_secret, refresh_token)
         .await
-        .map_err(|e| refresh_error(issuer, e))?;
-    Ok(IdToken {
-        id_token: refreshed.id_token.clone(),
-        refreshed: Some(refreshed),
-    })
+        .map_err(|e| refresh_error(issuer, e))
 }
 
 fn refresh_error(issuer: &str, e: anyhow::Error) -> OidcError {
@@ -252,13 +238,7 @@ mod tests {
         let now = jiff::Timestamp::now();
         let valid = jwt(&serde_json::json!({"exp": now.as_second() + 600}));
         let config = HashMap::from([(ID_TOKEN.to_owned(), valid.clone())]);
-        assert_eq!(
-            id_token(&config, now).await.expect("token"),
-            IdToken {
-                id_token: valid,
-                refreshed: None
-            }
-        );
+        assert_eq!(usable(&config, now), Some(valid));
 
         // Within the margin, expired, or no JWT at all: a refresh is needed, and without a
         // refresh token the error names what is missing.
@@ -269,7 +249,8 @@ mod tests {
             "not-a-jwt".to_owned(),
         ] {
             let config = HashMap::from([(ID_TOKEN.to_owned(), token.clone())]);
-            let err = id_token(&config, now).await.expect_err(&token);
+            assert_eq!(usable(&config, now), None, "{token}");
+            let err = refreshed(&config).await.expect_err(&token);
             assert!(
                 matches!(err, OidcError::CannotRefresh(REFRESH_TOKEN)),
                 "{token}: {err:?}"
@@ -277,7 +258,7 @@ mod tests {
             assert!(err.to_string().contains("refresh-token"), "{err}");
         }
         let config = HashMap::from([(REFRESH_TOKEN.to_owned(), "r".to_owned())]);
-        let err = id_token(&config, now).await.expect_err("no issuer");
+        let err = refreshed(&config).await.expect_err("no issuer");
         assert!(matches!(err, OidcError::CannotRefresh(ISSUER)), "{err:?}");
     }
 }

@@ -98,8 +98,10 @@ pub struct Args {
     /// are read, watched and snapshotted (the chart passes `runtimes.extra`).
     #[arg(long, env = "HOLDFAST_EXTRA_RUNTIME_RESOURCES", value_delimiter = ',')]
     pub extra_runtime_resources: Vec<String>,
-    /// Time between preflight probes (the capability of each call is probed again this
-    /// often; a call trusts a probe at most twice this old, and probes itself otherwise).
+    /// Time between preflight probes while the hold API is in use (the capability of each
+    /// call is probed again this often; a call trusts a probe at most twice this old, and
+    /// probes itself otherwise). An idle controller, no call for twice this long, sends no
+    /// probe: its next call probes first.
     #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL", default_value = "30s", value_parser = duration::parse)]
     pub preflight_interval: Duration,
 }

@@ -256,6 +256,14 @@ async fn reprobe(executor: HoldExecutor, every: Duration, shutdown: Cancellation
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
+        // Idle (no call within the age a call accepts): no probe, and no request; the next
+        // call probes first.
+        if !executor
+            .capability()
+            .reprobe_due(executor.config().preflight_max_age)
+        {
+            continue;
+        }
         let report = executor.preflight(None).await;
         let calls = serde_json::to_string(&report.calls).unwrap_or_default();
         if calls != last {

@@ -241,6 +241,8 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     let baseline_client = cp.client(Identity::Webhook).await?;
     let cms: Api<ConfigMap> = Api::namespaced(baseline_client, jobs_ns);
     eprintln!("baseline: creating {n} ConfigMaps, {conc} at a time...");
+    let components = Components::of(cp.process_group());
+    let cpu_before_baseline = components.cpu();
     let started = Instant::now();
     stream::iter(baseline_cms)
         .map(|cm| {
@@ -254,6 +256,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         .try_collect::<Vec<()>>()
         .await?;
     let baseline = started.elapsed();
+    let cpu_baseline = components.cpu().since(&cpu_before_baseline);
     let baseline_rate = n as f64 / baseline.as_secs_f64();
     eprintln!(
         "  {n} creates in {:.2}s: {baseline_rate:.0}/s",
@@ -285,6 +288,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     });
 
     eprintln!("reconciler: snapshotting {n} TrainJobs...");
+    let cpu_before_reconciler = components.cpu();
     let started = Instant::now();
     let kubeconfig = cp.kubeconfig(Identity::Controller);
     let concurrency = args.concurrency.to_string();
@@ -344,6 +348,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     });
     let (first, last) = tokio::time::timeout(Duration::from_secs(3600), seen).await??;
     let total = last.duration_since(started);
+    let cpu_reconciler = components.cpu().since(&cpu_before_reconciler);
     let steady = first.map(|f| last.duration_since(f));
     let ready_after = ready.await?.map(|r| r.duration_since(started));
     // Steady state: every snapshot taken; what does the controller still ask for?
@@ -507,6 +512,26 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         "  reconciler CPU time: {cpu_secs:.2}s = {:.2} ms per snapshot",
         cpu_secs * 1000.0 / n as f64
     );
+    println!(
+        "  CPU seconds while the baseline ran ({:.1}s) and while the reconciler did ({:.1}s), by process (where the time goes: the machine has 2 cores)",
+        baseline.as_secs_f64(),
+        total.as_secs_f64()
+    );
+    for (name, base) in &cpu_baseline.0 {
+        let during = cpu_reconciler.get(name);
+        println!(
+            "    {name:<24} {base:>7.2}s  {during:>7.2}s  ({:.2} -> {:.2} ms per object)",
+            base * 1000.0 / n as f64,
+            during * 1000.0 / n as f64
+        );
+    }
+    println!(
+        "    {:<24} {:>7}   {:>7.2}s  ({:.2} ms per snapshot)",
+        "reconciler",
+        "-",
+        cpu_secs,
+        cpu_secs * 1000.0 / n as f64
+    );
     match ready_after {
         Some(r) => println!(
             "  time from start to ready (/readyz): {:.2}s",
@@ -530,6 +555,97 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     }
     println!("  reconciler exit: {exited}");
     Ok(())
+}
+
+/// The control plane's processes (etcd, kube-apiserver, ...; the webhook when it runs) and
+/// this bench process, whose CPU time is sampled around each phase.
+struct Components(Vec<(String, u32)>);
+
+/// CPU seconds (user + system) by process name.
+#[derive(Default)]
+struct Cpu(Vec<(String, f64)>);
+
+impl Cpu {
+    fn since(&self, before: &Cpu) -> Cpu {
+        Cpu(self
+            .0
+            .iter()
+            .map(|(name, secs)| (name.clone(), secs - before.get(name)))
+            .collect())
+    }
+
+    fn get(&self, name: &str) -> f64 {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0.0, |(_, s)| *s)
+    }
+}
+
+impl Components {
+    /// Every process of process group `group`, and this one.
+    fn of(group: i32) -> Components {
+        let mut found = vec![("this bench (clients)".to_owned(), std::process::id())];
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Some(fields) = stat_fields(pid) else {
+                continue;
+            };
+            // Field 5 is the process group; fields after the name (field 2) are split on spaces.
+            if fields.get(2).and_then(|g| g.parse::<i32>().ok()) != Some(group)
+                || pid == std::process::id()
+            {
+                continue;
+            }
+            let name = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .ok()
+                .and_then(|c| {
+                    c.split(|b| *b == 0).next().map(|a| {
+                        String::from_utf8_lossy(a)
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or_default()
+                            .to_owned()
+                    })
+                })
+                .unwrap_or_else(|| pid.to_string());
+            found.push((name, pid));
+        }
+        found.sort();
+        Components(found)
+    }
+
+    fn cpu(&self) -> Cpu {
+        Cpu(self
+            .0
+            .iter()
+            .map(|(name, pid)| {
+                let ticks: u64 = stat_fields(*pid)
+                    .map(|f| {
+                        f.iter()
+                            .skip(11)
+                            .take(2)
+                            .filter_map(|v| v.parse::<u64>().ok())
+                            .sum()
+                    })
+                    .unwrap_or(0);
+                (name.clone(), ticks as f64 / 100.0)
+            })
+            .collect())
+    }
+}
+
+/// `/proc/<pid>/stat` after the process name (field 3, the state, first).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    Some(after_name.split_whitespace().map(str::to_owned).collect())
 }
 
 /// A field of `/proc/<pid>/status` in KiB (0 if missing).

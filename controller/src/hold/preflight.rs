@@ -338,6 +338,8 @@ pub struct Capability {
     last: Arc<RwLock<Option<(PreflightReport, Instant)>>>,
     /// One probe at a time: calls that find the capability stale at once probe once.
     pub(crate) probing: Arc<tokio::sync::Mutex<()>>,
+    /// When a call last consulted the capability ([`Capability::verdict`]).
+    consulted: Arc<RwLock<Option<Instant>>>,
 }
 
 /// What the last preflight says about a call.
@@ -367,6 +369,7 @@ impl Capability {
     /// What the last preflight says about `call`, if it is younger than `max_age` (so a zero
     /// `max_age` always probes first, however fast the clock reads).
     pub fn verdict(&self, call: CallKind, max_age: std::time::Duration) -> CapabilityVerdict {
+        *self.consulted.write().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let last = self.last.read().unwrap_or_else(|e| e.into_inner());
         let Some((report, at)) = last.as_ref() else {
             return CapabilityVerdict::ProbeFirst;
@@ -383,6 +386,22 @@ impl Capability {
             Err(_) => CapabilityVerdict::ProbeFirst,
         }
     }
+}
+
+impl Capability {
+    /// Whether the periodic preflight should probe now: only while the hold API is in use,
+    /// that is while a call consulted the capability within `max_age` (the age past which a
+    /// call probes first). An idle controller sends no probe: the next call finds the last
+    /// one too old and probes before it acts, as the first call after start-up does.
+    pub fn reprobe_due(&self, max_age: std::time::Duration) -> bool {
+        let consulted = *self.consulted.read().unwrap_or_else(|e| e.into_inner());
+        reprobe_due(consulted.map(|at| at.elapsed()), max_age)
+    }
+}
+
+/// [`Capability::reprobe_due`], given how long ago a call last consulted the capability.
+fn reprobe_due(since_consulted: Option<std::time::Duration>, max_age: std::time::Duration) -> bool {
+    since_consulted.is_some_and(|age| age < max_age)
 }
 
 /// What a preflight probes.
@@ -740,6 +759,23 @@ async fn round_trip(
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_periodic_preflight_probes_only_while_calls_consult_it() {
+        let max_age = Duration::from_secs(60);
+        assert!(!reprobe_due(None, max_age), "no call yet: idle");
+        assert!(reprobe_due(Some(Duration::from_secs(5)), max_age));
+        assert!(!reprobe_due(Some(max_age), max_age), "idle for max_age");
+        let capability = Capability::default();
+        assert!(!capability.reprobe_due(max_age));
+        // A call consults it (no probe yet: it would probe first).
+        assert_eq!(
+            capability.verdict(CallKind::Hold, max_age),
+            CapabilityVerdict::ProbeFirst
+        );
+        assert!(capability.reprobe_due(max_age));
+        assert!(!capability.reprobe_due(Duration::ZERO));
+    }
 
     fn report(mode: Mode, failed: &[Probe]) -> PreflightReport {
         let checks = Probe::all(mode)

@@ -1080,9 +1080,11 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("watch", tj, "trainingruntimes", "", ""),
         ("list", tj, "clustertrainingruntimes", "", ""),
         ("get", "slurm.example.com", "slurmruntimes", "tenant", "s"),
-        // A hold left from kueue mode is read and released on its Workload.
+        // A hold left from kueue mode is read and released on its Workload; Workloads are
+        // watched (metadata only) for such holds.
         ("get", "kueue.x-k8s.io", "workloads", "tenant", "w"),
         ("list", "kueue.x-k8s.io", "workloads", "", ""),
+        ("watch", "kueue.x-k8s.io", "workloads", "", ""),
         ("update", "kueue.x-k8s.io", "workloads", "tenant", "w"),
         ("list", "slurm.example.com", "slurmruntimes", "", ""),
         ("get", "", "configmaps", "tenant", "job-runtime-snapshot"),
@@ -1193,7 +1195,6 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
             "",
             "tbl-holdfast",
         ),
-        ("watch", "kueue.x-k8s.io", "workloads", "", ""),
         ("list", "kueue.x-k8s.io", "admissionchecks", "", ""),
         ("create", "", "events", "tenant", ""),
         ("get", "events.k8s.io", "events", "tenant", "e"),

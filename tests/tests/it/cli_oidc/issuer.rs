@@ -42,6 +42,8 @@ struct Tokens {
     /// Every refresh token presented at the token endpoint, in order.
     presented: Vec<String>,
     issued: u32,
+    /// How long the token endpoint takes to answer (after it has spent the refresh token).
+    delay: Duration,
 }
 
 impl Drop for Issuer {
@@ -116,6 +118,7 @@ impl Issuer {
             refresh: HashMap::new(),
             presented: Vec::new(),
             issued: 0,
+            delay: Duration::ZERO,
         }));
         let router = Router::new()
             .route("/.well-known/openid-configuration", get(discovery))
@@ -147,6 +150,12 @@ impl Issuer {
     /// A valid refresh token for `subject`.
     pub fn refresh_token(&self, subject: &str) -> String {
         self.tokens().new_refresh_token(subject)
+    }
+
+    /// Makes the token endpoint answer `delay` after it spent the refresh token (a slow
+    /// issuer: runs that start together then overlap).
+    pub fn set_token_delay(&self, delay: Duration) {
+        self.tokens().delay = delay;
     }
 
     /// Every refresh token presented at the token endpoint so far, in order.
@@ -182,8 +191,16 @@ async fn keys(State(state): Shared) -> Json<Value> {
 /// The token endpoint: `application/x-www-form-urlencoded`, a public client naming itself.
 /// The test's tokens and client id are URL-safe, so no percent-decoding is needed.
 async fn token(State(state): Shared, body: String) -> (StatusCode, Json<Value>) {
+    let (delay, answer) = {
+        let mut tokens = state.lock().unwrap_or_else(|p| p.into_inner());
+        (tokens.delay, token_answer(&mut tokens, &body))
+    };
+    tokio::time::sleep(delay).await;
+    answer
+}
+
+fn token_answer(tokens: &mut Tokens, body: &str) -> (StatusCode, Json<Value>) {
     let form: HashMap<&str, &str> = body.split('&').filter_map(|p| p.split_once('=')).collect();
-    let mut tokens = state.lock().unwrap_or_else(|p| p.into_inner());
     let refused = |error: &str, description: &str| {
         (
             StatusCode::BAD_REQUEST,

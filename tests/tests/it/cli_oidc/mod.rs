@@ -284,8 +284,42 @@ async fn kubectl_holdfast_with_an_oidc_kubeconfig_refreshes_an_expired_id_token_
         stdout(&out),
         stderr(&out)
     );
-    assert_eq!(issuer.presented(), [refresh, mallory_refresh]);
+    assert_eq!(
+        issuer.presented(),
+        [refresh.clone(), mallory_refresh.clone()]
+    );
     assert!(hold_annotations(&read_trainjob(&cp, &ns, "mnist").await).is_empty());
+
+    // Two runs at once with an expired id-token, and a slow issuer that rotates refresh
+    // tokens: the first refreshes under the kubeconfig's lock; the second waits for the lock,
+    // reads the file again and uses the token the first wrote. Without the lock both would
+    // present the same refresh token, and the second would be refused it as spent.
+    let again = issuer.refresh_token("jane");
+    let both = oidc_kubeconfig(
+        dir.path(),
+        server,
+        &issuer,
+        "jane",
+        (&issuer.id_token("jane", -600), &again),
+    );
+    issuer.set_token_delay(Duration::from_secs(1));
+    let status = ["status", job.as_str(), "-o", "json"];
+    let (one, two) = tokio::join!(
+        holdfast(&cp, &both, &api.base, &status),
+        holdfast(&cp, &both, &api.base, &status)
+    );
+    for out in [&one, &two] {
+        assert_eq!(code(out), 0, "{}{}", stdout(out), stderr(out));
+    }
+    assert_eq!(
+        issuer.presented(),
+        [refresh, mallory_refresh, again],
+        "one refresh for the two runs"
+    );
+    assert!(
+        !PathBuf::from(format!("{}.lock", both.display())).exists(),
+        "no lock is left behind"
+    );
 }
 
 /// A refresh the issuer refuses (a spent or revoked refresh token) ends the run before
