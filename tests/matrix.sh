@@ -5,8 +5,8 @@
 # plane is built from its Go modules on first use and cached like the default one (a cold
 # Kubernetes build takes 15-25 minutes on two cores; later runs start in seconds).
 #
-#   tests/matrix.sh                 every entry: current, oldest, newest
-#   tests/matrix.sh oldest newest   the named entries only
+#   tests/matrix.sh                   every entry: current (the newest, CI's), oldest, previous
+#   tests/matrix.sh oldest previous   the named entries only
 #
 # Left out of the matrix, as from nothing else: the fault suite (each fault test starts control
 # planes of its own and proves holdfast's behaviour, not the apiserver's; CI runs it on the
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 entries=("$@")
-[ ${#entries[@]} -gt 0 ] || entries=(current oldest newest)
+[ ${#entries[@]} -gt 0 ] || entries=(current oldest previous)
 module() { # module ENTRY: the directory holding the entry's versions.env and go.mod
   if [ "$1" = current ]; then echo tests/cluster; else echo "tests/cluster/matrix/$1"; fi
 }

@@ -1,4 +1,4 @@
-module holdfast.dev/tests/cluster/matrix/newest/kueue
+module holdfast.dev/tests/cluster/matrix/previous/kueue
 
 go 1.26.0
 
