@@ -143,6 +143,9 @@ impl Snapshotter {
             .ok()
             .and_then(|r| r.clone())
             .ok_or(Error::NotRunning)?;
+        if !ctx.configmaps_listed().await {
+            return Err(Error::NotRunning);
+        }
         let (report, _counts) = drift::compute(&ctx, &self.inner.drift_cache, true).await;
         Ok(report)
     }
@@ -202,15 +205,13 @@ impl Snapshotter {
         let (retrigger, retriggered) = futures::channel::mpsc::unbounded();
         let mut tasks = JoinSet::new();
 
-        // Snapshot ConfigMaps first: reconciling before they are known would try to create
-        // snapshots that exist.
+        // The snapshot ConfigMaps and the TrainJobs are listed at once. Nothing that reads
+        // the ConfigMaps acts before their list is in (reconciling before they are known
+        // would try to create snapshots that exist): a reconcile, the drift gauge and report,
+        // and the migration's count wait for it (`Context::configmaps_listed`).
         let (configmaps, driver) =
             configmaps::watch(client.clone(), namespace, health.clone(), retrigger.clone());
         tasks.spawn(driver);
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            ready = configmaps.ready() => if !ready { return Err(Error::NotRunning) },
-        }
 
         let feed = feed.unwrap_or_else(|| {
             let (feed, driver) = Feed::alone(client.clone(), namespace, shutdown.child_token());
@@ -263,6 +264,7 @@ impl Snapshotter {
             backoff: Backoffs::new(config.retry_min, config.retry_max),
             trainjobs: trainjobs.clone(),
             renderings: Mutex::default(),
+            shutdown: shutdown.clone(),
         });
         if let Ok(mut r) = self.inner.running.write() {
             *r = Some(ctx.clone());
@@ -278,19 +280,24 @@ impl Snapshotter {
                 lease: config.migration_event_lease.clone(),
                 started,
             };
+            let ctx = ctx.clone();
             tasks.spawn(async move {
-                if listed.wait_for(|l| *l).await.is_ok() {
+                if listed.wait_for(|l| *l).await.is_ok() && ctx.configmaps_listed().await {
                     let pending =
                         migration::log_stock(&follow.trainjobs.state(), &follow.configmaps);
                     migration::follow(follow, pending).await;
                 }
             });
         }
-        tasks.spawn(drift::keep_gauge(
-            ctx.clone(),
-            config.drift_interval,
-            shutdown.child_token(),
-        ));
+        tasks.spawn({
+            let (ctx, interval, stop) =
+                (ctx.clone(), config.drift_interval, shutdown.child_token());
+            async move {
+                if ctx.configmaps_listed().await {
+                    drift::keep_gauge(ctx, interval, stop).await;
+                }
+            }
+        });
 
         tracing::info!(
             namespace = namespace.unwrap_or("(all)"),

@@ -57,10 +57,27 @@ pub struct Context {
     pub trainjobs: Store<Watched>,
     /// The latest rendering of each runtime snapshotted.
     pub renderings: Mutex<HashMap<RuntimeKey, Arc<Rendered>>>,
+    /// The reconciler's shutdown.
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl Context {
+    /// Waits until the snapshot ConfigMaps are listed; false if the watch stopped first or
+    /// the reconciler is shutting down.
+    pub async fn configmaps_listed(&self) -> bool {
+        tokio::select! {
+            listed = self.configmaps.ready() => listed,
+            () = self.shutdown.cancelled() => false,
+        }
+    }
 }
 
 /// The reconciler kube-runtime's `Controller` calls.
 pub async fn reconcile(job: Arc<Watched>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // The TrainJobs are listed while the ConfigMaps are: the first reconciles wait for them.
+    if !ctx.configmaps_listed().await {
+        return Err(Error::NotRunning);
+    }
     let started = Instant::now();
     let outcome = match &job.0 {
         Ok(decoded) => ctx.reconcile(decoded).await,
