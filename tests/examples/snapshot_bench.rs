@@ -519,6 +519,9 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     );
     for (name, base) in &cpu_baseline.0 {
         let during = cpu_reconciler.get(name);
+        if base + during < 0.05 {
+            continue;
+        }
         println!(
             "    {name:<24} {base:>7.2}s  {during:>7.2}s  ({:.2} -> {:.2} ms per object)",
             base * 1000.0 / n as f64,
