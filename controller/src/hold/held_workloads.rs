@@ -15,15 +15,22 @@
 //!   the Workload kind is not served (Kueue not installed). The call reads no Workload.
 //! - [`Lookup::Marked`]: one does; the call reads the job's Workloads from the apiserver as
 //!   before (consistent, whole objects), so a hold's state is never taken from the cache.
-//! - [`Lookup::Unknown`]: the watch has not listed (starting, or refused — say, RBAC without
-//!   `watch`); the call reads the Workloads from the apiserver.
+//! - [`Lookup::Unknown`]: the watch has not listed since it started or last failed (any
+//!   failure ends it, and a new one lists afresh: [`keep_watching`]); the call reads the
+//!   Workloads from the apiserver.
 //!
-//! Why a lagging watch cannot hide a hold: in plain mode nothing adds a hold's marks to a
-//! Workload. Holds on Workloads are placed by kueue mode's controller, which a switch stops
-//! first (chart README, "Switching mode"); the readmission controller that moves a hold to a
-//! replacement Workload is kueue mode's; the webhook refuses anyone else writing the marks.
-//! So in plain mode marks only go away, and a stale watch errs towards [`Lookup::Marked`],
-//! which reads fresh. The watch's initial list is a consistent read, not the watch cache.
+//! Why the watch's lag cannot hide a hold for longer than the watch takes to deliver an
+//! event: in plain mode nothing adds a hold's marks to a Workload. Holds on Workloads are
+//! placed by kueue mode's controller, which a switch stops first (chart README, "Switching
+//! mode"); the readmission controller that moves a hold to a replacement Workload is kueue
+//! mode's; the webhook refuses anyone else writing the marks. So marks only go away, and a
+//! stale mark errs towards [`Lookup::Marked`], which reads fresh. What can still change is a
+//! marked Workload's owner: after its TrainJob was deleted with `--cascade=orphan`, Kueue may
+//! adopt the orphan for a new TrainJob naming it as its prebuilt Workload (only Kueue may make
+//! a Workload a TrainJob's). That is one watch event, delivered in milliseconds; a watch that
+//! failed instead is abandoned and calls read fresh until a new one lists. The webhook's own
+//! check of an unsuspend reads the Workloads fresh, whatever this watch says. The initial list
+//! is a consistent read, not the watch cache.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -37,7 +44,7 @@ use holdfast_core::{
 };
 use kube::api::{Api, DynamicObject};
 use kube::core::{ObjectMeta, PartialObjectMeta};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -161,59 +168,7 @@ impl HeldWorkloads {
             Api::all_with(client, &holdfast_cluster::workload_resource());
         let (tx, listing) = watch::channel(Listing::Pending);
         let marked = Arc::new(RwLock::new(Marked::default()));
-        let writer = marked.clone();
-        let mut relist: Option<Marked> = None;
-        // The default semantic: the initial list is a consistent read (see the module's
-        // documentation), not the apiserver's watch cache.
-        let events = watcher(api, watcher::Config::default()).default_backoff();
-        let task = tokio::spawn(events.for_each(move |event| {
-            match event {
-                Ok(watcher::Event::Init) => relist = Some(Marked::default()),
-                Ok(watcher::Event::InitApply(w)) => {
-                    if let Some(buffer) = relist.as_mut() {
-                        buffer.apply(&w.metadata);
-                    }
-                }
-                Ok(watcher::Event::InitDone) => {
-                    if let (Some(fresh), Ok(mut m)) = (relist.take(), writer.write()) {
-                        tracing::info!(
-                            marked = fresh.len(),
-                            "listed Workloads: these carry a hold left from kueue mode"
-                        );
-                        *m = fresh;
-                    }
-                    tx.send_replace(Listing::Listed);
-                }
-                Ok(watcher::Event::Apply(w)) => {
-                    if let Ok(mut m) = writer.write() {
-                        m.apply(&w.metadata);
-                    }
-                }
-                Ok(watcher::Event::Delete(w)) => {
-                    if let Ok(mut m) = writer.write() {
-                        m.delete(&w.metadata);
-                    }
-                }
-                Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) if s.code == 404 => {
-                    // Kueue is not installed. Listed again (with backoff) until it is: a
-                    // Workload created then carries no hold (plain mode places none).
-                    if *tx.borrow() == Listing::Pending {
-                        tracing::debug!("the Workload kind is not served: no Workload holds");
-                    }
-                    tx.send_if_modified(|l| {
-                        let changed = *l == Listing::Pending;
-                        if changed {
-                            *l = Listing::NotServed;
-                        }
-                        changed
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching Workloads for holds left from kueue mode; hold calls read them from the apiserver until the watch lists");
-                }
-            }
-            futures::future::ready(())
-        }));
+        let task = tokio::spawn(keep_watching(api, marked.clone(), tx));
         HeldWorkloads(Arc::new(Inner {
             marked,
             listing,
@@ -241,6 +196,81 @@ impl HeldWorkloads {
         tokio::time::timeout(timeout, rx.wait_for(|l| *l != Listing::Pending))
             .await
             .is_ok_and(|r| r.is_ok())
+    }
+}
+
+/// The first pause before watching again after a failure; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(500);
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+/// How often a cluster that serves no Workloads is asked again. In plain mode no hold can
+/// be on a Workload of a Kueue installed meanwhile: only a kueue-mode controller places one,
+/// and a switch to kueue mode replaces this process.
+const NOT_SERVED_PAUSE: Duration = Duration::from_secs(60);
+
+/// Watches until the task is aborted, keeping `marked` and saying in `listing` whether it
+/// can be trusted. A watch that fails in any way is abandoned, and calls read the Workloads
+/// from the apiserver (`Pending`) until a new watch has listed afresh: kube's watcher would
+/// resume from its last resourceVersion without listing again, and a watch refused meanwhile
+/// (RBAC without `watch`, say) would leave the marks as they were listed.
+async fn keep_watching(
+    api: Api<PartialObjectMeta<DynamicObject>>,
+    marked: Arc<RwLock<Marked>>,
+    listing: watch::Sender<Listing>,
+) {
+    let mut pause = FIRST_PAUSE;
+    loop {
+        // The default semantic: the initial list is a consistent read (see the module's
+        // documentation), not the apiserver's watch cache.
+        let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()));
+        let mut relist: Option<Marked> = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Init) => relist = Some(Marked::default()),
+                Ok(watcher::Event::InitApply(w)) => {
+                    if let Some(buffer) = relist.as_mut() {
+                        buffer.apply(&w.metadata);
+                    }
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let (Some(fresh), Ok(mut m)) = (relist.take(), marked.write()) {
+                        tracing::info!(
+                            marked = fresh.len(),
+                            "listed Workloads: these carry a hold left from kueue mode"
+                        );
+                        *m = fresh;
+                    }
+                    listing.send_replace(Listing::Listed);
+                    pause = FIRST_PAUSE;
+                }
+                Ok(watcher::Event::Apply(w)) => {
+                    if let Ok(mut m) = marked.write() {
+                        m.apply(&w.metadata);
+                    }
+                }
+                Ok(watcher::Event::Delete(w)) => {
+                    if let Ok(mut m) = marked.write() {
+                        m.delete(&w.metadata);
+                    }
+                }
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) if s.code == 404 => {
+                    tracing::debug!("the Workload kind is not served (Kueue is not installed)");
+                    listing.send_replace(Listing::NotServed);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching Workloads for holds left from kueue mode; hold calls read them from the apiserver until a new watch has listed");
+                    listing.send_replace(Listing::Pending);
+                    break;
+                }
+            }
+        }
+        let wait = if *listing.borrow() == Listing::NotServed {
+            NOT_SERVED_PAUSE
+        } else {
+            pause
+        };
+        tokio::time::sleep(wait).await;
+        pause = (pause * 2).min(MAX_PAUSE);
     }
 }
 
