@@ -260,8 +260,8 @@ impl HoldExecutor {
     }
 
     /// Refuses the call (`Unsupported`) if the cluster cannot support it, probing again first
-    /// (all but the dry-run hold) when the last probe is too old or refused longer ago than a
-    /// moment. Fails closed.
+    /// when the last probe is too old or refused longer ago than a moment: all but the
+    /// dry-run hold, unless that too is too old (an idle spell). Fails closed.
     async fn ensure_capable(&self, kind: CallKind) -> Result<(), HoldError> {
         let max_age = self.config.preflight_max_age;
         match self.capability.verdict(kind, max_age) {
@@ -276,7 +276,14 @@ impl HoldExecutor {
             CapabilityVerdict::Refused(e) => return Err(e),
             CapabilityVerdict::ProbeFirst => {}
         }
-        let report = self.probe(preflight::Scope::BeforeCall).await;
+        // The periodic preflight's own round trip (on any TrainJob): on the call's own, a
+        // TrainJob that does not exist would fail the probe rather than the call.
+        let scope = if self.capability.round_trip_stale(max_age) {
+            preflight::Scope::Full { target: None }
+        } else {
+            preflight::Scope::BeforeCall
+        };
+        let report = self.probe(scope).await;
         match report.check(kind.into()) {
             // The apiserver is unreachable: nothing is known to be missing, and the call's own
             // requests will end at its deadline having written nothing.
@@ -477,6 +484,9 @@ impl HoldExecutor {
             queues: self.queues.as_ref(),
         };
         let report = preflight::run(&prober, scope, previous.as_ref()).await;
+        if let preflight::Scope::Full { .. } = scope {
+            self.capability.round_trip_made();
+        }
         self.capability.record(report.clone());
         self.metrics
             .record::<()>(MetricCall::preflight, &Ok(()), started.elapsed());

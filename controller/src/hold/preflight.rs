@@ -10,9 +10,10 @@
 //!
 //! The capability fails closed and is never decided once for good ([`Capability`]): a probe
 //! that failed *or could not be made* makes the calls it gates answer `Unsupported` with the
-//! reason; the controller probes again on a timer (`--preflight-interval`), and a call
-//! probes again itself (all but the dry-run hold: its own write is that) when the last probe
-//! is older than twice the interval or did not pass. Every replica probes the same cluster
+//! reason; the controller probes again on a timer (`--preflight-interval`) while the hold
+//! API is in use, and a call probes again itself when the last probe is older than twice the
+//! interval or did not pass (all but the dry-run hold, its own write being that, unless the
+//! last dry-run hold is itself older than twice the interval, after an idle spell). Every replica probes the same cluster
 //! this way, so replicas agree within one interval, and a refusal is never based on a probe
 //! more than [`REPROBE_AFTER`] old. The one probe that may fail to run without gating
 //! anything is the dry-run hold on a cluster without a TrainJob: a call's own write is its
@@ -340,6 +341,9 @@ pub struct Capability {
     pub(crate) probing: Arc<tokio::sync::Mutex<()>>,
     /// When a call last consulted the capability ([`Capability::verdict`]).
     consulted: Arc<RwLock<Option<Instant>>>,
+    /// When the hold round trip was last made (a full preflight); a call's own probe carries
+    /// its result.
+    round_trip_at: Arc<RwLock<Option<Instant>>>,
 }
 
 /// What the last preflight says about a call.
@@ -389,6 +393,25 @@ impl Capability {
 }
 
 impl Capability {
+    /// Records that a full preflight (the hold round trip included) was just made.
+    pub(crate) fn round_trip_made(&self) {
+        *self
+            .round_trip_at
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether the last hold round trip is older than `max_age`: a call's own probe then
+    /// makes it again (as the periodic preflight does) rather than carry its result (after an idle
+    /// spell no periodic preflight has made it). No round trip yet: its result says so and
+    /// gates nothing.
+    pub(crate) fn round_trip_stale(&self, max_age: std::time::Duration) -> bool {
+        self.round_trip_at
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| at.elapsed() >= max_age)
+    }
+
     /// Whether the periodic preflight should probe now: only while the hold API is in use,
     /// that is while a call consulted the capability within `max_age` (the age past which a
     /// call probes first). An idle controller sends no probe: the next call finds the last
