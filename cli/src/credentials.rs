@@ -141,7 +141,16 @@ async fn refresh_oidc(
     if let Some(token) = oidc::usable(&current, jiff::Timestamp::now()) {
         return Ok(token);
     }
-    let refreshed = oidc::refreshed(&current).await?;
+    // Interrupted while it holds the lock (Ctrl-C), the run removes the lock before it ends:
+    // a lock left behind would make kubectl's own write-backs fail until removed by hand.
+    let refreshed = tokio::select! {
+        refreshed = oidc::refreshed(&current) => refreshed?,
+        _ = tokio::signal::ctrl_c() => {
+            drop(locked);
+            eprintln!("holdfast: interrupted while refreshing the oidc id-token");
+            std::process::exit(130);
+        }
+    };
     if let Err(e) = locked.write_back(&refreshed) {
         not_written(e);
     }

@@ -31,8 +31,11 @@ pub struct Selected<'a> {
     pub user: Option<&'a str>,
 }
 
-/// How long a run waits for another's lock on the kubeconfig.
-pub const LOCK_WAIT: Duration = Duration::from_secs(15);
+/// How long a run waits for another's lock on the kubeconfig: longer than a holder of ours
+/// may keep it (the issuer's discovery and token requests, each bounded by
+/// [`crate::oidc::ISSUER_TIMEOUT`]), so that one still waited for past this has died and left
+/// its lock behind.
+pub const LOCK_WAIT: Duration = Duration::from_secs(2 * crate::oidc::ISSUER_TIMEOUT.as_secs() + 10);
 
 /// The kubeconfig file that defines the selected user's `oidc` auth-provider, locked.
 #[derive(Debug)]
@@ -104,7 +107,7 @@ pub async fn lock(sel: Selected<'_>, wait: Duration) -> anyhow::Result<Locked> {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 if started.elapsed() >= wait {
                     bail!(
-                        "{} has been locked for {}s by another process (kubectl or holdfast); remove it if none is running",
+                        "{} has been locked for {}s by another process (kubectl or holdfast, longer than either keeps it): remove it if none is running",
                         lock.display(),
                         wait.as_secs()
                     );

@@ -41,7 +41,7 @@ const CA_DATA: &str = "idp-certificate-authority-data";
 /// for the request in flight).
 const MARGIN: Duration = Duration::from_secs(10);
 /// Each call to the issuer (discovery, token endpoint) is bounded.
-const ISSUER_TIMEOUT: Duration = Duration::from_secs(30);
+pub const ISSUER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the issuer returned: the refreshed `id-token` and (if the issuer rotated it) `refresh-token`, to write back.
 #[derive(Debug, PartialEq, Eq)]
