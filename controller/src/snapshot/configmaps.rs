@@ -102,6 +102,11 @@ impl ConfigMapIndex {
             .cloned()
     }
 
+    /// Whether the initial list is in.
+    pub fn listed(&self) -> bool {
+        *self.listed.borrow()
+    }
+
     /// Waits until the initial list is in; false if the watch stopped first.
     pub async fn ready(&self) -> bool {
         self.listed.clone().wait_for(|l| *l).await.is_ok()

@@ -143,7 +143,9 @@ impl Snapshotter {
             .ok()
             .and_then(|r| r.clone())
             .ok_or(Error::NotRunning)?;
-        if !ctx.configmaps_listed().await {
+        // Not listed yet (the reconciler is starting): answered as when it does not run,
+        // rather than waited for.
+        if !ctx.configmaps.listed() {
             return Err(Error::NotRunning);
         }
         let (report, _counts) = drift::compute(&ctx, &self.inner.drift_cache, true).await;
