@@ -1,6 +1,6 @@
 //! Trainer's and holdfast's snapshot writers on the node.
 
-use super::kep_fixture::{self as kep, Config, EDITED_IMAGE, Installed, Jobs};
+use super::kep_fixture::{self, Config, EDITED_IMAGE, Installed, Jobs};
 use super::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 
@@ -79,8 +79,8 @@ pub(super) async fn trainer_webhooks_failure_policy(admin: &kube::Client, policy
 /// pods run exactly what the snapshot holds. While Trainer is stopped its webhooks are set to
 /// `Ignore` (they would refuse every TrainJob and runtime write), and restored after. Every
 /// snapshot read here, Trainer's or holdfast's, has KEP-2599's structure and ownerReference
-/// ([`kep::assert_snapshot_structure`]); "runs the configuration" is read from the JobSet's
-/// template and the pods' spec and log ([`kep::Jobs::assert_runs`]).
+/// ([`kep_fixture::assert_snapshot_structure`]); "runs the configuration" is read from the JobSet's
+/// template and the pods' spec and log ([`kep_fixture::Jobs::assert_runs`]).
 #[tokio::test]
 #[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
 async fn snapshot_writers_in_both_orders_and_the_admission_race_run_the_snapshots_image() {
@@ -195,7 +195,7 @@ async fn controller_pods(pods: &Api<Pod>, release: &ChartRelease) -> Option<Vec<
 async fn snapshot_of(jobs: &Jobs, job: &str) -> ConfigMap {
     let cm = jobs.snapshot(job).await;
     let tj = jobs.trainjobs.get(job).await.expect("the TrainJob");
-    kep::assert_snapshot_structure(&cm, &tj, job);
+    kep_fixture::assert_snapshot_structure(&cm, &tj, job);
     cm
 }
 
@@ -216,11 +216,15 @@ async fn writers_in_one_mode(cluster: &'static NodeCluster, name: &str, mode: Wr
     scale_controller(&admin, &installed.release, 0).await;
     create("trainer-first").await;
     let trainer_first = snapshot_of(jobs, "trainer-first").await;
-    assert_eq!(kep::creator(&trainer_first), "trainer", "Trainer wrote it");
+    assert_eq!(
+        kep_fixture::creator(&trainer_first),
+        "trainer",
+        "Trainer wrote it"
+    );
     assert!(
-        kep::runtime_yaml(&trainer_first).contains(&workload),
+        kep_fixture::runtime_yaml(&trainer_first).contains(&workload),
         "{}",
-        kep::runtime_yaml(&trainer_first)
+        kep_fixture::runtime_yaml(&trainer_first)
     );
     let mut first = Vec::new();
     if mode == WritersMode::Plain {
@@ -274,14 +278,14 @@ async fn writers_in_one_mode(cluster: &'static NodeCluster, name: &str, mode: Wr
     scale_controller(&admin, &installed.release, 2).await;
     let race = snapshot_of(jobs, "race").await;
     assert_eq!(
-        kep::creator(&race),
+        kep_fixture::creator(&race),
         "holdfast",
         "holdfast wrote the race job's snapshot"
     );
     assert!(
-        kep::runtime_yaml(&race).contains(EDITED_IMAGE),
+        kep_fixture::runtime_yaml(&race).contains(EDITED_IMAGE),
         "{}",
-        kep::runtime_yaml(&race)
+        kep_fixture::runtime_yaml(&race)
     );
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &jobs.ns);
     wait_for(
@@ -306,14 +310,14 @@ async fn writers_in_one_mode(cluster: &'static NodeCluster, name: &str, mode: Wr
     create("holdfast-first").await;
     let holdfast_first = snapshot_of(jobs, "holdfast-first").await;
     assert_eq!(
-        kep::creator(&holdfast_first),
+        kep_fixture::creator(&holdfast_first),
         "holdfast",
         "holdfast wrote it"
     );
     assert!(
-        kep::runtime_yaml(&holdfast_first).contains(&workload),
+        kep_fixture::runtime_yaml(&holdfast_first).contains(&workload),
         "{}",
-        kep::runtime_yaml(&holdfast_first)
+        kep_fixture::runtime_yaml(&holdfast_first)
     );
     jobs.edit_runtime("holdfast-first").await;
     for job in ["trainer-first", "holdfast-first", "race"] {
