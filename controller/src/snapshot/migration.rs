@@ -68,30 +68,27 @@ fn has_snapshot(configmaps: &ConfigMapIndex, job: &TrainJob) -> bool {
     }
 }
 
-/// Logs the start-up stock once both watches have listed; the TrainJobs to migrate
-/// (namespace, name, uid).
+/// Logs the start-up stock once both watches have listed; the TrainJobs to migrate, as the
+/// store holds them (shared with it: 100,000 pending jobs cost 100,000 pointers, not copies
+/// of their names).
 pub fn log_stock(
     jobs: &[std::sync::Arc<Watched>],
     configmaps: &ConfigMapIndex,
-) -> Vec<(String, String, Option<String>)> {
-    let decoded: Vec<&TrainJob> = jobs.iter().filter_map(|j| j.0.as_ref().ok()).collect();
-    let s = stock(decoded.iter().copied(), |job| has_snapshot(configmaps, job));
+) -> Vec<std::sync::Arc<Watched>> {
+    let decoded = || jobs.iter().filter_map(|j| j.0.as_ref().ok());
+    let s = stock(decoded(), |job| has_snapshot(configmaps, job));
     tracing::info!(
         to_migrate = s.to_migrate,
         with_snapshot = s.with_snapshot,
         finished_without_snapshot = s.finished_without,
         "start-up: TrainJobs without a snapshot are being migrated; finished ones get none"
     );
-    decoded
-        .into_iter()
-        .filter(|job| !job.finished() && !has_snapshot(configmaps, job))
-        .filter_map(|job| {
-            Some((
-                job.metadata.namespace.clone()?,
-                job.metadata.name.clone()?,
-                job.metadata.uid.clone(),
-            ))
+    jobs.iter()
+        .filter(|j| {
+            j.0.as_ref()
+                .is_ok_and(|job| !job.finished() && !has_snapshot(configmaps, job))
         })
+        .cloned()
         .collect()
 }
 
@@ -113,16 +110,25 @@ pub struct Follow {
 
 /// Follows the start-up migration of `pending` until each has a snapshot, finished or is
 /// gone (the caller stops it with the reconciler), then says it is complete.
-pub async fn follow(f: Follow, mut pending: Vec<(String, String, Option<String>)>) {
+pub async fn follow(f: Follow, mut pending: Vec<std::sync::Arc<Watched>>) {
     let migrating = pending.len();
     loop {
-        pending.retain(|(ns, name, uid)| {
+        pending.retain(|listed| {
+            let Ok(listed) = &listed.0 else {
+                return false;
+            };
+            let (Some(ns), Some(name)) = (
+                listed.metadata.namespace.as_deref(),
+                listed.metadata.name.as_deref(),
+            ) else {
+                return false;
+            };
             let Some(job) = f.trainjobs.get(&trainjob_ref(ns, name)) else {
                 return false;
             };
             match &job.0 {
                 // Another TrainJob of the same name: the one to migrate is gone.
-                Ok(job) if job.metadata.uid != *uid => false,
+                Ok(job) if job.metadata.uid != listed.metadata.uid => false,
                 Ok(job) => !job.finished() && !has_snapshot(&f.configmaps, job),
                 Err(_) => false,
             }
