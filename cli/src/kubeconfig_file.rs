@@ -241,6 +241,14 @@ mod tests {
 
     const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\nusers:\n- name: jane\n  user:\n    auth-provider:\n      name: oidc\n      config:\n        client-id: kubectl\n        id-token: old-id\n        refresh-token: old-refresh\n        idp-issuer-url: https://127.0.0.1:5556\n- name: tok\n  user:\n    token: s3cret\ncontexts:\n- name: a\n  context:\n    cluster: c\n    user: jane\n- name: b\n  context:\n    cluster: c\n    user: tok\ncurrent-context: a\n";
 
+    /// A directory holding `config`, written from [`KUBECONFIG`].
+    fn kubeconfig() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config");
+        std::fs::write(&path, KUBECONFIG).expect("write");
+        (dir, path)
+    }
+
     async fn write_back(sel: Selected<'_>, refreshed: &Refreshed) -> anyhow::Result<PathBuf> {
         let locked = lock(sel, LOCK_WAIT).await?;
         locked.write_back(refreshed).map(Path::to_owned)
@@ -248,9 +256,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refreshed_token_is_written_into_the_selected_users_auth_provider_and_nowhere_else() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("config");
-        std::fs::write(&path, KUBECONFIG).expect("write");
+        let (_dir, path) = kubeconfig();
         let sel = Selected {
             kubeconfig: Some(&path),
             ..Default::default()
@@ -324,9 +330,7 @@ mod tests {
     #[tokio::test]
     async fn the_kubeconfig_is_locked_as_client_go_locks_it_and_the_holder_reads_the_tokens_again()
     {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("config");
-        std::fs::write(&path, KUBECONFIG).expect("write");
+        let (dir, path) = kubeconfig();
         let sel = Selected {
             kubeconfig: Some(&path),
             ..Default::default()

@@ -173,17 +173,16 @@ async fn a_workload_carrying_a_hold_is_read_fresh_once_the_watch_sees_its_marks(
         )
         .await
         .expect("a held Workload the job owns");
-    let mut seen = false;
-    for _ in 0..300 {
-        let status = exec.status(&ns, "mnist").await.expect("status");
-        if status.mode == holdfast_core::mode::Mode::Kueue {
-            assert_eq!(status.hold.and_then(|h| h.instance), Some(4));
-            seen = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(seen, "the hold on the Workload is seen within 30 s");
+    let status = holdfast_tests::wait::wait_for(
+        "the hold on the Workload to be seen",
+        Duration::from_secs(30),
+        || async {
+            let status = exec.status(&ns, "mnist").await.expect("status");
+            (status.mode == holdfast_core::mode::Mode::Kueue).then_some(status)
+        },
+    )
+    .await;
+    assert_eq!(status.hold.and_then(|h| h.instance), Some(4));
     let stale = exec.release(&ns, "mnist", meta(Some(3), MINUTE)).await;
     assert_eq!(
         stale.expect_err("stale").cause(),
