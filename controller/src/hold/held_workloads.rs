@@ -37,11 +37,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use holdfast_core::{
-    hold::object,
-    names::HOLD_FINALIZER,
-    readmission::{has_hold_finalizer, owned_by},
-};
+use holdfast_core::{hold::HoldState, names::HOLD_FINALIZER, readmission::owned_by};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::watcher;
@@ -121,19 +117,28 @@ impl Marked {
 /// hold's mark: the hold-instance annotation (any value: an unreadable hold counts) or the
 /// hold finalizer.
 fn marked_view(meta: &ObjectMeta) -> Option<Value> {
-    let view = json!({"metadata": {
+    // Decided on the metadata as watched; the JSON view is built for marked Workloads only
+    // (most Workloads carry no mark, and the watch sees every change of every one).
+    let held = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| HoldState::from_annotations(a).is_held());
+    let finalized = meta
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == HOLD_FINALIZER));
+    if !held && !finalized {
+        return None;
+    }
+    Some(json!({"metadata": {
         "ownerReferences": serde_json::to_value(&meta.owner_references).ok()?,
         "annotations": meta.annotations.as_ref().map(|a| {
             a.get(holdfast_core::names::ANN_HOLD_INSTANCE)
                 .map(|v| json!({holdfast_core::names::ANN_HOLD_INSTANCE: v}))
                 .unwrap_or_else(|| json!({}))
         }),
-        "finalizers": meta.finalizers.as_ref().map(|f| {
-            f.iter().filter(|f| *f == HOLD_FINALIZER).collect::<Vec<_>>()
-        }),
-    }});
-    let marked = object::hold_state(&view).is_held() || has_hold_finalizer(&view);
-    marked.then_some(view)
+        "finalizers": finalized.then_some([HOLD_FINALIZER]),
+    }}))
 }
 
 struct Inner {
