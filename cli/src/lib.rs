@@ -287,6 +287,9 @@ fn print_answer(cli: &Cli, status: u16, body: &Value) {
                 status: body,
             };
             println!("{}", output::status_table(&[row], jiff::Timestamp::now()));
+            if let Some(pods) = output::remaining_pods_table(body) {
+                println!("\n{pods}");
+            }
         }
         (Output::Table, Some(t)) => {
             let line = output::answer_line(&format!("{}/{}", t.namespace, t.name), status, body);

@@ -134,6 +134,56 @@ fn cells(r: &Row<'_>, now: Timestamp) -> [String; 9] {
     ]
 }
 
+/// The pods of the job's executions that remain (Status's `remainingPods`), a row each with
+/// its node and what the node says; `None` when none remains.
+pub fn remaining_pods_table(status: &Value) -> Option<String> {
+    let pods = status.get("remainingPods")?.as_array()?;
+    if pods.is_empty() {
+        return None;
+    }
+    let text = |p: &Value, key: &str| p.get(key).and_then(Value::as_str).unwrap_or("-").to_owned();
+    let node_state = |p: &Value| match p.get("nodeState").and_then(Value::as_str) {
+        Some("ready") => "Ready".to_owned(),
+        Some("notReady") => "NotReady".to_owned(),
+        Some("gone") => "Deleted".to_owned(),
+        Some(other) => other.to_owned(),
+        None => "-".to_owned(),
+    };
+    let mut rows = vec![[
+        "REMAINING POD".to_owned(),
+        "NODE".to_owned(),
+        "NODE STATE".to_owned(),
+        "WHY".to_owned(),
+    ]];
+    rows.extend(pods.iter().map(|p| {
+        [
+            text(p, "name"),
+            text(p, "node"),
+            node_state(p),
+            text(p, "why"),
+        ]
+    }));
+    let mut widths = [0usize; 4];
+    for row in &rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .zip(widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("   ")
+                .trim_end()
+                .to_owned()
+        })
+        .collect();
+    Some(lines.join("\n"))
+}
+
 /// `HeldByUs`, `HeldByUs/DeactivatedByKueue:Reason`, `Finished/succeeded`, ...
 fn state(state: &Value) -> String {
     let kind = state.get("kind").and_then(Value::as_str).unwrap_or("?");
@@ -173,6 +223,21 @@ fn age(d: SignedDuration) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn status_lists_the_pods_that_remain_with_their_node() {
+        let status = json!({"remainingPods": [
+            {"name": "mnist-node-0-0", "node": "n1", "nodeState": "notReady", "why": "terminating"},
+            {"name": "mnist-node-0-1", "why": "notFinished"}]});
+        assert_eq!(
+            remaining_pods_table(&status).expect("a table"),
+            "REMAINING POD    NODE   NODE STATE   WHY\n\
+             mnist-node-0-0   n1     NotReady     terminating\n\
+             mnist-node-0-1   -      -            notFinished"
+        );
+        assert_eq!(remaining_pods_table(&json!({"remainingPods": []})), None);
+        assert_eq!(remaining_pods_table(&json!({})), None);
+    }
 
     #[test]
     fn a_status_row_shows_instance_reason_age_and_state() {

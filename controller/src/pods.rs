@@ -1,73 +1,84 @@
-//! The pods of a TrainJob's execution, and whether any of them remains.
-//!
-//! Kubeflow Trainer v2.3.0 runs a TrainJob as a JobSet of the same name in the same namespace
-//! (`jobsetv1alpha2ac.JobSet(trainJob.Name, trainJob.Namespace)` in its jobset plugin), and
-//! JobSet v0.10 labels every Job and every pod template it creates with
-//! `jobset.sigs.k8s.io/jobset-name: <JobSet name>` (`labelAndAnnotateObject`). So the pods of
-//! a TrainJob's execution are the pods labelled `jobset.sigs.k8s.io/jobset-name=<TrainJob
-//! name>` in its namespace. The JobSet's UID label is not used: a held TrainJob keeps its
-//! JobSet (suspended), and a pod of an older JobSet of the same name is just as much a
-//! process that must be gone.
+//! The pods of a TrainJob's execution, found by ownership (`holdfast_core::execution`), read
+//! for the readmission gate, plain-mode Release and Open, and Status. The decisions are
+//! core's; this is the lists they ask for, in the TrainJob's namespace: its pods, then its
+//! Jobs and JobSets only when a pod's ownership needs them.
 
+use holdfast_core::execution::{Gathered, Need, RemainingPod};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
-/// The label JobSet puts on every pod it creates: the JobSet's (so the TrainJob's) name.
-pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
+pub use holdfast_core::execution::{JOBSET_GROUP, JOBSET_NAME_LABEL, listed};
 
-/// The label selector of the pods of TrainJob `trainjob`.
-pub fn execution_selector(trainjob: &str) -> String {
-    format!("{JOBSET_NAME_LABEL}={trainjob}")
+/// `batch/v1` Jobs.
+pub fn job() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs")
 }
 
-/// Whether `pod` still counts as a process of the execution.
-///
-/// A pod being deleted (`deletionTimestamp` set) remains until it is gone: its containers may
-/// still be running out their grace period. A pod that has finished (`Succeeded` or `Failed`)
-/// and is not being deleted does not remain: its containers have all exited, and a suspended
-/// Job keeps its finished pods, so counting them would block a release forever.
-pub fn pod_remains(pod: &Value) -> bool {
-    let deleting = pod
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null());
-    let finished = matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    );
-    deleting || !finished
+/// `jobset.x-k8s.io/v1alpha2` JobSets.
+pub fn jobset() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(JOBSET_GROUP, "v1alpha2", "JobSet"),
+        "jobsets",
+    )
 }
 
-/// The names of the pods of a `PodList` (as JSON) that remain.
-pub fn remaining(list: &Value) -> Vec<String> {
-    list.get("items")
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter(|p| pod_remains(p))
-                .map(|p| {
-                    p.pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("?")
-                        .to_owned()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Pod names for a message: the first few, and how many more.
-pub fn listed(names: &[String]) -> String {
-    const SHOWN: usize = 5;
-    let mut text = names
-        .iter()
-        .take(SHOWN)
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > SHOWN {
-        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+/// The resource a [`Need`] lists.
+pub fn resource(what: Need) -> ApiResource {
+    match what {
+        Need::Pods => crate::resources::pod(),
+        Need::Jobs => job(),
+        Need::JobSets => jobset(),
     }
-    text
+}
+
+/// What a [`Need`]'s list is, for error messages.
+pub fn what(need: Need) -> &'static str {
+    match need {
+        Need::Pods => "listing the namespace's pods",
+        Need::Jobs => "listing the namespace's Jobs",
+        Need::JobSets => "listing the namespace's JobSets",
+    }
+}
+
+/// The items of a list answer (JSON).
+pub fn items(list: Value) -> Vec<Value> {
+    match list {
+        Value::Object(mut map) => match map.remove("items") {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// The pods of TrainJob `trainjob` in `namespace` that remain, listed through `client`. A
+/// Job or JobSet kind not served lists as empty (no JobSet, so no TrainJob's pod).
+pub async fn remaining_with(
+    client: &kube::Client,
+    namespace: &str,
+    trainjob: &str,
+) -> Result<Vec<RemainingPod>, kube::Error> {
+    let mut gathered = Gathered::default();
+    loop {
+        let need = match gathered.answer(trainjob) {
+            Ok(found) => return Ok(found),
+            Err(need) => need,
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &resource(need));
+        let listed = match api.list(&ListParams::default()).await {
+            Ok(list) => items(serde_json::to_value(&list).map_err(kube::Error::SerdeError)?),
+            Err(kube::Error::Api(e)) if e.code == 404 && need != Need::Pods => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        gathered.give(need, listed);
+    }
+}
+
+/// Names of remaining pods, for messages.
+pub fn names(pods: &[RemainingPod]) -> Vec<String> {
+    pods.iter().map(|p| p.name.clone()).collect()
 }
 
 #[cfg(test)]
@@ -76,70 +87,15 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn pod_lists_name_the_first_five_and_count_the_rest() {
-        let names: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
-        assert_eq!(listed(&names[..2]), "p0, p1");
-        assert_eq!(listed(&names), "p0, p1, p2, p3, p4 and 2 more");
-        assert_eq!(listed(&[]), "");
+    fn list_items_are_taken_out_of_the_answer() {
+        assert_eq!(items(json!({"items": [1, 2]})), vec![json!(1), json!(2)]);
+        assert!(items(json!({})).is_empty());
     }
 
     #[test]
-    fn selector_is_the_jobset_name_label() {
-        assert_eq!(
-            execution_selector("mnist"),
-            "jobset.sigs.k8s.io/jobset-name=mnist"
-        );
-    }
-
-    #[test]
-    fn pods_remain_until_gone_or_finished() {
-        let cases = [
-            (
-                json!({"metadata": {}, "status": {"phase": "Running"}}),
-                true,
-            ),
-            (
-                json!({"metadata": {}, "status": {"phase": "Pending"}}),
-                true,
-            ),
-            (json!({"metadata": {}}), true),
-            (
-                json!({"metadata": {}, "status": {"phase": "Unknown"}}),
-                true,
-            ),
-            (
-                json!({"metadata": {}, "status": {"phase": "Succeeded"}}),
-                false,
-            ),
-            (
-                json!({"metadata": {}, "status": {"phase": "Failed"}}),
-                false,
-            ),
-            (
-                json!({"metadata": {"deletionTimestamp": "2026-11-29T11:00:00Z"}, "status": {"phase": "Running"}}),
-                true,
-            ),
-            (
-                json!({"metadata": {"deletionTimestamp": "2026-11-29T11:00:00Z"}, "status": {"phase": "Succeeded"}}),
-                true,
-            ),
-            (
-                json!({"metadata": {"deletionTimestamp": null}, "status": {"phase": "Failed"}}),
-                false,
-            ),
-        ];
-        for (pod, want) in cases {
-            assert_eq!(pod_remains(&pod), want, "{pod}");
-        }
-    }
-
-    #[test]
-    fn remaining_lists_names() {
-        let list = json!({"items": [
-            {"metadata": {"name": "a"}, "status": {"phase": "Running"}},
-            {"metadata": {"name": "b"}, "status": {"phase": "Succeeded"}},
-        ]});
-        assert_eq!(remaining(&list), vec!["a".to_owned()]);
-        assert!(remaining(&json!({})).is_empty());
+    fn each_need_lists_its_own_kind() {
+        assert_eq!(resource(Need::Pods).plural, "pods");
+        assert_eq!(resource(Need::Jobs).group, "batch");
+        assert_eq!(resource(Need::JobSets).group, JOBSET_GROUP);
     }
 }

@@ -54,6 +54,11 @@ pub fn pod() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
 }
 
+/// Core `v1` Nodes (cluster-scoped).
+pub fn node() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Node"), "nodes")
+}
+
 /// Whether `name` is a DNS-1123 subdomain (a TrainJob's name) and `namespace` a DNS-1123
 /// label: checked before either goes into a request path, so that a name like `a%2Fb` from
 /// the hold API cannot address another resource.

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod duration;
+pub mod execution;
 pub mod hold;
 pub mod mode;
 pub mod names;

@@ -77,12 +77,8 @@ async fn raw_pair(
         return "GET failed".into();
     };
     if list_pods {
-        let selector = holdfast_controller::pods::execution_selector(&job);
-        if pods
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .is_err()
-        {
+        // What Release lists: the namespace's pods (an execution's are found by ownership).
+        if pods.list(&ListParams::default()).await.is_err() {
             return "LIST failed".into();
         }
     }

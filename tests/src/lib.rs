@@ -15,6 +15,7 @@ pub mod chart_on_node;
 pub mod control_plane;
 pub mod crds;
 pub mod described;
+pub mod execution_owners;
 pub mod helm;
 pub mod hold_support;
 pub mod holdfast;

@@ -27,6 +27,11 @@ use super::{
 };
 use crate::events::Publisher;
 use crate::pods;
+use holdfast_core::execution::{Gathered, Need, NodeState, RemainingPod};
+
+/// At most this many nodes are read for one Status (the pods of an execution on more nodes
+/// are listed without their node's state).
+const NODES_READ: usize = 8;
 use crate::resources;
 use holdfast_cluster::queues::Queues;
 
@@ -364,7 +369,7 @@ impl HoldExecutor {
                 // decision is then remade knowing whether any remain. (Neither reads
                 // `after_conflict`; that is Hold's alone.) A kueue-mode hold released in plain
                 // mode looks too: no readmission gate runs here to wait for them.
-                let remaining = self.remaining_pods(reqs, namespace, name).await?;
+                let remaining = pods::names(&self.remaining_pods(reqs, namespace, name).await?);
                 if !remaining.is_empty() {
                     tracing::info!(namespace, name, call = %kind, pods = ?remaining, "refused: pods of an earlier execution remain");
                     observed.pods.clone_from(&remaining);
@@ -452,7 +457,11 @@ impl HoldExecutor {
             let read = self.read(&mut reqs, namespace, name).await?;
             // The hold in force, whichever mode placed it (`hold::switch`).
             let mode = switch::acting_mode(self.mode, &read.trainjob, read.workload.as_ref());
-            Status::read(mode, &read.trainjob, read.workload.as_ref())
+            let mut status = Status::read(mode, &read.trainjob, read.workload.as_ref())?;
+            status.remaining_pods = self.remaining_pods(&mut reqs, namespace, name).await?;
+            self.read_node_states(&mut reqs, &mut status.remaining_pods)
+                .await?;
+            Ok(status)
         }
         .await;
         self.metrics
@@ -573,25 +582,82 @@ impl HoldExecutor {
         Ok(Read { trainjob, workload })
     }
 
-    async fn remaining_pods(
+    /// Reads the node of each remaining pod (each node once, at most
+    /// [`NODES_READ`]; the rest are left unread) and records what it says of itself.
+    async fn read_node_states(
+        &self,
+        reqs: &mut CallRequests<'_>,
+        remaining: &mut [RemainingPod],
+    ) -> Result<(), HoldError> {
+        let mut states: std::collections::BTreeMap<String, NodeState> = Default::default();
+        for pod in remaining.iter_mut() {
+            let Some(node) = pod.node.clone() else {
+                continue;
+            };
+            if !states.contains_key(&node) {
+                if states.len() >= NODES_READ {
+                    continue;
+                }
+                let read = reads::retrying_read(
+                    reqs,
+                    self.config.transient_backoff,
+                    &format!("reading Node {node}"),
+                    &ReadRequest::Get {
+                        ar: resources::node(),
+                        namespace: "",
+                        name: &node,
+                    },
+                )
+                .await;
+                let state = match read {
+                    Ok(object) => NodeState::of(Some(&object)),
+                    Err(e) if e.cause() == Some(RejectCause::NotFound) => NodeState::of(None),
+                    Err(e) => return Err(e),
+                };
+                states.insert(node.clone(), state);
+            }
+            pod.node_state = states.get(&node).copied();
+        }
+        Ok(())
+    }
+
+    /// The pods of the TrainJob's executions that remain, found by ownership
+    /// (`holdfast_core::execution`): the namespace's pods, then its Jobs and JobSets only when
+    /// a pod's ownership needs them.
+    pub(crate) async fn remaining_pods(
         &self,
         reqs: &mut CallRequests<'_>,
         namespace: &str,
         name: &str,
-    ) -> Result<Vec<String>, HoldError> {
-        let params = ListParams::default().labels(&pods::execution_selector(name));
-        let list = reads::retrying_read(
-            reqs,
-            self.config.transient_backoff,
-            "listing the TrainJob's pods",
-            &ReadRequest::List {
-                ar: resources::pod(),
+    ) -> Result<Vec<RemainingPod>, HoldError> {
+        let mut gathered = Gathered::default();
+        loop {
+            let need = match gathered.answer(name) {
+                Ok(found) => return Ok(found),
+                Err(need) => need,
+            };
+            let request = ReadRequest::List {
+                ar: pods::resource(need),
                 namespace: Some(namespace),
-                params,
-            },
-        )
-        .await?;
-        Ok(pods::remaining(&list))
+                params: ListParams::default(),
+            };
+            let items = match reads::retrying_read(
+                reqs,
+                self.config.transient_backoff,
+                pods::what(need),
+                &request,
+            )
+            .await
+            {
+                Ok(list) => pods::items(list),
+                // JobSet not installed: no JobSet, so none of the pods is a TrainJob's.
+                Err(e) if need != Need::Pods && e.cause() == Some(RejectCause::NotFound) => {
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
+            gathered.give(need, items);
+        }
     }
 }
 

@@ -216,14 +216,15 @@ impl<'a> CallRequests<'a> {
         }
     }
 
-    /// GET one object.
+    /// GET one object; `namespace` `""` for a cluster-scoped one.
     pub async fn get(
         &mut self,
         ar: &ApiResource,
         namespace: &str,
         name: &str,
     ) -> Result<Value, RequestError> {
-        let req = KubeRequest::new(DynamicObject::url_path(ar, Some(namespace)))
+        let namespace = Some(namespace).filter(|n| !n.is_empty());
+        let req = KubeRequest::new(DynamicObject::url_path(ar, namespace))
             .get(name, &GetParams::default())
             .map_err(|e| RequestError::Build(e.to_string()))?;
         self.send(req).await

@@ -462,14 +462,12 @@ async fn put_workload(
     Ok(())
 }
 
-/// The pods of TrainJob `name`'s previous execution that remain, listed live.
+/// The pods of TrainJob `name`'s previous executions that remain, listed live and found by
+/// ownership (`holdfast_core::execution`): a relabelled pod still counts, a decoy does not.
 async fn remaining_pods(ctx: &Context, namespace: &str, name: &str) -> Result<Vec<String>, Error> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &resources::pod());
-    let list = api
-        .list(&ListParams::default().labels(&pods::execution_selector(name)))
-        .await?;
-    Ok(pods::remaining(&serde_json::to_value(&list)?))
+    Ok(pods::names(
+        &pods::remaining_with(&ctx.client, namespace, name).await?,
+    ))
 }
 
 /// The TrainJob a Workload belongs to (its TrainJob owner), as a reconcile key.

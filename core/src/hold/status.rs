@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::classify::{self, ObjectState, Observed};
 use super::{HeldObject, HoldError, HoldState, object};
 use crate::{
+    execution::RemainingPod,
     mode::Mode,
     names::{ANN_HOLD_FOUND, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON},
 };
@@ -36,6 +37,11 @@ pub struct Status {
     pub opened: bool,
     pub attempt: u64,
     pub state: ObjectState,
+    /// The pods of the TrainJob's executions that remain (found by ownership, as the
+    /// readmission gate and Release find them), each with its node and what that node
+    /// says: while any remains, a Release or the gate waits. Empty when none does.
+    #[serde(default)]
+    pub remaining_pods: Vec<RemainingPod>,
 }
 
 impl Status {
@@ -84,6 +90,7 @@ impl Status {
             opened,
             attempt: object::attempt(trainjob)?,
             state,
+            remaining_pods: Vec::new(),
         })
     }
 
@@ -122,7 +129,8 @@ mod tests {
                 "hold": {"instance": 9, "reason": "node lost", "placedAt": "2026-11-29T11:00:00Z"},
                 "opened": true,
                 "attempt": 4,
-                "state": {"kind": "HeldByUs", "instance": 9}
+                "state": {"kind": "HeldByUs", "instance": 9},
+                "remainingPods": []
             })
         );
     }

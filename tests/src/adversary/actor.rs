@@ -6,8 +6,10 @@
 //!   running, it starts the next execution: it creates two pods labelled as JobSet labels
 //!   them (`jobset.sigs.k8s.io/jobset-name=<trainjob>`), plus the TrainJob's uid, the number
 //!   of the execution it believes it is starting, and the resourceVersion of the TrainJob
-//!   version it acted on; each owned by the TrainJob (so the garbage collector deletes them
-//!   with it, and an orphaning delete leaves them), and each with a finalizer of its own;
+//!   version it acted on; each owned by a Job whose JobSet the TrainJob owns, as Trainer,
+//!   JobSet and the Job controller make them (`holdfast_tests::execution_owners`: the garbage
+//!   collector deletes them with the TrainJob, and an orphaning delete leaves them), and each
+//!   with a finalizer of its own;
 //! - when it sees the TrainJob suspended, it deletes that execution's pods (JobSet suspends
 //!   its Jobs, the Job controller deletes their pods);
 //! - a deleted pod stays *terminating* (its finalizer) for a while — the first pod of an
@@ -39,6 +41,8 @@ pub const PODS_PER_EXECUTION: usize = 2;
 struct Job {
     executions: u32,
     running: Vec<String>,
+    /// The `ownerReferences` of its pods: its Job, whose JobSet the TrainJob owns.
+    owners: Option<Value>,
 }
 
 /// The running actor.
@@ -77,7 +81,7 @@ async fn run(client: kube::Client, ns: String, linger: Duration, stop: Cancellat
                 if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev
                     && let Ok(v) = serde_json::to_value(o)
                 {
-                    trainjob(&pods, &mut jobs, &v, linger).await;
+                    trainjob(&client, &ns, &pods, &mut jobs, &v, linger).await;
                 }
             }
             Some(ev) = pod_events.next() => {
@@ -105,7 +109,14 @@ async fn run(client: kube::Client, ns: String, linger: Duration, stop: Cancellat
     timers.abort_all();
 }
 
-async fn trainjob(pods: &Api<Pod>, jobs: &mut HashMap<String, Job>, tj: &Value, linger: Duration) {
+async fn trainjob(
+    client: &kube::Client,
+    ns: &str,
+    pods: &Api<Pod>,
+    jobs: &mut HashMap<String, Job>,
+    tj: &Value,
+    linger: Duration,
+) {
     let uid = tj
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
@@ -134,6 +145,15 @@ async fn trainjob(pods: &Api<Pod>, jobs: &mut HashMap<String, Job>, tj: &Value, 
         return;
     }
     if !suspended && job.running.is_empty() {
+        // JobSet's part: the TrainJob's JobSet and its Job, which own the pods.
+        if job.owners.is_none() {
+            job.owners = crate::execution_owners::ensure(client, ns, &name, &uid)
+                .await
+                .ok();
+        }
+        let Some(owners) = job.owners.clone() else {
+            return;
+        };
         job.executions += 1;
         let n = job.executions;
         let short: String = uid.chars().take(5).collect();
@@ -154,10 +174,7 @@ async fn trainjob(pods: &Api<Pod>, jobs: &mut HashMap<String, Job>, tj: &Value, 
                         ANN_LINGER_MS: linger_ms.to_string(),
                     },
                     "finalizers": [LINGER_FINALIZER],
-                    "ownerReferences": [{
-                        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                        "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true,
-                    }],
+                    "ownerReferences": owners,
                 },
                 "spec": {
                     "automountServiceAccountToken": false,

@@ -325,14 +325,21 @@ impl Fixture {
         .await
     }
 
-    /// Creates `n` pods of TrainJob `job`'s execution, labelled as JobSet labels them.
+    /// Creates `n` pods of TrainJob `job`'s execution, owned by its Job (whose JobSet the
+    /// TrainJob owns) and labelled, as Trainer, JobSet and the Job controller make them.
     pub async fn create_pods(&self, job: &str, n: usize) {
+        let tj = self.trainjob(job).await;
+        let uid = tj["metadata"]["uid"].as_str().expect("uid");
+        let owners = crate::execution_owners::ensure(&self.admin, &self.ns, job, uid)
+            .await
+            .expect("the execution's JobSet and Job");
         for i in 0..n {
-            let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": format!("{job}-node-0-{i}"),
-                    "labels": {"jobset.sigs.k8s.io/jobset-name": job}},
-                "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
-            }))
+            let pod: Pod = serde_json::from_value(crate::execution_owners::pod(
+                &format!("{job}-node-0-{i}"),
+                job,
+                &owners,
+                json!({}),
+            ))
             .expect("pod");
             self.pods()
                 .create(&PostParams::default(), &pod)

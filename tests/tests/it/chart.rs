@@ -1093,6 +1093,11 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("delete", "", "configmaps", "tenant", "job-runtime-snapshot"),
         ("list", "", "pods", "", ""),
         ("watch", "", "pods", "tenant", ""),
+        // A pod is a TrainJob's by ownership: its Job's, whose JobSet's is the TrainJob's.
+        ("list", "batch", "jobs", "tenant", ""),
+        ("list", "jobset.x-k8s.io", "jobsets", "tenant", ""),
+        // Status says whether a remaining pod's node is Ready.
+        ("get", "", "nodes", "", "n"),
         ("create", "events.k8s.io", "events", "tenant", ""),
         ("patch", "events.k8s.io", "events", "tenant", "e"),
         ("create", "events.k8s.io", "events", "release", ""),
@@ -1199,7 +1204,11 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("create", "", "events", "tenant", ""),
         ("get", "events.k8s.io", "events", "tenant", "e"),
         ("create", "", "namespaces", "", ""),
-        ("get", "", "nodes", "", "n"),
+        ("list", "", "nodes", "", ""),
+        ("update", "", "nodes", "", "n"),
+        ("watch", "batch", "jobs", "tenant", ""),
+        ("delete", "batch", "jobs", "tenant", "j"),
+        ("get", "jobset.x-k8s.io", "jobsets", "tenant", "j"),
     ];
     check_table(&admin, &release_ns, &tenant, ctl, &allowed, &denied).await;
 

@@ -115,11 +115,17 @@ async fn a_refused_release_is_a_warning_naming_its_cause_and_the_pods_that_remai
         exec.hold(&ns, "job", meta(Some(2), MINUTE)).await,
         Ok(Outcome::Held)
     );
-    // A pod of the held execution, as JobSet labels it (no node runs it: it stays Pending).
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "job-node-0-0", "labels": {"jobset.sigs.k8s.io/jobset-name": "job"}},
-        "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
-    }))
+    // A pod of the held execution, owned by its Job as the Job controller's are (no node
+    // runs it: it stays Pending).
+    let owners = holdfast_tests::execution_owners::ensure(&admin, &ns, "job", &uid)
+        .await
+        .expect("the execution's owners");
+    let pod: Pod = serde_json::from_value(holdfast_tests::execution_owners::pod(
+        "job-node-0-0",
+        "job",
+        &owners,
+        json!({}),
+    ))
     .expect("pod");
     Api::<Pod>::namespaced(admin.clone(), &ns)
         .create(&PostParams::default(), &pod)

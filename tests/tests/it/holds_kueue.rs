@@ -212,6 +212,92 @@ async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before
     f.finish().await;
 }
 
+/// Opened, running, two pods of its execution, then held until Kueue suspends it.
+async fn held_with_two_pods(f: &Fixture) {
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    f.create_pods("job", 2).await;
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    f.job_when("job", "Kueue suspends the TrainJob", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_relabelled_pod_of_the_held_execution_keeps_the_gate_pending() {
+    let f = Fixture::start("kq-relabel").await;
+    held_with_two_pods(&f).await;
+    // A namespace editor removes JobSet's label from one of the held execution's pods, and
+    // the other pod goes.
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(alice, &f.ns);
+    pods.patch(
+        "job-node-0-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"jobset.sigs.k8s.io/jobset-name": null}}})),
+    )
+    .await
+    .expect("alice may relabel a pod");
+    f.delete_pods("job").await;
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let gated = f
+        .workload_when(
+            "job",
+            "re-admitted to the gate, waiting for the relabelled pod",
+            |w| condition(w, "QuotaReserved") && check(w).1.contains("job-node-0-0"),
+        )
+        .await;
+    assert_eq!(check(&gated).0, "Pending");
+    stays_suspended(&f, "job", Duration::from_secs(3)).await;
+    // Once it is gone, the next execution may start.
+    pods.delete("job-node-0-0", &DeleteParams::default())
+        .await
+        .expect("delete the pod");
+    let tj = f
+        .job_when("job", "the job runs again", |tj| {
+            tj["spec"]["suspend"] == false
+        })
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    f.finish().await;
+}
+
+#[tokio::test]
+async fn a_decoy_pod_carrying_the_jobset_label_does_not_keep_the_gate_pending() {
+    let f = Fixture::start("kq-decoy").await;
+    held_with_two_pods(&f).await;
+    f.delete_pods("job").await;
+    // `kubectl run blocker --image=pause --labels=jobset.sigs.k8s.io/jobset-name=job`
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    let blocker: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "blocker", "labels": {"jobset.sigs.k8s.io/jobset-name": "job"}},
+        "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .expect("pod");
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(alice, &f.ns)
+        .create(&PostParams::default(), &blocker)
+        .await
+        .expect("alice may create a pod");
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let tj = f
+        .job_when("job", "the job runs again beside the decoy", |tj| {
+            tj["spec"]["suspend"] == false
+        })
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    f.finish().await;
+}
+
 #[tokio::test]
 async fn stale_release_is_refused_in_kueue_mode() {
     let f = Fixture::start("kq-stale").await;

@@ -19,7 +19,7 @@ use holdfast_core::{
     hold::{HoldError, Outcome, RejectCause},
     names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED},
 };
-use holdfast_tests::{ControlPlane, Identity};
+use holdfast_tests::{ControlPlane, Identity, execution_owners};
 use k8s_openapi::api::{core::v1::Pod, rbac::v1::RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -415,16 +415,113 @@ async fn call_past_its_deadline_sends_nothing() {
     assert!(hold_annotations(&tj).is_empty());
 }
 
-fn pod(name: &str, trainjob: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "labels": {"jobset.sigs.k8s.io/jobset-name": trainjob},
-            "finalizers": ["holdfast.dev/test-keeps-it"]
-        },
-        "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
-    }))
+/// A pod of TrainJob `trainjob`'s execution, owned by its Job as the Job controller's are,
+/// labelled as JobSet labels it, and kept by a finalizer of the test's once deleted.
+async fn pod(cp: &ControlPlane, ns: &str, name: &str, trainjob: &str) -> Pod {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let tj = read_trainjob(cp, ns, trainjob).await;
+    let uid = tj["metadata"]["uid"].as_str().expect("uid");
+    let owners = execution_owners::ensure(&admin, ns, trainjob, uid)
+        .await
+        .expect("the execution's owners");
+    serde_json::from_value(execution_owners::pod(
+        name,
+        trainjob,
+        &owners,
+        json!({"finalizers": ["holdfast.dev/test-keeps-it"]}),
+    ))
     .expect("pod json")
+}
+
+/// Held, with a running pod of the held execution: Open, Hold, and the pod.
+async fn held_with_a_running_pod(cp: &ControlPlane, ns: &str) -> (HoldExecutor, Api<Pod>) {
+    create_trainjob(cp, ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    exec.hold(ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let pods: Api<Pod> = Api::namespaced(admin, ns);
+    let mut running = pod(cp, ns, "mnist-node-0-0", "mnist").await;
+    running.metadata.finalizers = None;
+    pods.create(&PostParams::default(), &running)
+        .await
+        .expect("pod");
+    (exec, pods)
+}
+
+#[tokio::test]
+async fn a_relabelled_pod_of_the_held_execution_still_holds_the_release_back() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("relabel").await.expect("namespace");
+    let (exec, pods) = held_with_a_running_pod(cp, &ns).await;
+    // A namespace editor removes JobSet's label from the held execution's pod.
+    let editor = cp.client(Identity::User).await.expect("user");
+    Api::<Pod>::namespaced(editor, &ns)
+        .patch(
+            "mnist-node-0-0",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {execution_owners::JOBSET_NAME_LABEL: null}}}),
+            ),
+        )
+        .await
+        .expect("the editor may relabel a pod");
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Err(HoldError::PodsRemain),
+        "the pod is the execution's by ownership, whatever its labels"
+    );
+    let status = exec.status(&ns, "mnist").await.expect("status");
+    assert_eq!(
+        status
+            .remaining_pods
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>(),
+        ["mnist-node-0-0"]
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(suspended(&tj));
+    assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
+    pods.delete("mnist-node-0-0", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+}
+
+#[tokio::test]
+async fn a_decoy_pod_carrying_the_jobset_label_does_not_block_the_release() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("decoy").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(&ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    // `kubectl run blocker --image=pause --labels=jobset.sigs.k8s.io/jobset-name=mnist`
+    let editor = cp.client(Identity::User).await.expect("user");
+    let blocker: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "blocker", "labels": {execution_owners::JOBSET_NAME_LABEL: "mnist"}},
+        "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .expect("pod");
+    Api::<Pod>::namespaced(editor, &ns)
+        .create(&PostParams::default(), &blocker)
+        .await
+        .expect("the editor may create a pod");
+    let status = exec.status(&ns, "mnist").await.expect("status");
+    assert!(status.remaining_pods.is_empty(), "{status:?}");
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true }),
+        "a pod that is not the job's is no process of its execution"
+    );
 }
 
 #[tokio::test]
@@ -443,15 +540,18 @@ async fn release_with_pods_remaining_writes_nothing_and_returns_pods_remain() {
     // A pod of the held execution, being deleted (a finalizer keeps it), and a finished one.
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let pods: Api<Pod> = Api::namespaced(admin, &ns);
-    pods.create(&PostParams::default(), &pod("mnist-node-0-0", "mnist"))
-        .await
-        .expect("pod");
+    pods.create(
+        &PostParams::default(),
+        &pod(cp, &ns, "mnist-node-0-0", "mnist").await,
+    )
+    .await
+    .expect("pod");
     pods.delete("mnist-node-0-0", &DeleteParams::default())
         .await
         .expect("delete pod");
     let terminating = pods.get("mnist-node-0-0").await.expect("still there");
     assert!(terminating.metadata.deletion_timestamp.is_some());
-    let mut done = pod("mnist-node-0-1", "mnist");
+    let mut done = pod(cp, &ns, "mnist-node-0-1", "mnist").await;
     done.metadata.finalizers = None;
     pods.create(&PostParams::default(), &done)
         .await
