@@ -1,4 +1,5 @@
-//! The chart README's values table, generated from `values.yaml` so the two cannot drift
+//! The chart's values table, on the book's reference page `docs/src/reference/values.md`,
+//! generated from `values.yaml` so the two cannot drift
 //! (`chart::the_chart_readme_values_table_is_generated_from_values_yaml` compares them;
 //! `HOLDFAST_BLESS=1` on that test rewrites the table).
 //!
@@ -11,7 +12,7 @@
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-/// Where the generated table sits in the chart README.
+/// Where the generated table sits on the values page.
 pub const BEGIN: &str = "<!-- values-table:begin (generated from values.yaml; do not edit) -->";
 pub const END: &str = "<!-- values-table:end -->";
 
@@ -86,7 +87,7 @@ pub fn rows(values_yaml: &str) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// The rows as the README's markdown table.
+/// The rows as the values page's markdown table.
 pub fn markdown(rows: &[Row]) -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut out = String::from("| key | default | description |\n| --- | --- | --- |\n");

@@ -1964,8 +1964,9 @@ fn a_renamed_environment_variable_is_refused_at_start_naming_its_replacement() {
     }
 }
 
-/// The chart README's values table is what `values.yaml` says (issue #18: it cannot drift).
-/// `HOLDFAST_BLESS=1` rewrites the table instead of comparing.
+/// The values table of the book's reference page (`docs/src/reference/values.md`) is what
+/// `values.yaml` says, so the two cannot drift. `HOLDFAST_BLESS=1` rewrites the table instead
+/// of comparing.
 #[test]
 fn the_chart_readme_values_table_is_generated_from_values_yaml() {
     use holdfast_tests::values_table;
@@ -1982,16 +1983,16 @@ fn the_chart_readme_values_table_is_generated_from_values_yaml() {
             "{key} has no row"
         );
     }
-    let readme_path = dir.join("README.md");
-    let readme = std::fs::read_to_string(&readme_path).expect("chart README");
+    let readme_path = dir.join("../../docs/src/reference/values.md");
+    let readme = std::fs::read_to_string(&readme_path).expect("the book's values page");
     let want = values_table::replace(&readme, &values_table::markdown(&rows)).expect("markers");
     if std::env::var_os("HOLDFAST_BLESS").is_some() {
-        std::fs::write(&readme_path, &want).expect("rewrite the README");
+        std::fs::write(&readme_path, &want).expect("rewrite the values page");
         return;
     }
     assert!(
         want == readme,
-        "the chart README's values table differs from values.yaml; run\n  HOLDFAST_BLESS=1 cargo test -p holdfast-tests --test it -- chart::the_chart_readme_values_table\n"
+        "the values table of docs/src/reference/values.md differs from values.yaml; run\n  HOLDFAST_BLESS=1 cargo test -p holdfast-tests --test it -- chart::the_chart_readme_values_table\n"
     );
 }
 

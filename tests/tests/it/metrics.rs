@@ -3,7 +3,7 @@
 //! cause, held objects and their age, kube requests by verb and code. And the chart's
 //! Grafana dashboard and alert rules: rendered by default where the cluster serves their
 //! CRDs, every metric their PromQL selects exposed by the binaries, every alert's runbook a
-//! section of docs/runbooks.md.
+//! section of docs/src/operating/runbooks.md.
 
 use holdfast_certs::CertificateInfo;
 use holdfast_controller::webhook_certs::{self as certs, CertConfig, ServingSecret};
@@ -519,9 +519,10 @@ fn anchor(heading: &str) -> String {
 }
 
 fn runbook_anchors() -> BTreeSet<String> {
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/runbooks.md"))
-            .expect("docs/runbooks.md");
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/operating/runbooks.md"),
+    )
+    .expect("docs/src/operating/runbooks.md");
     doc.lines()
         .filter_map(|l| l.strip_prefix("## "))
         .map(anchor)
@@ -598,8 +599,8 @@ fn rules(docs: &[Value]) -> Vec<Value> {
 }
 
 /// Every metric the dashboard and the alerts select is one the real controller and webhook
-/// expose, and every alert links to a section of docs/runbooks.md (and every section is an
-/// alert's).
+/// expose, and every alert links to a section of docs/src/operating/runbooks.md (and every
+/// section is an alert's).
 #[tokio::test]
 async fn dashboard_and_alerts_select_only_exposed_metrics_and_link_existing_runbooks() {
     let cp = ControlPlane::shared();
@@ -634,7 +635,7 @@ async fn dashboard_and_alerts_select_only_exposed_metrics_and_link_existing_runb
     }
 
     let anchors = runbook_anchors();
-    let base = "https://github.com/holdfast-dev/holdfast/blob/main/docs/runbooks.md#";
+    let base = "https://github.com/holdfast-dev/holdfast/blob/main/docs/src/operating/runbooks.md#";
     let mut linked = BTreeSet::new();
     for r in &rules {
         let alert = r["alert"].as_str().expect("alert name");
