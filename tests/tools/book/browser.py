@@ -177,12 +177,13 @@ def check_sidebar(base, summary):
     if not toc:
         fail("index.html: the sidebar (<ol class=\"chapter\">) is empty in the rendered DOM; toc.js did not build it")
         return
-    wanted = summary_chapters(summary)
+    wanted, bad = summary_chapters(summary), len(failures)
     for title, page in wanted:
         if not any(h == page and (t == title or t.endswith(" " + title)) for h, t in toc):
             fail(f"index.html: the sidebar has no entry {title!r} -> {page} (SUMMARY.md names it); it lists: "
                  + ", ".join(f"{t!r} -> {h}" for h, t in toc))
-    print(f"browser: the sidebar lists the {len(wanted)} chapters of SUMMARY.md")
+    if len(failures) == bad:
+        print(f"browser: the sidebar lists the {len(wanted)} chapters of SUMMARY.md")
 
 
 def check_search(base, root):
@@ -241,6 +242,7 @@ def check_images(root):
                 continue
             path = (page.parent / urllib.parse.unquote(urllib.parse.urlsplit(src).path)).resolve()
             seen.setdefault(path, f"{rel.as_posix()}: <img src={src!r}>")
+    bad = len(failures)
     for path, where in seen.items():
         if not path.is_file():
             fail(f"{where}: the file does not exist in the build (put it under docs/src/ next to the page)")
@@ -259,7 +261,8 @@ def check_images(root):
         elif not (data.startswith(b"\x89PNG\r\n\x1a\n") or data.startswith(b"\xff\xd8\xff")
                   or data[:6] in (b"GIF87a", b"GIF89a") or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")):
             fail(f"{where}: not a PNG, JPEG, GIF or WebP picture")
-    print(f"browser: {len(seen)} pictures exist and are pictures")
+    if len(failures) == bad:
+        print(f"browser: {len(seen)} pictures exist and are pictures")
 
 
 def png_pixels(path):

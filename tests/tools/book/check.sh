@@ -36,7 +36,8 @@ MDBOOK_BUILD__CREATE_MISSING=false NO_COLOR=1 "$mdbook" build docs >"$log" 2>&1 
 # Strip colour codes in case mdbook prints them anyway.
 if [ "$rc" -ne 0 ] || sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -Eq '^[[:space:]]*(WARN|ERROR)\b'; then
   sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -Ev '^[[:space:]]*INFO\b' >&2 || true
-  echo "book: FAIL mdbook build docs exited $rc or printed the WARN/ERROR lines above: fix them in docs/ (book.toml, src/SUMMARY.md, the pages)" >&2
+  if [ "$rc" -ne 0 ]; then why="exited $rc"; else why="printed the WARN/ERROR lines above"; fi
+  echo "book: FAIL mdbook build docs $why: fix them in docs/ (book.toml, src/SUMMARY.md, the pages)" >&2
   exit 1
 fi
 echo "book: built docs/book with no warnings"
@@ -57,7 +58,7 @@ fi
 python3 "$here/browser.py" docs/book docs/src/SUMMARY.md || failed+=("browser")
 
 if [ "${#failed[@]}" -gt 0 ]; then
-  echo "book: FAIL ${failed[*]} (in $((SECONDS - start))s; see above)" >&2
+  echo "book: FAIL $(IFS=,; echo "${failed[*]}" | sed 's/,/, /g') (in $((SECONDS - start))s; see above)" >&2
   exit 1
 fi
 echo "book: all checks passed in $((SECONDS - start))s"
