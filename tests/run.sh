@@ -17,12 +17,8 @@ echo "== tier-3 node (containerd, runc, CNI, kubelet, JobSet, Trainer; cached li
 tests/cluster/node/build.sh
 echo "== fmt"
 cargo fmt --all -- --check
-echo "== clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== dependencies (unused ones: cargo-machete; licences, duplicates, sources: cargo deny)"
-# Each tool is built once from the crate registry into the cache, pinned (a cold build took
-# about 8 min for cargo-machete and 30 min for cargo-deny on two busy cores); later runs
-# find it there at once.
+# The project's cargo tools (mdbook here, cargo-machete and cargo-deny below) are each built
+# once from the crate registry into the cache, pinned (a cold build of mdbook took about 6 min).
 tool() { # tool NAME VERSION: prints the path of NAME's binary, installing it if missing
   local root="${HOLDFAST_CACHE:-$HOME/.cache/holdfast}/tools/$1-$2"
   if [ ! -x "$root/bin/$1" ]; then
@@ -30,6 +26,15 @@ tool() { # tool NAME VERSION: prints the path of NAME's binary, installing it if
   fi
   echo "$root/bin/$1"
 }
+echo "== book (docs/: mdBook's build, its links, the chart values it names, the README's size, the book in Chromium)"
+mdbook=$(tool mdbook 0.5.4)
+tests/tools/book/check.sh "$mdbook"
+echo "== clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== dependencies (unused ones: cargo-machete; licences, duplicates, sources: cargo deny)"
+# Each tool is built once from the crate registry into the cache, pinned (a cold build took
+# about 8 min for cargo-machete and 30 min for cargo-deny on two busy cores); later runs
+# find it there at once.
 machete=$(tool cargo-machete 0.9.2)
 "$machete"
 deny=$(tool cargo-deny 0.20.2)

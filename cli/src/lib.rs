@@ -44,6 +44,17 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Parses a command line as the program does, without running it (`args` starts with the
+/// program's name). For checks of the commands the documentation shows
+/// (cli/tests/book_cli_lines.rs).
+pub fn try_parse_args<I, T>(args: I) -> Result<(), clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args).map(|_| ())
+}
+
 /// What failed before an answer, and the exit code that says so.
 struct Failure {
     code: u8,
