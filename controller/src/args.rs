@@ -5,7 +5,7 @@
 use crate::hold::ExecutorConfig;
 use crate::leader::{self, LeaseConfig};
 use crate::webhook_certs::{CertConfig, CertsError, ServingSecret};
-use crate::{readmission, snapshot};
+use crate::{execution, readmission, snapshot};
 use holdfast_certs::RotationPolicy;
 use holdfast_core::duration;
 use holdfast_core::mode::Mode;
@@ -78,6 +78,13 @@ pub struct Args {
         default_value = "holdfast-controller"
     )]
     pub lease_name: String,
+    /// Name of the ConfigMap (in --lease-namespace) where the hold API records fenced nodes.
+    #[arg(
+        long,
+        env = "HOLDFAST_FENCES_CONFIGMAP",
+        default_value = "holdfast-fences"
+    )]
+    pub fences_configmap: String,
     /// How long a standby waits after the Lease last changed before taking it over (at
     /// least 3s); the leader renews every third of it and gives up after two thirds without
     /// a renewal.
@@ -180,6 +187,7 @@ pub struct Configs {
     pub preflight_interval: Duration,
     pub snapshot: snapshot::Config,
     pub readmission: readmission::Config,
+    pub execution: execution::Config,
     pub lease: LeaseConfig,
     /// `None` in external certificate mode.
     pub certs: Option<CertConfig>,
@@ -218,6 +226,11 @@ impl Args {
                 namespace: self.watch_namespace.clone(),
                 ..readmission::Config::default()
             },
+            execution: execution::Config::new(
+                self.watch_namespace.clone(),
+                &self.lease_namespace,
+                &self.fences_configmap,
+            ),
             lease: LeaseConfig::new(&self.lease_namespace, &self.lease_name, identity)
                 .with_lease_duration(self.lease_duration.max(Duration::from_secs(3))),
             certs: self.certs.config()?,

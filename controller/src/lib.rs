@@ -7,6 +7,7 @@ pub mod args;
 pub mod backoff;
 pub mod cert_events;
 pub mod events;
+pub mod execution;
 pub mod held;
 pub mod hold;
 pub mod leader;

@@ -17,6 +17,7 @@
 use crate::api::{self, ApiState, KubeAuth};
 use crate::args::{Args, Configs};
 use crate::events::{EventMetrics, Publisher, PublisherConfig};
+use crate::execution::ExecutionTracker;
 use crate::held::HeldMetrics;
 use crate::hold::{CallMetrics, HoldExecutor, without_retry};
 use crate::leader::{self, LeaderMetrics};
@@ -44,6 +45,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         preflight_interval,
         snapshot: snapshot_config,
         readmission: readmission_config,
+        execution: execution_config,
         lease,
         certs: cert_config,
     } = args.configs()?;
@@ -147,6 +149,11 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
                 executor: executor.clone(),
                 auth: KubeAuth::new(client.clone()),
                 snapshots: Some(snapshots.clone()),
+                fences: Some(api::FenceStore {
+                    client: client.clone(),
+                    namespace: execution_config.fences_namespace.clone(),
+                    name: execution_config.fences_name.clone(),
+                }),
             });
             let server = holdfast_serve::TlsServer::bind(args.api_addr, files).await?;
             certificates.served("hold_api", server.resolver());
@@ -184,6 +191,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         let gate = gate.clone();
         held.add("Workload", move || gate.held());
     }
+    let tracker = ExecutionTracker::new(client.clone(), execution_config);
     let watch_client = client.clone();
     let outcome = leader::run_as_leader(
         client.clone(),
@@ -193,7 +201,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         move |token| async move {
             leading.store(true, Ordering::SeqCst);
             let trainjobs = trainjob::Watch::new(watch_client, trainjob_namespace.as_deref());
-            let result = leader_work(trainjobs, snapshots, gate, token).await;
+            let result = leader_work(trainjobs, snapshots, gate, tracker, token).await;
             leading.store(false, Ordering::SeqCst);
             result
         },
@@ -211,11 +219,13 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
 }
 
 /// What the leader runs: the snapshot reconciler and, in kueue mode, the readmission gate,
-/// both fed by `trainjobs`, the one TrainJob watch. The watch lives as long as they run.
+/// both fed by `trainjobs`, the one TrainJob watch (the watch lives as long as they run);
+/// and the execution finalizer's keeper.
 async fn leader_work(
     mut trainjobs: trainjob::Watch,
     snapshots: Snapshotter,
     gate: Option<ReadmissionGate>,
+    tracker: ExecutionTracker,
     token: CancellationToken,
 ) -> anyhow::Result<()> {
     let snapshot_feed = trainjobs.subscribe();
@@ -234,15 +244,16 @@ async fn leader_work(
         }
     };
     let parts_done = CancellationToken::new();
-    let (result, ()) = tokio::join!(
+    let (result, (), tracked) = tokio::join!(
         async {
             let result = parts.await;
             parts_done.cancel();
             result
         },
-        trainjobs.run(parts_done.clone())
+        trainjobs.run(parts_done.clone()),
+        tracker.run(parts_done.clone())
     );
-    result
+    result.and(tracked)
 }
 
 /// Probes the capability again every `every`, so that a cluster that changes (CRDs or the

@@ -264,6 +264,39 @@ fn jobset_is_the_jobs(trainjob: &str, jobset: &Value) -> bool {
     }
 }
 
+/// Whether `pod` is some TrainJob's execution pod, given its controller Job and that Job's
+/// controller JobSet as found (`None`: not found). The same chain as [`remaining`], read
+/// upwards: the finalizer goes only on a TrainJob's pods.
+pub fn of_an_execution(pod: &Value, job: Option<&Value>, jobset: Option<&Value>) -> bool {
+    let pod_label = label(pod, JOBSET_NAME_LABEL);
+    match controller(pod) {
+        Some(owner) if owner.is(BATCH_GROUP, "Job") => {}
+        _ => return false,
+    }
+    let Some(job) = job else {
+        return pod_label.is_some();
+    };
+    match controller(job) {
+        Some(owner) if owner.is(JOBSET_GROUP, "JobSet") => {}
+        Some(_) => return false,
+        None => return label(job, JOBSET_NAME_LABEL).is_some(),
+    }
+    let Some(jobset) = jobset else {
+        return label(job, JOBSET_NAME_LABEL).is_some();
+    };
+    match controller(jobset) {
+        Some(owner) => owner.is(TRAINER_GROUP, TRAINJOB_KIND),
+        None => false,
+    }
+}
+
+/// The uid of `object`'s controller, if it is a `kind` of `group`.
+pub fn controller_uid<'a>(object: &'a Value, group: &str, kind: &str) -> Option<&'a str> {
+    controller(object)
+        .filter(|o| o.is(group, kind))
+        .map(|o| o.uid)
+}
+
 /// An object's controller ownerReference.
 struct Owner<'a> {
     api_version: &'a str,
@@ -323,3 +356,5 @@ pub fn listed<S: AsRef<str>>(names: &[S]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+pub mod finalizer;

@@ -37,6 +37,8 @@ pub struct Caller {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Access {
     pub verb: &'static str,
+    /// `trainjobs` for the calls on a TrainJob ([`RESOURCE`]); `nodes` for a fence.
+    pub resource: &'static str,
     pub subresource: &'static str,
     pub namespace: Option<String>,
     pub name: Option<String>,
@@ -294,7 +296,7 @@ impl KubeAuth {
                 extra: Some(caller.extra.clone()),
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(GROUP.to_owned()),
-                    resource: Some(RESOURCE.to_owned()),
+                    resource: Some(access.resource.to_owned()),
                     subresource: Some(access.subresource.to_owned()),
                     verb: Some(access.verb.to_owned()),
                     namespace: access.namespace.clone(),
@@ -341,10 +343,14 @@ impl KubeAuth {
 
 /// `create holdfast.dev trainjobs/hold in team-a/mnist`.
 fn describe(access: &Access) -> String {
-    let mut s = format!("{} {GROUP} {RESOURCE}/{}", access.verb, access.subresource);
+    let mut s = format!(
+        "{} {GROUP} {}/{}",
+        access.verb, access.resource, access.subresource
+    );
     match (&access.namespace, &access.name) {
         (Some(ns), Some(name)) => s.push_str(&format!(" of {ns}/{name}")),
         (Some(ns), None) => s.push_str(&format!(" in {ns}")),
+        (None, Some(name)) => s.push_str(&format!(" of {name}")),
         _ => {}
     }
     s
@@ -374,6 +380,7 @@ mod tests {
     fn refusals_name_the_access_needed() {
         let access = Access {
             verb: "create",
+            resource: RESOURCE,
             subresource: "hold",
             namespace: Some("team-a".into()),
             name: Some("mnist".into()),
@@ -390,6 +397,7 @@ mod tests {
     fn a_name_no_object_can_have_is_refused_before_any_review() {
         let access = |ns: &str, name: Option<&str>| Access {
             verb: "get",
+            resource: RESOURCE,
             subresource: "status",
             namespace: Some(ns.to_owned()),
             name: name.map(str::to_owned),

@@ -29,7 +29,7 @@ use holdfast_serve::{CertFiles, TlsServer};
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{Access, Caller, KubeAuth, Refusal};
-pub use routes::{ApiState, MAX_BODY_BYTES, router};
+pub use routes::{ApiState, FenceStore, MAX_BODY_BYTES, router};
 
 /// Serves `router` over TLS on `addr` until `shutdown` is cancelled.
 pub async fn serve(

@@ -27,6 +27,17 @@ pub struct ApiState {
     pub auth: KubeAuth,
     /// The snapshot reconciler, for `GET /v1/drift` (it answers on the replica that leads).
     pub snapshots: Option<Snapshotter>,
+    /// Where `POST /v1/nodes/{node}/fence` records fences; `None`: fences are not taken.
+    pub fences: Option<FenceStore>,
+}
+
+/// The fences ConfigMap the execution finalizer's keeper reads
+/// (`crate::execution::record_fence`), and the client that writes it.
+#[derive(Clone)]
+pub struct FenceStore {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// The hold API's router.
@@ -55,6 +66,7 @@ pub fn router(state: ApiState) -> Router {
             call(CallKind::Open),
         )
         .route("/v1/namespaces/{ns}/trainjobs/{name}/status", get(status))
+        .route("/v1/nodes/{node}/fence", post(fence))
         .route("/v1/preflight", get(preflight))
         .route("/v1/drift", get(drift))
         .with_state(state)
@@ -69,6 +81,7 @@ async fn hold_call(
     body: Body,
 ) -> Response {
     let access = Access {
+        resource: super::auth::RESOURCE,
         verb: "create",
         subresource: kind.as_str(),
         namespace: Some(ns.clone()),
@@ -109,6 +122,7 @@ async fn status(
     headers: HeaderMap,
 ) -> Response {
     let access = Access {
+        resource: super::auth::RESOURCE,
         verb: "get",
         subresource: "status",
         namespace: Some(ns.clone()),
@@ -120,6 +134,70 @@ async fn status(
     match s.executor.status(&ns, &name).await {
         Ok(status) => (StatusCode::OK, Json(status.body())).into_response(),
         Err(e) => hold_error(&e),
+    }
+}
+
+/// `POST /v1/nodes/{node}/fence`: the caller attests that every process on `node` has ended
+/// (the machine is powered off or has rebooted). Recorded with the moment it was received;
+/// the leader then releases the execution finalizer of the node's pods being deleted that
+/// were created before it. Allowed to `create` `holdfast.dev` `nodes/fence` (of the node).
+async fn fence(
+    State(s): State<ApiState>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let access = Access {
+        verb: "create",
+        resource: "nodes",
+        subresource: "fence",
+        namespace: None,
+        name: Some(node.clone()),
+    };
+    if let Err(refusal) = admit(&s, &headers, &access).await {
+        return refused(&s, MetricCall::fence, refusal);
+    }
+    // The body is `{}` (room for more later); anything else is refused.
+    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => {
+            let e = HoldError::invalid(format!(
+                "the request body is larger than {MAX_BODY_BYTES} bytes"
+            ));
+            return error_response(StatusCode::PAYLOAD_TOO_LARGE, &e.body());
+        }
+    };
+    let empty = body.iter().all(u8::is_ascii_whitespace)
+        || serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body)
+            .is_ok_and(|m| m.is_empty());
+    if !empty {
+        let e = HoldError::invalid("a fence's body is an empty JSON object, {}");
+        s.executor.metrics().record_error(MetricCall::fence, &e);
+        return hold_error(&e);
+    }
+    let Some(store) = &s.fences else {
+        let e = HoldError::unsupported("this hold API records no fences");
+        return hold_error(&e);
+    };
+    let at = Timestamp::now();
+    match crate::execution::record_fence(&store.client, &store.namespace, &store.name, &node, at)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(node, fenced_at = %at, "node fenced");
+            (
+                StatusCode::OK,
+                Json(serde_json::json!({"result": "Ok", "node": node, "fencedAt": at.to_string()})),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            tracing::warn!(node, error = %e, "recording a fence failed");
+            let e = HoldError::Unknown {
+                message: format!("recording the fence of node {node}: {e}"),
+            };
+            hold_error(&e)
+        }
     }
 }
 
@@ -136,6 +214,7 @@ async fn preflight(
     headers: HeaderMap,
 ) -> Response {
     let access = Access {
+        resource: super::auth::RESOURCE,
         verb: "get",
         subresource: "preflight",
         namespace: target.namespace.clone(),
@@ -174,6 +253,7 @@ async fn drift(
     headers: HeaderMap,
 ) -> Response {
     let access = Access {
+        resource: super::auth::RESOURCE,
         verb: "get",
         subresource: "drift",
         namespace: scope.namespace.clone(),

@@ -31,6 +31,7 @@ pub enum MetricCall {
     open,
     status,
     preflight,
+    fence,
 }
 
 impl From<CallKind> for MetricCall {

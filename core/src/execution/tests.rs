@@ -307,3 +307,30 @@ fn remaining_pods_serialise_as_status_shows_them() {
         json!({"name": "mnist-node-0-0", "node": "n1", "nodeState": "notReady", "why": "terminating"})
     );
 }
+
+#[test]
+fn only_a_trainjobs_pods_are_of_an_execution() {
+    let p = pod("a", Some("job-1"), json!({}), "Running");
+    let j = job("job-1", Some("js-1"), Some(JOB));
+    let trainers = jobset("js-1", JOB, Some(JOB));
+    assert!(of_an_execution(&p, Some(&j), Some(&trainers)));
+    // A JobSet nobody's TrainJob owns: not a TrainJob's.
+    let users = jobset("js-1", JOB, None);
+    assert!(!of_an_execution(&p, Some(&j), Some(&users)));
+    // A pod no Job owns is no execution's, whatever its labels.
+    let bare = pod("b", None, json!({JOBSET_NAME_LABEL: JOB}), "Running");
+    assert!(!of_an_execution(&bare, None, None));
+    // Owners not (yet) seen: the labels decide, as for leftovers.
+    let labelled = pod(
+        "c",
+        Some("job-9"),
+        json!({JOBSET_NAME_LABEL: JOB}),
+        "Running",
+    );
+    assert!(of_an_execution(&labelled, None, None));
+    assert!(!of_an_execution(&p, None, None));
+    assert!(of_an_execution(&p, Some(&j), None));
+    assert_eq!(controller_uid(&p, BATCH_GROUP, "Job"), Some("job-1"));
+    assert_eq!(controller_uid(&j, JOBSET_GROUP, "JobSet"), Some("js-1"));
+    assert_eq!(controller_uid(&j, BATCH_GROUP, "Job"), None);
+}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::{ControlPlane, Identity};
-use holdfast_controller::api::{ApiState, KubeAuth, router};
+use holdfast_controller::api::{ApiState, FenceStore, KubeAuth, router};
 use holdfast_controller::hold::HoldExecutor;
 use holdfast_serve::TlsServer;
 use k8s_openapi::api::authorization::v1::{
@@ -48,6 +48,12 @@ pub async fn start_api(cp: &ControlPlane, exec: HoldExecutor) -> HoldApi {
             executor: exec,
             auth,
             snapshots: None,
+            // The chart's, for release `holdfast` in `holdfast-system`.
+            fences: Some(FenceStore {
+                client: cp.client(Identity::Controller).await.expect("client"),
+                namespace: "holdfast-system".into(),
+                name: "holdfast-fences".into(),
+            }),
         }),
         stop.clone(),
     ));

@@ -25,6 +25,7 @@ mod hold_race;
 mod holds_kueue;
 mod holds_plain;
 mod kueue_smoke;
+mod lost_nodes;
 mod match_conditions;
 mod metrics;
 mod mode_switch;

@@ -1,0 +1,168 @@
+//! "Gone" means the processes, not the pod object: the execution finalizer.
+//!
+//! A pod object can vanish while its containers still run: force-deleted
+//! (`--grace-period=0 --force`), deleted by pod GC after its Node object is deleted or by the
+//! `node.kubernetes.io/out-of-service` taint, while its node is unreachable and its kubelet
+//! cannot kill anything. So the controller puts `holdfast.dev/execution` on every pod of a
+//! TrainJob's execution once it is bound to a node (a pod never bound ran nothing), and takes
+//! it off a pod being deleted only when its processes are provably gone:
+//!
+//! - **the kubelet confirmed it**: every container of the pod's spec has a status, and every
+//!   status the pod reports is `terminated` (no init or ephemeral container running or
+//!   waiting either): the kubelet writes a terminated status only after the container exited;
+//! - **its node was fenced** after the pod was created: someone allowed to attested (the hold
+//!   API's `fence`) that every process on that node had ended at that moment.
+//!
+//! Until then the pod stays (Terminating), so it counts as remaining wherever an execution's
+//! pods are counted: Release answers `PodsRemain` and the readmission gate waits.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde_json::Value;
+
+/// The finalizer holdfast keeps on an execution's pods until their processes are gone.
+pub const EXECUTION_FINALIZER: &str = "holdfast.dev/execution";
+
+/// The fenced nodes: each node's latest fence.
+pub type Fences = BTreeMap<String, Timestamp>;
+
+/// What to do with a pod's finalizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Put it on: a bound, running pod of an execution.
+    Add,
+    /// Take it off: the pod is being deleted and its processes are gone.
+    Remove(Gone),
+    /// Leave the pod as it is.
+    Keep,
+}
+
+/// How a pod's processes are known to be gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gone {
+    /// The kubelet reported every container terminated.
+    KubeletConfirmed,
+    /// Its node was fenced after the pod was created.
+    Fenced,
+}
+
+impl Gone {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gone::KubeletConfirmed => "kubelet_confirmed",
+            Gone::Fenced => "fenced",
+        }
+    }
+}
+
+/// The step for `pod` (JSON), which is an execution's pod if `of_an_execution`.
+pub fn step(pod: &Value, of_an_execution: bool, fences: &Fences) -> Step {
+    let deleting = pod
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
+    if !carries(pod) {
+        let bound = node(pod).is_some();
+        let finished = matches!(
+            pod.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        return if of_an_execution && bound && !deleting && !finished {
+            Step::Add
+        } else {
+            Step::Keep
+        };
+    }
+    if !deleting {
+        return Step::Keep;
+    }
+    if kubelet_confirmed(pod) {
+        return Step::Remove(Gone::KubeletConfirmed);
+    }
+    if fenced(pod, fences) {
+        return Step::Remove(Gone::Fenced);
+    }
+    Step::Keep
+}
+
+/// Whether `pod` carries the execution finalizer.
+pub fn carries(pod: &Value) -> bool {
+    pod.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|f| f.as_str() == Some(EXECUTION_FINALIZER)))
+}
+
+/// The node `pod` is bound to.
+pub fn node(pod: &Value) -> Option<&str> {
+    pod.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+}
+
+/// Whether the kubelet has reported every container of `pod` terminated.
+pub fn kubelet_confirmed(pod: &Value) -> bool {
+    let statuses = |key: &str| {
+        pod.pointer(&format!("/status/{key}"))
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    };
+    let terminated = |s: &Value| s.pointer("/state/terminated").is_some_and(Value::is_object);
+    let containers = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let regular = statuses("containerStatuses");
+    containers > 0
+        && regular.len() >= containers
+        && regular.iter().all(terminated)
+        && statuses("initContainerStatuses")
+            .iter()
+            .all(terminated_or_never_started)
+        && statuses("ephemeralContainerStatuses")
+            .iter()
+            .all(terminated_or_never_started)
+}
+
+/// An init or ephemeral container that ended, or that never started (waiting with no
+/// earlier run): one that ran earlier or runs now has `terminated` or `running` somewhere.
+fn terminated_or_never_started(s: &Value) -> bool {
+    let terminated = s.pointer("/state/terminated").is_some_and(Value::is_object);
+    let waiting = s.pointer("/state/waiting").is_some_and(Value::is_object);
+    let ran_before = s
+        .pointer("/lastState/running")
+        .is_some_and(Value::is_object);
+    terminated || (waiting && !ran_before)
+}
+
+/// Whether `pod`'s node was fenced at or after the pod was created.
+pub fn fenced(pod: &Value, fences: &Fences) -> bool {
+    let (Some(node), Some(created)) = (
+        node(pod),
+        pod.pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<Timestamp>().ok()),
+    ) else {
+        return false;
+    };
+    fences.get(node).is_some_and(|at| *at >= created)
+}
+
+/// The fences as the fences ConfigMap's `data` holds them: node name → RFC 3339 time. An
+/// entry that does not parse is no fence (and is named in the second list).
+pub fn read_fences(data: Option<&BTreeMap<String, String>>) -> (Fences, Vec<String>) {
+    let mut fences = Fences::new();
+    let mut unreadable = Vec::new();
+    for (node, at) in data.into_iter().flatten() {
+        match at.parse::<Timestamp>() {
+            Ok(at) => {
+                fences.insert(node.clone(), at);
+            }
+            Err(_) => unreadable.push(node.clone()),
+        }
+    }
+    (fences, unreadable)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+const CREATED: &str = "2026-12-03T10:00:00Z";
+
+fn pod(node: Option<&str>, finalizer: bool, deleting: bool, containers: Value) -> Value {
+    let mut p = json!({"metadata": {"name": "p", "creationTimestamp": CREATED, "finalizers": []},
+        "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+        "status": {"phase": "Running", "containerStatuses": containers}});
+    if let Some(n) = node {
+        p["spec"]["nodeName"] = json!(n);
+    }
+    if finalizer {
+        p["metadata"]["finalizers"] = json!(["example.com/other", EXECUTION_FINALIZER]);
+    }
+    if deleting {
+        p["metadata"]["deletionTimestamp"] = json!("2026-12-03T10:05:00Z");
+    }
+    p
+}
+
+fn running() -> Value {
+    json!([{"name": "a", "state": {"running": {}}}, {"name": "b", "state": {"running": {}}}])
+}
+
+fn ended() -> Value {
+    json!([{"name": "a", "state": {"terminated": {"exitCode": 0}}},
+        {"name": "b", "state": {"terminated": {"exitCode": 137}}}])
+}
+
+fn at(t: &str) -> Timestamp {
+    t.parse().expect("time")
+}
+
+#[test]
+fn a_bound_running_pod_of_an_execution_gets_the_finalizer() {
+    let none = Fences::new();
+    assert_eq!(
+        step(&pod(Some("n1"), false, false, running()), true, &none),
+        Step::Add
+    );
+    // Not an execution's, never bound, already being deleted, or finished: nothing to add.
+    assert_eq!(
+        step(&pod(Some("n1"), false, false, running()), false, &none),
+        Step::Keep
+    );
+    assert_eq!(
+        step(&pod(None, false, false, json!([])), true, &none),
+        Step::Keep
+    );
+    assert_eq!(
+        step(&pod(Some("n1"), false, true, running()), true, &none),
+        Step::Keep
+    );
+    let mut done = pod(Some("n1"), false, false, ended());
+    done["status"]["phase"] = json!("Succeeded");
+    assert_eq!(step(&done, true, &none), Step::Keep);
+}
+
+#[test]
+fn a_force_deleted_pod_whose_kubelet_never_confirmed_keeps_the_finalizer() {
+    let deleted = pod(Some("n1"), true, true, running());
+    assert_eq!(step(&deleted, true, &Fences::new()), Step::Keep);
+    // Pod GC marks a pod of a deleted node Failed without any container ending.
+    let mut gc = deleted.clone();
+    gc["status"]["phase"] = json!("Failed");
+    assert_eq!(step(&gc, true, &Fences::new()), Step::Keep);
+    // No status at all: the kubelet may have started the containers before it froze.
+    let silent = pod(Some("n1"), true, true, json!([]));
+    assert_eq!(step(&silent, true, &Fences::new()), Step::Keep);
+}
+
+#[test]
+fn the_kubelets_report_that_every_container_ended_releases_the_finalizer() {
+    let ended = pod(Some("n1"), true, true, ended());
+    assert_eq!(
+        step(&ended, true, &Fences::new()),
+        Step::Remove(Gone::KubeletConfirmed)
+    );
+    // One container still running, or one with no status: not yet.
+    let half = pod(
+        Some("n1"),
+        true,
+        true,
+        json!([{"name": "a", "state": {"terminated": {}}}, {"name": "b", "state": {"running": {}}}]),
+    );
+    assert_eq!(step(&half, true, &Fences::new()), Step::Keep);
+    let one = pod(
+        Some("n1"),
+        true,
+        true,
+        json!([{"name": "a", "state": {"terminated": {}}}]),
+    );
+    assert_eq!(step(&one, true, &Fences::new()), Step::Keep);
+}
+
+#[test]
+fn a_running_init_or_ephemeral_container_keeps_the_finalizer() {
+    let mut p = pod(Some("n1"), true, true, ended());
+    p["status"]["initContainerStatuses"] = json!([{"name": "i", "state": {"running": {}}}]);
+    assert_eq!(step(&p, true, &Fences::new()), Step::Keep);
+    p["status"]["initContainerStatuses"] = json!([{"name": "i", "state": {"waiting": {}}}]);
+    assert_eq!(
+        step(&p, true, &Fences::new()),
+        Step::Remove(Gone::KubeletConfirmed),
+        "an init container that never started ran nothing"
+    );
+    p["status"]["ephemeralContainerStatuses"] =
+        json!([{"name": "e", "state": {"waiting": {}}, "lastState": {"running": {}}}]);
+    assert_eq!(step(&p, true, &Fences::new()), Step::Keep);
+}
+
+#[test]
+fn a_fence_of_its_node_after_the_pod_was_created_releases_the_finalizer() {
+    let deleted = pod(Some("n1"), true, true, running());
+    let after: Fences = [("n1".to_owned(), at("2026-12-03T10:10:00Z"))].into();
+    assert_eq!(step(&deleted, true, &after), Step::Remove(Gone::Fenced));
+    // A fence older than the pod attests nothing of it; another node's fence neither.
+    let before: Fences = [("n1".to_owned(), at("2026-12-03T09:00:00Z"))].into();
+    assert_eq!(step(&deleted, true, &before), Step::Keep);
+    let elsewhere: Fences = [("n2".to_owned(), at("2026-12-03T10:10:00Z"))].into();
+    assert_eq!(step(&deleted, true, &elsewhere), Step::Keep);
+}
+
+#[test]
+fn a_fence_does_not_release_a_pod_that_is_not_being_deleted() {
+    let live = pod(Some("n1"), true, false, running());
+    let fenced: Fences = [("n1".to_owned(), at("2026-12-03T10:10:00Z"))].into();
+    assert_eq!(step(&live, true, &fenced), Step::Keep);
+}
+
+#[test]
+fn fences_are_read_from_the_configmaps_data_and_an_unreadable_one_is_none() {
+    let data = [
+        ("n1".to_owned(), "2026-12-03T10:10:00Z".to_owned()),
+        ("n2".to_owned(), "yesterday".to_owned()),
+    ]
+    .into();
+    let (fences, unreadable) = read_fences(Some(&data));
+    assert_eq!(fences.get("n1"), Some(&at("2026-12-03T10:10:00Z")));
+    assert!(!fences.contains_key("n2"));
+    assert_eq!(unreadable, ["n2"]);
+    assert_eq!(read_fences(None).0, Fences::new());
+}

@@ -1,0 +1,468 @@
+//! A lost node, at tier 2: "gone" means the processes, not the pod objects. No kubelet runs
+//! here, so a Node object and its pods' statuses are written by the test as a kubelet (or
+//! its silence) would leave them; holdfast's execution finalizer keeper runs in process, as
+//! the leader runs it, and the chart's execution-finalizer policy is registered as the
+//! chart installs it. Tier 3 (`node::`) shows the same on real kubelets.
+
+use std::time::Duration;
+
+use holdfast_controller::execution::{self, ExecutionTracker};
+use holdfast_core::execution::finalizer::EXECUTION_FINALIZER;
+use holdfast_core::execution::{NodeState, Why};
+use holdfast_core::hold::{HoldError, Outcome};
+use holdfast_tests::hold_support::api::start_api;
+use holdfast_tests::hold_support::{create_trainjob, executor, meta, read_trainjob};
+use holdfast_tests::rbac::{RELEASE, RELEASE_NAMESPACE};
+use holdfast_tests::wait::wait_for;
+use holdfast_tests::{ControlPlane, Identity, execution_owners};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const MINUTE: Duration = Duration::from_secs(60);
+const FENCES: &str = "holdfast-fences";
+
+/// The keeper of the execution finalizer, scoped to `ns`, until dropped.
+struct Keeper(CancellationToken);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+async fn keeper(cp: &ControlPlane, ns: &str) -> Keeper {
+    let client = cp.client(Identity::Controller).await.expect("controller");
+    let mut config = execution::Config::new(Some(ns.to_owned()), RELEASE_NAMESPACE, FENCES);
+    config.unresolved_retry = Duration::from_millis(200);
+    let token = CancellationToken::new();
+    let tracker = ExecutionTracker::new(client, config);
+    let stop = token.clone();
+    tokio::spawn(async move { tracker.run(stop).await });
+    Keeper(token)
+}
+
+/// The chart's execution-finalizer policy, registered as the chart installs it for the
+/// harness's release, once per control plane; waits until the apiserver enforces it.
+async fn register_policy(cp: &ControlPlane, ns: &str) {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let install = holdfast_tests::helm::Install::new(RELEASE, RELEASE_NAMESPACE);
+    let docs = holdfast_tests::helm::ensure()
+        .expect("helm")
+        .render(&install)
+        .expect("render");
+    let name = format!("{RELEASE}-execution-finalizer");
+    for doc in docs
+        .iter()
+        .filter(|d| d["metadata"]["name"] == name.as_str())
+    {
+        holdfast_tests::rbac::apply(&admin, doc, RELEASE_NAMESPACE, false)
+            .await
+            .expect("apply the policy");
+    }
+    // A probe pod carrying the finalizer: the policy is in force once alice's dry-run
+    // removal of it is refused.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "policy-probe", "finalizers": [EXECUTION_FINALIZER]},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &probe)
+        .await
+        .expect("probe pod");
+    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), ns);
+    let dry = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for(
+        "the execution-finalizer policy is enforced",
+        MINUTE,
+        || async {
+            alice
+                .patch(
+                    "policy-probe",
+                    &dry,
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
+    drop_finalizer(&admin, ns, "policy-probe").await;
+}
+
+async fn drop_finalizer(admin: &kube::Client, ns: &str, pod: &str) {
+    let _ = Api::<Pod>::namespaced(admin.clone(), ns)
+        .patch(
+            pod,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+}
+
+/// A Node object named `name`, as a kubelet registers it, whose kubelet has stopped
+/// reporting (`Ready` `Unknown`).
+async fn lost_node(admin: &kube::Client, name: &str) {
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
+    let nodes: Api<Node> = Api::all(admin.clone());
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+                "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status."}]}})),
+        )
+        .await
+        .expect("node status");
+}
+
+/// Runs TrainJob `mnist` of `ns` (opened) with one pod of its execution bound to `node`,
+/// its container running as its kubelet last reported; returns once the keeper has put the
+/// execution finalizer on it.
+async fn running_on(cp: &ControlPlane, ns: &str, node: &str) -> Api<Pod> {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let tj = read_trainjob(cp, ns, "mnist").await;
+    let uid = tj["metadata"]["uid"].as_str().expect("uid");
+    let owners = execution_owners::ensure(&admin, ns, "mnist", uid)
+        .await
+        .expect("owners");
+    let mut pod = execution_owners::pod("mnist-node-0-0", "mnist", &owners, json!({}));
+    pod["spec"]["nodeName"] = json!(node);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).expect("pod"),
+    )
+    .await
+    .expect("pod");
+    pods.patch_status(
+        "mnist-node-0-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [
+            {"name": "node", "image": "pytorch/pytorch:2.10.0", "imageID": "", "ready": true,
+             "restartCount": 0, "state": {"running": {"startedAt": "2026-12-03T10:00:00Z"}}}]}})),
+    )
+    .await
+    .expect("pod status");
+    wait_for(
+        "the keeper puts the execution finalizer on the bound pod",
+        MINUTE,
+        || async {
+            let p = pods.get("mnist-node-0-0").await.ok()?;
+            carries(&p).then_some(())
+        },
+    )
+    .await;
+    pods
+}
+
+fn carries(pod: &Pod) -> bool {
+    pod.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == EXECUTION_FINALIZER))
+}
+
+fn force() -> DeleteParams {
+    DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    }
+}
+
+async fn fence(cp: &ControlPlane, node: &str) {
+    let controller = cp.client(Identity::Controller).await.expect("controller");
+    execution::record_fence(
+        &controller,
+        RELEASE_NAMESPACE,
+        FENCES,
+        node,
+        jiff::Timestamp::now(),
+    )
+    .await
+    .expect("record the fence");
+}
+
+async fn gone(pods: &Api<Pod>, name: &str, what: &str) {
+    wait_for(what, MINUTE, || async {
+        pods.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_node_is_fenced() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("force").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let node = format!("lost-{ns}");
+    lost_node(&admin, &node).await;
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(&ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let keeper_1 = keeper(cp, &ns).await;
+    let pods = running_on(cp, &ns, &node).await;
+    // The node is lost: dispatch holds the job, and (a new leader coming later) the keeper
+    // that saw the pod stops.
+    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    drop(keeper_1);
+
+    // Anyone with edit force-deletes the pod while no keeper runs.
+    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
+    alice
+        .delete("mnist-node-0-0", &force())
+        .await
+        .expect("alice may force-delete a pod");
+    let left = pods
+        .get("mnist-node-0-0")
+        .await
+        .expect("the pod object stays");
+    assert!(left.metadata.deletion_timestamp.is_some());
+
+    // A new leader's keeper: nothing was forgotten, the pod object is the record.
+    let _keeper_2 = keeper(cp, &ns).await;
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Err(HoldError::PodsRemain),
+        "its process may still run on the lost node"
+    );
+    let status = exec.status(&ns, "mnist").await.expect("status");
+    let pod = status.remaining_pods.first().expect("a remaining pod");
+    assert_eq!(pod.name, "mnist-node-0-0");
+    assert_eq!(pod.node.as_deref(), Some(node.as_str()));
+    assert_eq!(pod.node_state, Some(NodeState::NotReady));
+    assert_eq!(pod.why, Why::Terminating);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        carries(&pods.get("mnist-node-0-0").await.expect("still there")),
+        "no report and no fence: the finalizer stays"
+    );
+
+    // The node is fenced: the pod goes, and the release lifts the hold.
+    fence(cp, &node).await;
+    gone(&pods, "mnist-node-0-0", "the fenced node's pod goes").await;
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_pod_whose_kubelet_reports_its_containers_ended_goes_without_a_fence() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("reported").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let node = format!("alive-{ns}");
+    lost_node(&admin, &node).await;
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let _keeper = keeper(cp, &ns).await;
+    let pods = running_on(cp, &ns, &node).await;
+    pods.delete("mnist-node-0-0", &DeleteParams::default())
+        .await
+        .expect("delete");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        pods.get_opt("mnist-node-0-0").await.expect("get").is_some(),
+        "until its kubelet reports, the pod stays"
+    );
+    // The kubelet kills the container and reports it, then deletes the pod.
+    pods.patch_status(
+        "mnist-node-0-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Failed", "containerStatuses": [
+            {"name": "node", "image": "pytorch/pytorch:2.10.0", "imageID": "", "ready": false,
+             "restartCount": 0, "state": {"terminated": {"exitCode": 143, "reason": "Error",
+                "startedAt": "2026-12-03T10:00:00Z", "finishedAt": "2026-12-03T10:05:00Z"}}}]}})),
+    )
+    .await
+    .expect("the kubelet's report");
+    wait_for(
+        "the keeper releases the finalizer on the kubelet's report",
+        MINUTE,
+        || async {
+            let p = pods.get("mnist-node-0-0").await.ok()?;
+            (!carries(&p)).then_some(())
+        },
+    )
+    .await;
+    // The kubelet's last word: the delete with no grace left, which now removes the pod.
+    pods.delete("mnist-node-0-0", &force())
+        .await
+        .expect("the kubelet's final delete");
+    gone(
+        &pods,
+        "mnist-node-0-0",
+        "the pod whose kubelet reported goes",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn deleting_the_node_of_a_held_execution_does_not_make_its_pods_gone() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("nodedel").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let node = format!("deleted-{ns}");
+    lost_node(&admin, &node).await;
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(&ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let _keeper = keeper(cp, &ns).await;
+    let pods = running_on(cp, &ns, &node).await;
+    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    // An admin deletes the Node without fencing it; pod GC then force-deletes its pods.
+    Api::<Node>::all(admin.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("delete the node");
+    pods.delete("mnist-node-0-0", &force())
+        .await
+        .expect("pod GC's delete");
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Err(HoldError::PodsRemain)
+    );
+    let status = exec.status(&ns, "mnist").await.expect("status");
+    assert_eq!(
+        status.remaining_pods.first().and_then(|p| p.node_state),
+        Some(NodeState::Gone)
+    );
+    fence(cp, &node).await;
+    gone(&pods, "mnist-node-0-0", "the fenced node's pod goes").await;
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+}
+
+#[tokio::test]
+async fn an_editor_may_neither_remove_the_execution_finalizer_nor_the_jobset_label() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("strip").await.expect("namespace");
+    register_policy(cp, &ns).await;
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let node = format!("strip-{ns}");
+    lost_node(&admin, &node).await;
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let keeper = keeper(cp, &ns).await;
+    let _pods = running_on(cp, &ns, &node).await;
+    drop(keeper);
+    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
+    alice
+        .delete("mnist-node-0-0", &force())
+        .await
+        .expect("alice may delete a pod");
+    let stripped = alice
+        .patch(
+            "mnist-node-0-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect_err("refused");
+    let message = stripped.to_string();
+    assert!(
+        message.contains("metadata.finalizers[holdfast.dev/execution]")
+            && message.contains("fence"),
+        "{message}"
+    );
+    let relabelled = alice
+        .patch(
+            "mnist-node-0-0",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {execution_owners::JOBSET_NAME_LABEL: null}}}),
+            ),
+        )
+        .await
+        .expect_err("refused");
+    assert!(
+        relabelled
+            .to_string()
+            .contains("keeps the label of its JobSet"),
+        "{relabelled}"
+    );
+    drop_finalizer(&admin, &ns, "mnist-node-0-0").await;
+}
+
+#[tokio::test]
+async fn only_a_fencer_may_fence_a_node_through_the_hold_api() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("fencer").await.expect("namespace");
+    let api = start_api(cp, executor(cp).await).await;
+    let node = format!("fenced-{ns}");
+    let path = format!("/v1/nodes/{node}/fence");
+    let alice = cp.token(Identity::User);
+    let (status, body) = api.post(&path, Some(alice), &json!({})).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("create holdfast.dev nodes/fence")),
+        "{body}"
+    );
+    // The chart's fencer ClusterRole, bound to alice (as rbac.fencers binds it).
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let docs = holdfast_tests::rbac::render_holdfast_rbac(
+        "plain",
+        &[
+            "rbac.fencers[0].kind=User",
+            &format!("rbac.fencers[0].name={}", Identity::User.username()),
+        ],
+    )
+    .expect("render");
+    let fencer = format!("{RELEASE}-fencer");
+    for doc in docs
+        .iter()
+        .filter(|d| d["metadata"]["name"] == fencer.as_str())
+    {
+        holdfast_tests::rbac::apply(&admin, doc, RELEASE_NAMESPACE, false)
+            .await
+            .expect("apply");
+    }
+    let binding: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    assert!(binding.get_opt(&fencer).await.expect("get").is_some());
+    let answer = wait_for("alice may fence", MINUTE, || async {
+        let (status, body) = api.post(&path, Some(alice), &json!({})).await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(answer["node"], node.as_str());
+    let fenced_at = answer["fencedAt"].as_str().expect("fencedAt");
+    let cm = Api::<ConfigMap>::namespaced(admin.clone(), RELEASE_NAMESPACE)
+        .get(FENCES)
+        .await
+        .expect("the fences ConfigMap");
+    assert_eq!(
+        cm.data
+            .as_ref()
+            .and_then(|d| d.get(&node))
+            .map(String::as_str),
+        Some(fenced_at)
+    );
+    let (status, body) = api
+        .post(&path, Some(alice), &json!({"node": "another"}))
+        .await;
+    assert_eq!(status, 400, "a fence's body is {{}}: {body}");
+    // Unbind, for the other tests of this control plane.
+    let _ = binding.delete(&fencer, &DeleteParams::default()).await;
+}
