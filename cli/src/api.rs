@@ -83,6 +83,11 @@ impl ApiRequest {
                 },
                 body: None,
             },
+            Command::Fence { node } => ApiRequest {
+                post: true,
+                path: format!("/v1/nodes/{node}/fence"),
+                body: Some(json!({})),
+            },
             Command::Preflight { target } => ApiRequest {
                 post: false,
                 path: match target {

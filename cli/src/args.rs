@@ -112,6 +112,14 @@ pub enum Command {
         #[arg(long, short = 'n')]
         namespace: Option<String>,
     },
+    /// Attest that every process on NODE has ended (it is powered off, or has rebooted):
+    /// holdfast then lets the node's deleted pods go, which a lost node's kubelet cannot
+    /// confirm. Only after fencing the node for real.
+    Fence {
+        /// The Node's name.
+        #[arg(value_parser = parse_node)]
+        node: String,
+    },
 }
 
 /// How answers are printed.
@@ -127,6 +135,23 @@ pub enum Output {
 pub struct Target {
     pub namespace: String,
     pub name: String,
+}
+
+/// A Node's name: a DNS-1123 subdomain (so it cannot reach another path of the API).
+pub fn parse_node(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("{s:?} is not a Node's name (a DNS-1123 subdomain)"))
+    }
 }
 
 pub fn parse_target(s: &str) -> Result<Target, String> {
@@ -157,6 +182,16 @@ mod tests {
         for bad in ["mnist", "/mnist", "team-a/", "a/b/c"] {
             assert!(parse_target(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_fence_names_a_node_and_nothing_else() {
+        assert_eq!(parse_node("gpu-7.rack-2"), Ok("gpu-7.rack-2".into()));
+        for bad in ["", "a/../b", "Gpu7", "-a", "a..b", "a%2Fb", &"x".repeat(254)] {
+            assert!(parse_node(bad).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from(["holdfast", "fence", "gpu-7"]).expect("parse");
+        assert!(matches!(cli.command, Command::Fence { ref node } if node == "gpu-7"));
     }
 
     #[test]

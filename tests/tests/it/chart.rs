@@ -1093,9 +1093,16 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("delete", "", "configmaps", "tenant", "job-runtime-snapshot"),
         ("list", "", "pods", "", ""),
         ("watch", "", "pods", "tenant", ""),
-        // A pod is a TrainJob's by ownership: its Job's, whose JobSet's is the TrainJob's.
+        // A pod is a TrainJob's by ownership: its Job's, whose JobSet the TrainJob owns;
+        // the execution finalizer goes on and off its pods (update).
         ("list", "batch", "jobs", "tenant", ""),
+        ("watch", "batch", "jobs", "", ""),
         ("list", "jobset.x-k8s.io", "jobsets", "tenant", ""),
+        ("watch", "jobset.x-k8s.io", "jobsets", "", ""),
+        ("update", "", "pods", "tenant", "p"),
+        // Fenced nodes: one ConfigMap in the release namespace.
+        ("update", "", "configmaps", "release", "tbl-holdfast-fences"),
+        ("watch", "", "configmaps", "release", "tbl-holdfast-fences"),
         // Status says whether a remaining pod's node is Ready.
         ("get", "", "nodes", "", "n"),
         ("create", "events.k8s.io", "events", "tenant", ""),
@@ -1206,7 +1213,9 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("create", "", "namespaces", "", ""),
         ("list", "", "nodes", "", ""),
         ("update", "", "nodes", "", "n"),
-        ("watch", "batch", "jobs", "tenant", ""),
+        ("patch", "", "pods", "tenant", "p"),
+        ("update", "", "configmaps", "release", "another"),
+        ("update", "", "configmaps", "tenant", "tbl-holdfast-fences"),
         ("delete", "batch", "jobs", "tenant", "j"),
         ("get", "jobset.x-k8s.io", "jobsets", "tenant", "j"),
     ];
