@@ -143,7 +143,9 @@ pub fn parse_node(s: &str) -> Result<String, String> {
         && s.len() <= 253
         && s.split('.').all(|part| {
             !part.is_empty()
-                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         });
@@ -187,7 +189,15 @@ mod tests {
     #[test]
     fn a_fence_names_a_node_and_nothing_else() {
         assert_eq!(parse_node("gpu-7.rack-2"), Ok("gpu-7.rack-2".into()));
-        for bad in ["", "a/../b", "Gpu7", "-a", "a..b", "a%2Fb", &"x".repeat(254)] {
+        for bad in [
+            "",
+            "a/../b",
+            "Gpu7",
+            "-a",
+            "a..b",
+            "a%2Fb",
+            &"x".repeat(254),
+        ] {
             assert!(parse_node(bad).is_err(), "{bad}");
         }
         let cli = Cli::try_parse_from(["holdfast", "fence", "gpu-7"]).expect("parse");

@@ -55,6 +55,29 @@ where
     Cli::try_parse_from(args).map(|_| ())
 }
 
+/// The program's `--help` and each command's, as printed (`(command line, text)`), for the
+/// book's CLI reference, which is generated from them (cli/tests/cli_help_reference.rs).
+pub fn help_texts() -> Vec<(String, String)> {
+    use clap::CommandFactory;
+    let mut root = Cli::command().term_width(100);
+    root.build();
+    let mut out = vec![(
+        "holdfast --help".to_owned(),
+        root.clone().render_long_help().to_string(),
+    )];
+    for sub in root.get_subcommands() {
+        if sub.get_name() == "help" {
+            continue;
+        }
+        let mut sub = sub.clone().term_width(100);
+        out.push((
+            format!("holdfast {} --help", sub.get_name()),
+            sub.render_long_help().to_string(),
+        ));
+    }
+    out
+}
+
 /// What failed before an answer, and the exit code that says so.
 struct Failure {
     code: u8,

@@ -23,6 +23,7 @@ pub mod identity;
 pub mod in_process_webhook;
 pub mod kueue;
 pub mod kueue_support;
+pub mod lost_node;
 pub mod netns;
 pub mod node;
 pub mod node_pods;

@@ -299,6 +299,55 @@ async fn a_decoy_pod_carrying_the_jobset_label_does_not_keep_the_gate_pending() 
 }
 
 #[tokio::test]
+async fn a_force_deleted_pod_on_a_lost_node_keeps_the_gate_pending_until_the_node_is_fenced() {
+    use holdfast_tests::lost_node::{fence, force, gone, keeper, lost_node, running_on};
+    let f = Fixture::start("kq-lost").await;
+    let node = format!("lost-{}", f.ns);
+    lost_node(&f.admin, &node).await;
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    let _keeper = keeper(f.cp, &f.ns).await;
+    let pods = running_on(f.cp, &f.ns, "job", &node).await;
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    f.job_when("job", "Kueue suspends the TrainJob", |tj| {
+        tj["spec"]["suspend"] == true
+    })
+    .await;
+    // The node's kubelet is gone; an editor force-deletes the pod it cannot kill.
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(alice, &f.ns)
+        .delete("job-node-0-0", &force())
+        .await
+        .expect("alice may force-delete a pod");
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let gated = f
+        .workload_when(
+            "job",
+            "re-admitted to the gate, waiting for the lost node's pod",
+            |w| condition(w, "QuotaReserved") && check(w).1.contains("job-node-0-0"),
+        )
+        .await;
+    assert_eq!(check(&gated).0, "Pending");
+    stays_suspended(&f, "job", Duration::from_secs(3)).await;
+    // Fenced: the pod goes, the gate opens, A rises.
+    fence(f.cp, &node).await;
+    gone(&pods, "job-node-0-0", "the fenced node's pod goes").await;
+    let tj = f
+        .job_when("job", "the job runs again", |tj| {
+            tj["spec"]["suspend"] == false
+        })
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    f.finish().await;
+}
+
+#[tokio::test]
 async fn stale_release_is_refused_in_kueue_mode() {
     let f = Fixture::start("kq-stale").await;
     f.create_job("job", json!({})).await;

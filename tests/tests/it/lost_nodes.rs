@@ -6,200 +6,23 @@
 
 use std::time::Duration;
 
-use holdfast_controller::execution::{self, ExecutionTracker};
-use holdfast_core::execution::finalizer::EXECUTION_FINALIZER;
 use holdfast_core::execution::{NodeState, Why};
 use holdfast_core::hold::{HoldError, Outcome};
 use holdfast_tests::hold_support::api::start_api;
-use holdfast_tests::hold_support::{create_trainjob, executor, meta, read_trainjob};
+use holdfast_tests::hold_support::{create_trainjob, executor, meta};
+use holdfast_tests::lost_node::{
+    FENCES, carries, drop_finalizer, fence, force, gone, keeper, lost_node, register_policy,
+    running_on,
+};
 use holdfast_tests::rbac::{RELEASE, RELEASE_NAMESPACE};
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity, execution_owners};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 const MINUTE: Duration = Duration::from_secs(60);
-const FENCES: &str = "holdfast-fences";
-
-/// The keeper of the execution finalizer, scoped to `ns`, until dropped.
-struct Keeper(CancellationToken);
-
-impl Drop for Keeper {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
-
-async fn keeper(cp: &ControlPlane, ns: &str) -> Keeper {
-    let client = cp.client(Identity::Controller).await.expect("controller");
-    let mut config = execution::Config::new(Some(ns.to_owned()), RELEASE_NAMESPACE, FENCES);
-    config.unresolved_retry = Duration::from_millis(200);
-    let token = CancellationToken::new();
-    let tracker = ExecutionTracker::new(client, config);
-    let stop = token.clone();
-    tokio::spawn(async move { tracker.run(stop).await });
-    Keeper(token)
-}
-
-/// The chart's execution-finalizer policy, registered as the chart installs it for the
-/// harness's release, once per control plane; waits until the apiserver enforces it.
-async fn register_policy(cp: &ControlPlane, ns: &str) {
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let install = holdfast_tests::helm::Install::new(RELEASE, RELEASE_NAMESPACE);
-    let docs = holdfast_tests::helm::ensure()
-        .expect("helm")
-        .render(&install)
-        .expect("render");
-    let name = format!("{RELEASE}-execution-finalizer");
-    for doc in docs
-        .iter()
-        .filter(|d| d["metadata"]["name"] == name.as_str())
-    {
-        holdfast_tests::rbac::apply(&admin, doc, RELEASE_NAMESPACE, false)
-            .await
-            .expect("apply the policy");
-    }
-    // A probe pod carrying the finalizer: the policy is in force once alice's dry-run
-    // removal of it is refused.
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "policy-probe", "finalizers": [EXECUTION_FINALIZER]},
-        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
-    }))
-    .expect("pod");
-    pods.create(&PostParams::default(), &probe)
-        .await
-        .expect("probe pod");
-    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), ns);
-    let dry = PatchParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    wait_for(
-        "the execution-finalizer policy is enforced",
-        MINUTE,
-        || async {
-            alice
-                .patch(
-                    "policy-probe",
-                    &dry,
-                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-                )
-                .await
-                .is_err()
-                .then_some(())
-        },
-    )
-    .await;
-    drop_finalizer(&admin, ns, "policy-probe").await;
-}
-
-async fn drop_finalizer(admin: &kube::Client, ns: &str, pod: &str) {
-    let _ = Api::<Pod>::namespaced(admin.clone(), ns)
-        .patch(
-            pod,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await;
-}
-
-/// A Node object named `name`, as a kubelet registers it, whose kubelet has stopped
-/// reporting (`Ready` `Unknown`).
-async fn lost_node(admin: &kube::Client, name: &str) {
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
-    let nodes: Api<Node> = Api::all(admin.clone());
-    nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("node");
-    nodes
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
-                "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status."}]}})),
-        )
-        .await
-        .expect("node status");
-}
-
-/// Runs TrainJob `mnist` of `ns` (opened) with one pod of its execution bound to `node`,
-/// its container running as its kubelet last reported; returns once the keeper has put the
-/// execution finalizer on it.
-async fn running_on(cp: &ControlPlane, ns: &str, node: &str) -> Api<Pod> {
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let tj = read_trainjob(cp, ns, "mnist").await;
-    let uid = tj["metadata"]["uid"].as_str().expect("uid");
-    let owners = execution_owners::ensure(&admin, ns, "mnist", uid)
-        .await
-        .expect("owners");
-    let mut pod = execution_owners::pod("mnist-node-0-0", "mnist", &owners, json!({}));
-    pod["spec"]["nodeName"] = json!(node);
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    pods.create(
-        &PostParams::default(),
-        &serde_json::from_value(pod).expect("pod"),
-    )
-    .await
-    .expect("pod");
-    pods.patch_status(
-        "mnist-node-0-0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [
-            {"name": "node", "image": "pytorch/pytorch:2.10.0", "imageID": "", "ready": true,
-             "restartCount": 0, "state": {"running": {"startedAt": "2026-12-03T10:00:00Z"}}}]}})),
-    )
-    .await
-    .expect("pod status");
-    wait_for(
-        "the keeper puts the execution finalizer on the bound pod",
-        MINUTE,
-        || async {
-            let p = pods.get("mnist-node-0-0").await.ok()?;
-            carries(&p).then_some(())
-        },
-    )
-    .await;
-    pods
-}
-
-fn carries(pod: &Pod) -> bool {
-    pod.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == EXECUTION_FINALIZER))
-}
-
-fn force() -> DeleteParams {
-    DeleteParams {
-        grace_period_seconds: Some(0),
-        ..Default::default()
-    }
-}
-
-async fn fence(cp: &ControlPlane, node: &str) {
-    let controller = cp.client(Identity::Controller).await.expect("controller");
-    execution::record_fence(
-        &controller,
-        RELEASE_NAMESPACE,
-        FENCES,
-        node,
-        jiff::Timestamp::now(),
-    )
-    .await
-    .expect("record the fence");
-}
-
-async fn gone(pods: &Api<Pod>, name: &str, what: &str) {
-    wait_for(what, MINUTE, || async {
-        pods.get_opt(name).await.ok()?.is_none().then_some(())
-    })
-    .await;
-}
 
 #[tokio::test]
 async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_node_is_fenced() {
@@ -214,7 +37,7 @@ async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_nod
         .await
         .expect("open");
     let keeper_1 = keeper(cp, &ns).await;
-    let pods = running_on(cp, &ns, &node).await;
+    let pods = running_on(cp, &ns, "mnist", &node).await;
     // The node is lost: dispatch holds the job, and (a new leader coming later) the keeper
     // that saw the pod stops.
     exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
@@ -271,7 +94,7 @@ async fn a_deleted_pod_whose_kubelet_reports_its_containers_ended_goes_without_a
     lost_node(&admin, &node).await;
     create_trainjob(cp, &ns, "mnist", true).await;
     let _keeper = keeper(cp, &ns).await;
-    let pods = running_on(cp, &ns, &node).await;
+    let pods = running_on(cp, &ns, "mnist", &node).await;
     pods.delete("mnist-node-0-0", &DeleteParams::default())
         .await
         .expect("delete");
@@ -325,7 +148,7 @@ async fn deleting_the_node_of_a_held_execution_does_not_make_its_pods_gone() {
         .await
         .expect("open");
     let _keeper = keeper(cp, &ns).await;
-    let pods = running_on(cp, &ns, &node).await;
+    let pods = running_on(cp, &ns, "mnist", &node).await;
     exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect("hold");
@@ -364,7 +187,7 @@ async fn an_editor_may_neither_remove_the_execution_finalizer_nor_the_jobset_lab
     lost_node(&admin, &node).await;
     create_trainjob(cp, &ns, "mnist", true).await;
     let keeper = keeper(cp, &ns).await;
-    let _pods = running_on(cp, &ns, &node).await;
+    let _pods = running_on(cp, &ns, "mnist", &node).await;
     drop(keeper);
     let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
     alice
