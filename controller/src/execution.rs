@@ -23,7 +23,7 @@ use holdfast_core::execution::{self, BATCH_GROUP, JOBSET_GROUP, JOBSET_NAME_LABE
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, Store, reflector};
@@ -136,7 +136,8 @@ impl ExecutionTracker {
                 while let Some(event) = stream.next().await {
                     match event {
                         Ok(cm) => {
-                            let (read, unreadable) = finalizer::read_fences(cm.data.as_ref());
+                            let (read, unreadable) =
+                                finalizer::read_fences(cm.data.as_ref(), Timestamp::now());
                             if !unreadable.is_empty() {
                                 tracing::warn!(nodes = ?unreadable, "fences ConfigMap: entries that are not RFC 3339 times are no fence");
                             }
@@ -222,7 +223,13 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
     ) else {
         return Ok(Action::await_change());
     };
-    let mut write = pod.as_ref().clone();
+    let rv = pod.metadata.resource_version.clone().unwrap_or_default();
+    let finalizers = pod.metadata.finalizers.clone().unwrap_or_default();
+    // A JSON patch of the finalizers alone, tested on the resourceVersion the decision read:
+    // nothing else of the pod is written (the chart's policy allows the controller nothing
+    // else), and a pod changed since is decided again.
+    let mut ops =
+        vec![serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv})];
     match step {
         Step::Keep => {
             // Owners not seen yet (their watch lags the pod's): look again soon.
@@ -236,25 +243,34 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
                 Action::await_change()
             });
         }
-        Step::Add => write
-            .metadata
-            .finalizers
-            .get_or_insert_with(Vec::new)
-            .push(EXECUTION_FINALIZER.to_owned()),
+        Step::Add if finalizers.is_empty() => ops.push(serde_json::json!(
+            {"op": "add", "path": "/metadata/finalizers", "value": [EXECUTION_FINALIZER]})),
+        Step::Add => ops.push(serde_json::json!(
+            {"op": "add", "path": "/metadata/finalizers/-", "value": EXECUTION_FINALIZER})),
         Step::Remove(_) => {
-            if let Some(f) = write.metadata.finalizers.as_mut() {
-                f.retain(|f| f != EXECUTION_FINALIZER);
-            }
+            let Some(i) = finalizers.iter().position(|f| f == EXECUTION_FINALIZER) else {
+                return Ok(Action::await_change());
+            };
+            ops.push(serde_json::json!(
+                {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": EXECUTION_FINALIZER}));
+            ops.push(
+                serde_json::json!({"op": "remove", "path": format!("/metadata/finalizers/{i}")}),
+            );
         }
     }
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    match api.replace(name, &PostParams::default(), &write).await {
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
         Ok(_) => {
             let (what, how) = match step {
                 Step::Remove(Gone::KubeletConfirmed) => {
-                    ("released", "its kubelet reported every container ended")
+                    ("released", "its kubelet reported it ended")
                 }
                 Step::Remove(Gone::Fenced) => ("released", "its node was fenced"),
+                Step::Remove(Gone::NeverBound) => ("released", "it was never bound to a node"),
                 _ => ("kept", "bound to a node"),
             };
             tracing::info!(
@@ -267,8 +283,11 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
             );
             Ok(Action::await_change())
         }
-        // Changed since the watch saw it: decide again on what is there now.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Action::requeue(ctx.retry)),
+        // Changed since the watch saw it (a failed test is answered 422): decide again on
+        // what is there now.
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
+            Ok(Action::requeue(ctx.retry))
+        }
         // Gone.
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(Action::await_change()),
         Err(e) => Err(e.into()),

@@ -21,6 +21,10 @@
 //!   of its Job) and carries both the JobSet-name label and the Job controller's
 //!   `controller-uid` label.
 //!
+//! A pod that carries the execution finalizer ([`finalizer`]) counts by its JobSet label
+//! alone, which the chart's policy keeps on it: re-owning it, its Job or its JobSet, or
+//! removing the Job controller's label, hides nothing.
+//!
 //! So a relabelled pod of the execution still counts, and a pod that only carries the label
 //! (`kubectl run blocker --labels=jobset.sigs.k8s.io/jobset-name=mnist`) does not. What is
 //! left to a namespace editor is blocking by forgery (a pod carrying both labels, or owned
@@ -225,6 +229,12 @@ pub fn remaining(trainjob: &str, reads: Reads<'_>) -> Result<Vec<RemainingPod>, 
 
 fn pod_is_the_jobs(trainjob: &str, pod: &Value, reads: &Reads<'_>) -> Result<bool, Need> {
     let labelled = label(pod, JOBSET_NAME_LABEL) == Some(trainjob);
+    // A pod carrying the execution finalizer ran on a node as some TrainJob's, and keeps its
+    // JobSet label while it does (the chart's policy): its label says whose, whatever has
+    // since been done to its owners or its other labels.
+    if finalizer::carries(pod) {
+        return Ok(labelled);
+    }
     match controller(pod) {
         Some(owner) if owner.is(BATCH_GROUP, "Job") => {
             let jobs = reads.jobs.ok_or(Need::Jobs)?;

@@ -59,17 +59,26 @@ pub async fn register_policy(cp: &ControlPlane, ns: &str) {
             .await
             .expect("apply the policy");
     }
-    // A probe pod carrying the finalizer: the policy is in force once alice's dry-run
-    // removal of it is refused.
+    // A probe pod the controller puts the finalizer on (nobody else may): the policy is in
+    // force once alice's dry-run removal of it is refused.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "policy-probe", "finalizers": [EXECUTION_FINALIZER]},
+        "metadata": {"name": "policy-probe"},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
     }))
     .expect("pod");
     pods.create(&PostParams::default(), &probe)
         .await
         .expect("probe pod");
+    let controller = cp.client(Identity::Controller).await.expect("controller");
+    Api::<Pod>::namespaced(controller, ns)
+        .patch(
+            "policy-probe",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [EXECUTION_FINALIZER]}})),
+        )
+        .await
+        .expect("the controller puts the finalizer on the probe");
     let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), ns);
     let dry = PatchParams {
         dry_run: true,
@@ -91,11 +100,14 @@ pub async fn register_policy(cp: &ControlPlane, ns: &str) {
         },
     )
     .await;
-    drop_finalizer(&admin, ns, "policy-probe").await;
+    drop_finalizer(cp, ns, "policy-probe").await;
 }
 
-pub async fn drop_finalizer(admin: &kube::Client, ns: &str, pod: &str) {
-    let _ = Api::<Pod>::namespaced(admin.clone(), ns)
+/// Takes every finalizer off `pod` as holdfast's controller (the only identity the chart's
+/// policy lets remove the execution finalizer), so the test leaves nothing stuck.
+pub async fn drop_finalizer(cp: &ControlPlane, ns: &str, pod: &str) {
+    let controller = cp.client(Identity::Controller).await.expect("controller");
+    let _ = Api::<Pod>::namespaced(controller, ns)
         .patch(
             pod,
             &PatchParams::default(),
@@ -153,7 +165,7 @@ pub async fn running_on(cp: &ControlPlane, ns: &str, trainjob: &str, node: &str)
     .expect("pod");
     pods.patch_status(
         &name,
-        &PatchParams::default(),
+        &as_kubelet(),
         &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [
             {"name": "node", "image": "pytorch/pytorch:2.10.0", "imageID": "", "ready": true,
              "restartCount": 0, "state": {"running": {"startedAt": "2026-12-03T10:00:00Z"}}}]}})),
@@ -164,7 +176,7 @@ pub async fn running_on(cp: &ControlPlane, ns: &str, trainjob: &str, node: &str)
         "the keeper puts the execution finalizer on the bound pod",
         MINUTE,
         || async {
-            let p = pods.get("mnist-node-0-0").await.ok()?;
+            let p = pods.get(&name).await.ok()?;
             carries(&p).then_some(())
         },
     )
@@ -204,4 +216,12 @@ pub async fn gone(pods: &Api<Pod>, name: &str, what: &str) {
         pods.get_opt(name).await.ok()?.is_none().then_some(())
     })
     .await;
+}
+
+/// Writes as the kubelet's field manager does (a pod's status is the kubelet's).
+pub fn as_kubelet() -> PatchParams {
+    PatchParams {
+        field_manager: Some(holdfast_core::execution::finalizer::KUBELET_MANAGER.to_owned()),
+        ..Default::default()
+    }
 }

@@ -41,6 +41,8 @@ pub enum Step {
 /// How a pod's processes are known to be gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gone {
+    /// It was never bound to a node: it ran nothing.
+    NeverBound,
     /// The kubelet reported every container terminated.
     KubeletConfirmed,
     /// Its node was fenced after the pod was created.
@@ -50,6 +52,7 @@ pub enum Gone {
 impl Gone {
     pub fn as_str(self) -> &'static str {
         match self {
+            Gone::NeverBound => "never_bound",
             Gone::KubeletConfirmed => "kubelet_confirmed",
             Gone::Fenced => "fenced",
         }
@@ -76,6 +79,10 @@ pub fn step(pod: &Value, of_an_execution: bool, fences: &Fences) -> Step {
     if !deleting {
         return Step::Keep;
     }
+    // Never bound to a node: it ran nothing (the finalizer came from elsewhere).
+    if node(pod).is_none() {
+        return Step::Remove(Gone::NeverBound);
+    }
     if kubelet_confirmed(pod) {
         return Step::Remove(Gone::KubeletConfirmed);
     }
@@ -99,7 +106,21 @@ pub fn node(pod: &Value) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-/// Whether the kubelet has reported every container of `pod` terminated.
+/// The field manager the kubelet writes pod statuses as.
+pub const KUBELET_MANAGER: &str = "kubelet";
+
+/// Whether the kubelet has confirmed that none of `pod`'s containers runs, or ever will:
+///
+/// - **it made the pod terminal**: the kubelet itself (the field manager owning
+///   `status.phase`, through the status subresource) wrote `Succeeded` or `Failed`, which it
+///   does only once every container has stopped and it will start none again (a pod being
+///   deleted is made terminal before the kubelet's final delete); and no container is
+///   reported running. Pod GC also writes `Failed`, but as another manager, so that is no
+///   confirmation; or
+/// - **`restartPolicy: Never`, and every container has ended**: every container of the spec
+///   has a status, each `terminated`, and no init or ephemeral container runs. With another
+///   restart policy a terminated container may be started again, so this alone is not
+///   enough.
 pub fn kubelet_confirmed(pod: &Value) -> bool {
     let statuses = |key: &str| {
         pod.pointer(&format!("/status/{key}"))
@@ -107,13 +128,29 @@ pub fn kubelet_confirmed(pod: &Value) -> bool {
             .map(Vec::as_slice)
             .unwrap_or_default()
     };
+    let all: Vec<&Value> = [
+        "containerStatuses",
+        "initContainerStatuses",
+        "ephemeralContainerStatuses",
+    ]
+    .into_iter()
+    .flat_map(|k| statuses(k).iter())
+    .collect();
+    let running = |s: &Value| s.pointer("/state/running").is_some_and(Value::is_object);
+    if all.iter().any(|s| running(s)) {
+        return false;
+    }
+    if terminal_by_kubelet(pod) {
+        return true;
+    }
     let terminated = |s: &Value| s.pointer("/state/terminated").is_some_and(Value::is_object);
     let containers = pod
         .pointer("/spec/containers")
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
     let regular = statuses("containerStatuses");
-    containers > 0
+    pod.pointer("/spec/restartPolicy").and_then(Value::as_str) == Some("Never")
+        && containers > 0
         && regular.len() >= containers
         && regular.iter().all(terminated)
         && statuses("initContainerStatuses")
@@ -124,6 +161,33 @@ pub fn kubelet_confirmed(pod: &Value) -> bool {
             .all(terminated_or_never_started)
 }
 
+/// Whether `pod`'s phase is terminal and the kubelet wrote it (the manager that owns
+/// `status.phase` in `managedFields`, writing through the status subresource).
+fn terminal_by_kubelet(pod: &Value) -> bool {
+    let terminal = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    terminal
+        && pod
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|m| m.pointer("/fieldsV1/f:status/f:phase").is_some())
+            .all(|m| {
+                m.get("manager").and_then(Value::as_str) == Some(KUBELET_MANAGER)
+                    && m.get("subresource").and_then(Value::as_str) == Some("status")
+            })
+        && pod
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .is_some_and(|m| {
+                m.iter()
+                    .any(|m| m.pointer("/fieldsV1/f:status/f:phase").is_some())
+            })
+}
+
 /// An init or ephemeral container that ended, or that never started (waiting with no
 /// earlier run): one that ran earlier or runs now has `terminated` or `running` somewhere.
 fn terminated_or_never_started(s: &Value) -> bool {
@@ -131,11 +195,15 @@ fn terminated_or_never_started(s: &Value) -> bool {
     let waiting = s.pointer("/state/waiting").is_some_and(Value::is_object);
     let ran_before = s
         .pointer("/lastState/running")
-        .is_some_and(Value::is_object);
+        .is_some_and(Value::is_object)
+        || s.pointer("/lastState/terminated")
+            .is_some_and(Value::is_object);
     terminated || (waiting && !ran_before)
 }
 
-/// Whether `pod`'s node was fenced at or after the pod was created.
+/// Whether a fence of `pod`'s node covers it: the fence came after the pod was created and
+/// after every start of its containers the pod reports (a container started again after the
+/// fence, on a node that came back, is a process the fence says nothing of).
 pub fn fenced(pod: &Value, fences: &Fences) -> bool {
     let (Some(node), Some(created)) = (
         node(pod),
@@ -145,20 +213,59 @@ pub fn fenced(pod: &Value, fences: &Fences) -> bool {
     ) else {
         return false;
     };
-    fences.get(node).is_some_and(|at| *at >= created)
+    let Some(fence) = fences.get(node) else {
+        return false;
+    };
+    *fence >= created && latest_start(pod).is_none_or(|started| *fence >= started)
 }
 
+/// The latest container start `pod` reports (any container, this run or the last).
+fn latest_start(pod: &Value) -> Option<Timestamp> {
+    [
+        "containerStatuses",
+        "initContainerStatuses",
+        "ephemeralContainerStatuses",
+    ]
+    .into_iter()
+    .filter_map(|k| {
+        pod.pointer(&format!("/status/{k}"))
+            .and_then(Value::as_array)
+    })
+    .flatten()
+    .flat_map(|s| {
+        [
+            "/state/running/startedAt",
+            "/state/terminated/startedAt",
+            "/lastState/running/startedAt",
+            "/lastState/terminated/startedAt",
+        ]
+        .into_iter()
+        .filter_map(|p| s.pointer(p).and_then(Value::as_str))
+    })
+    .filter_map(|t| t.parse::<Timestamp>().ok())
+    .max()
+}
+
+/// How far ahead of `now` a fence may be dated (clock skew between replicas): a fence
+/// dated later attests the future, which nobody can, and is no fence.
+pub const FENCE_SKEW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
 /// The fences as the fences ConfigMap's `data` holds them: node name → RFC 3339 time. An
-/// entry that does not parse is no fence (and is named in the second list).
-pub fn read_fences(data: Option<&BTreeMap<String, String>>) -> (Fences, Vec<String>) {
+/// entry that does not parse, or is dated after `now` (beyond [`FENCE_SKEW`]), is no fence
+/// (and is named in the second list).
+pub fn read_fences(
+    data: Option<&BTreeMap<String, String>>,
+    now: Timestamp,
+) -> (Fences, Vec<String>) {
     let mut fences = Fences::new();
     let mut unreadable = Vec::new();
+    let latest = now.saturating_add(FENCE_SKEW).unwrap_or(now);
     for (node, at) in data.into_iter().flatten() {
         match at.parse::<Timestamp>() {
-            Ok(at) => {
+            Ok(at) if at <= latest => {
                 fences.insert(node.clone(), at);
             }
-            Err(_) => unreadable.push(node.clone()),
+            _ => unreadable.push(node.clone()),
         }
     }
     (fences, unreadable)

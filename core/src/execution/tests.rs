@@ -334,3 +334,16 @@ fn only_a_trainjobs_pods_are_of_an_execution() {
     assert_eq!(controller_uid(&j, JOBSET_GROUP, "JobSet"), Some("js-1"));
     assert_eq!(controller_uid(&j, BATCH_GROUP, "Job"), None);
 }
+
+#[test]
+fn a_pod_carrying_the_execution_finalizer_counts_by_its_label_whatever_its_owners() {
+    // An editor re-owns a running pod of the execution (or strips the Job controller's
+    // label, so that its Job lets it go): it carries the finalizer, so its label decides.
+    let mut reowned = pod("a", None, json!({JOBSET_NAME_LABEL: JOB}), "Running");
+    reowned["metadata"]["finalizers"] = json!([finalizer::EXECUTION_FINALIZER]);
+    reowned["metadata"]["ownerReferences"] = json!([owner("v1", "ConfigMap", "whatever", "cm-1")]);
+    assert_eq!(answer(std::slice::from_ref(&reowned)), ["a"]);
+    let mut theirs = reowned.clone();
+    theirs["metadata"]["labels"] = json!({JOBSET_NAME_LABEL: "another"});
+    assert!(answer(&[theirs]).is_empty());
+}

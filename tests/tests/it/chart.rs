@@ -1099,7 +1099,7 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("watch", "batch", "jobs", "", ""),
         ("list", "jobset.x-k8s.io", "jobsets", "tenant", ""),
         ("watch", "jobset.x-k8s.io", "jobsets", "", ""),
-        ("update", "", "pods", "tenant", "p"),
+        ("patch", "", "pods", "tenant", "p"),
         // Fenced nodes: one ConfigMap in the release namespace.
         ("update", "", "configmaps", "release", "tbl-holdfast-fences"),
         ("watch", "", "configmaps", "release", "tbl-holdfast-fences"),
@@ -1213,7 +1213,7 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("create", "", "namespaces", "", ""),
         ("list", "", "nodes", "", ""),
         ("update", "", "nodes", "", "n"),
-        ("patch", "", "pods", "tenant", "p"),
+        ("update", "", "pods", "tenant", "p"),
         ("update", "", "configmaps", "release", "another"),
         ("update", "", "configmaps", "tenant", "tbl-holdfast-fences"),
         ("delete", "batch", "jobs", "tenant", "j"),

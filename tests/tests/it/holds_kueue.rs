@@ -251,7 +251,10 @@ async fn a_relabelled_pod_of_the_held_execution_keeps_the_gate_pending() {
         .workload_when(
             "job",
             "re-admitted to the gate, waiting for the relabelled pod",
-            |w| condition(w, "QuotaReserved") && check(w).1.contains("job-node-0-0"),
+            |w| {
+                condition(w, "QuotaReserved")
+                    && check(w).1.contains("pods of the previous execution")
+            },
         )
         .await;
     assert_eq!(check(&gated).0, "Pending");
@@ -330,7 +333,10 @@ async fn a_force_deleted_pod_on_a_lost_node_keeps_the_gate_pending_until_the_nod
         .workload_when(
             "job",
             "re-admitted to the gate, waiting for the lost node's pod",
-            |w| condition(w, "QuotaReserved") && check(w).1.contains("job-node-0-0"),
+            |w| {
+                condition(w, "QuotaReserved")
+                    && check(w).1.contains("pods of the previous execution")
+            },
         )
         .await;
     assert_eq!(check(&gated).0, "Pending");

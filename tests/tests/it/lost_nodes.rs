@@ -11,8 +11,8 @@ use holdfast_core::hold::{HoldError, Outcome};
 use holdfast_tests::hold_support::api::start_api;
 use holdfast_tests::hold_support::{create_trainjob, executor, meta};
 use holdfast_tests::lost_node::{
-    FENCES, carries, drop_finalizer, fence, force, gone, keeper, lost_node, register_policy,
-    running_on,
+    FENCES, as_kubelet, carries, drop_finalizer, fence, force, gone, keeper, lost_node,
+    register_policy, running_on,
 };
 use holdfast_tests::rbac::{RELEASE, RELEASE_NAMESPACE};
 use holdfast_tests::wait::wait_for;
@@ -104,9 +104,10 @@ async fn a_deleted_pod_whose_kubelet_reports_its_containers_ended_goes_without_a
         "until its kubelet reports, the pod stays"
     );
     // The kubelet kills the container and reports it, then deletes the pod.
+    // (A pod of JobSet's Jobs restarts nothing once the kubelet has made it terminal.)
     pods.patch_status(
         "mnist-node-0-0",
-        &PatchParams::default(),
+        &as_kubelet(),
         &Patch::Merge(json!({"status": {"phase": "Failed", "containerStatuses": [
             {"name": "node", "image": "pytorch/pytorch:2.10.0", "imageID": "", "ready": false,
              "restartCount": 0, "state": {"terminated": {"exitCode": 143, "reason": "Error",
@@ -224,7 +225,57 @@ async fn an_editor_may_neither_remove_the_execution_finalizer_nor_the_jobset_lab
             .contains("keeps the label of its JobSet"),
         "{relabelled}"
     );
-    drop_finalizer(&admin, &ns, "mnist-node-0-0").await;
+    // Nor may anyone but the controller put it on a pod: a decoy cannot borrow it.
+    let decoy: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "decoy", "finalizers": [holdfast_core::execution::finalizer::EXECUTION_FINALIZER],
+            "labels": {execution_owners::JOBSET_NAME_LABEL: "mnist"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .expect("pod");
+    let refused = alice
+        .create(&kube::api::PostParams::default(), &decoy)
+        .await
+        .expect_err("refused");
+    assert!(refused.to_string().contains("may not add it"), "{refused}");
+    drop_finalizer(cp, &ns, "mnist-node-0-0").await;
+}
+
+#[tokio::test]
+async fn a_pod_carrying_the_execution_finalizer_still_counts_after_an_editor_reowns_it() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("reown").await.expect("namespace");
+    register_policy(cp, &ns).await;
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let node = format!("reown-{ns}");
+    lost_node(&admin, &node).await;
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(&ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let _keeper = keeper(cp, &ns).await;
+    let pods = running_on(cp, &ns, "mnist", &node).await;
+    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    // An editor takes the running pod away from its Job (as the Job controller does when
+    // its selector no longer matches): by ownership it would be nobody's.
+    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
+    alice
+        .patch(
+            "mnist-node-0-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+        )
+        .await
+        .expect("alice may re-own a pod");
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Err(HoldError::PodsRemain),
+        "it carries the execution finalizer and the job's label: it counts"
+    );
+    drop(pods);
+    drop_finalizer(cp, &ns, "mnist-node-0-0").await;
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ const CREATED: &str = "2026-12-03T10:00:00Z";
 
 fn pod(node: Option<&str>, finalizer: bool, deleting: bool, containers: Value) -> Value {
     let mut p = json!({"metadata": {"name": "p", "creationTimestamp": CREATED, "finalizers": []},
-        "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "a"}, {"name": "b"}]},
         "status": {"phase": "Running", "containerStatuses": containers}});
     if let Some(n) = node {
         p["spec"]["nodeName"] = json!(n);
@@ -137,9 +137,97 @@ fn fences_are_read_from_the_configmaps_data_and_an_unreadable_one_is_none() {
         ("n2".to_owned(), "yesterday".to_owned()),
     ]
     .into();
-    let (fences, unreadable) = read_fences(Some(&data));
+    let now = at("2026-12-03T11:00:00Z");
+    let (fences, unreadable) = read_fences(Some(&data), now);
     assert_eq!(fences.get("n1"), Some(&at("2026-12-03T10:10:00Z")));
     assert!(!fences.contains_key("n2"));
     assert_eq!(unreadable, ["n2"]);
-    assert_eq!(read_fences(None).0, Fences::new());
+    assert_eq!(read_fences(None, now).0, Fences::new());
+}
+
+fn phase_by(pod: &mut Value, phase: &str, manager: &str) {
+    pod["status"]["phase"] = json!(phase);
+    pod["metadata"]["managedFields"] = json!([
+        {"manager": "kube-scheduler", "operation": "Update", "subresource": "status",
+         "fieldsV1": {"f:status": {"f:conditions": {}}}},
+        {"manager": manager, "operation": "Update", "subresource": "status",
+         "fieldsV1": {"f:status": {"f:phase": {}, "f:containerStatuses": {}}}}]);
+}
+
+#[test]
+fn a_pod_the_kubelet_made_terminal_is_confirmed_even_if_it_never_got_past_its_init_containers() {
+    // Deleted while its init container was still waiting for an image: the kubelet's last
+    // status leaves the regular containers waiting (PodInitializing) and makes it Failed.
+    let waiting = json!([{"name": "a", "state": {"waiting": {"reason": "PodInitializing"}}},
+        {"name": "b", "state": {"waiting": {"reason": "PodInitializing"}}}]);
+    let mut p = pod(Some("n1"), true, true, waiting);
+    p["status"]["initContainerStatuses"] =
+        json!([{"name": "i", "state": {"waiting": {"reason": "ErrImagePull"}}}]);
+    assert_eq!(
+        step(&p, true, &Fences::new()),
+        Step::Keep,
+        "not terminal yet"
+    );
+    phase_by(&mut p, "Failed", KUBELET_MANAGER);
+    assert_eq!(
+        step(&p, true, &Fences::new()),
+        Step::Remove(Gone::KubeletConfirmed)
+    );
+}
+
+#[test]
+fn pod_gcs_failed_phase_is_no_confirmation() {
+    let mut p = pod(Some("n1"), true, true, running());
+    phase_by(&mut p, "Failed", "kube-controller-manager");
+    assert_eq!(step(&p, true, &Fences::new()), Step::Keep);
+    // Nor is the kubelet's terminal phase while a container is reported running.
+    phase_by(&mut p, "Failed", KUBELET_MANAGER);
+    assert_eq!(step(&p, true, &Fences::new()), Step::Keep);
+}
+
+#[test]
+fn terminated_containers_that_may_restart_are_no_confirmation_without_a_terminal_phase() {
+    let mut p = pod(Some("n1"), true, true, ended());
+    p["spec"]["restartPolicy"] = json!("OnFailure");
+    assert_eq!(step(&p, true, &Fences::new()), Step::Keep);
+    phase_by(&mut p, "Failed", KUBELET_MANAGER);
+    assert_eq!(
+        step(&p, true, &Fences::new()),
+        Step::Remove(Gone::KubeletConfirmed)
+    );
+}
+
+#[test]
+fn a_deleted_pod_never_bound_to_a_node_loses_the_finalizer() {
+    let p = pod(None, true, true, json!([]));
+    assert_eq!(
+        step(&p, false, &Fences::new()),
+        Step::Remove(Gone::NeverBound)
+    );
+}
+
+#[test]
+fn a_fence_does_not_cover_a_container_started_after_it() {
+    let restarted = json!([{"name": "a", "state": {"running": {"startedAt": "2026-12-03T10:20:00Z"}}},
+        {"name": "b", "state": {"terminated": {"startedAt": "2026-12-03T10:01:00Z"}}}]);
+    let mut p = pod(Some("n1"), true, true, restarted);
+    let fence: Fences = [("n1".to_owned(), at("2026-12-03T10:10:00Z"))].into();
+    assert_eq!(step(&p, true, &fence), Step::Keep);
+    p["status"]["containerStatuses"][0]["state"] =
+        json!({"running": {"startedAt": "2026-12-03T10:05:00Z"}});
+    assert_eq!(step(&p, true, &fence), Step::Remove(Gone::Fenced));
+}
+
+#[test]
+fn a_fence_dated_in_the_future_is_no_fence() {
+    let now = at("2026-12-03T11:00:00Z");
+    let data = [
+        ("n1".to_owned(), "2026-12-03T11:00:30Z".to_owned()),
+        ("n2".to_owned(), "2099-01-01T00:00:00Z".to_owned()),
+    ]
+    .into();
+    let (fences, unreadable) = read_fences(Some(&data), now);
+    assert!(fences.contains_key("n1"), "within the clock skew allowed");
+    assert!(!fences.contains_key("n2"));
+    assert_eq!(unreadable, ["n2"]);
 }
