@@ -212,6 +212,33 @@ async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before
     f.finish().await;
 }
 
+/// Releases hold 1 of `job` and asserts the gate then keeps it waiting for `what`: Kueue
+/// re-admits the Workload, the gate's check stays Pending on the previous execution's pods,
+/// and the TrainJob stays suspended.
+async fn released_but_gated(f: &Fixture, what: &str) {
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let gated = f
+        .workload_when("job", what, |w| {
+            condition(w, "QuotaReserved") && check(w).1.contains("pods of the previous execution")
+        })
+        .await;
+    assert_eq!(check(&gated).0, "Pending");
+    stays_suspended(f, "job", Duration::from_secs(3)).await;
+}
+
+/// The gate lets `job` through again, and A says it is the second execution.
+async fn runs_as_execution_2(f: &Fixture) {
+    let tj = f
+        .job_when("job", "the job runs again", |tj| {
+            tj["spec"]["suspend"] == false
+        })
+        .await;
+    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+}
+
 /// Opened, running, two pods of its execution, then held until Kueue suspends it.
 async fn held_with_two_pods(f: &Fixture) {
     f.create_job("job", json!({})).await;
@@ -243,32 +270,16 @@ async fn a_relabelled_pod_of_the_held_execution_keeps_the_gate_pending() {
     .await
     .expect("alice may relabel a pod");
     f.delete_pods("job").await;
-    assert_eq!(
-        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
-        Ok(Outcome::Released { resumed: true })
-    );
-    let gated = f
-        .workload_when(
-            "job",
-            "re-admitted to the gate, waiting for the relabelled pod",
-            |w| {
-                condition(w, "QuotaReserved")
-                    && check(w).1.contains("pods of the previous execution")
-            },
-        )
-        .await;
-    assert_eq!(check(&gated).0, "Pending");
-    stays_suspended(&f, "job", Duration::from_secs(3)).await;
+    released_but_gated(
+        &f,
+        "re-admitted to the gate, waiting for the relabelled pod",
+    )
+    .await;
     // Once it is gone, the next execution may start.
     pods.delete("job-node-0-0", &DeleteParams::default())
         .await
         .expect("delete the pod");
-    let tj = f
-        .job_when("job", "the job runs again", |tj| {
-            tj["spec"]["suspend"] == false
-        })
-        .await;
-    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    runs_as_execution_2(&f).await;
     f.finish().await;
 }
 
@@ -325,31 +336,15 @@ async fn a_force_deleted_pod_on_a_lost_node_keeps_the_gate_pending_until_the_nod
         .delete("job-node-0-0", &force())
         .await
         .expect("alice may force-delete a pod");
-    assert_eq!(
-        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
-        Ok(Outcome::Released { resumed: true })
-    );
-    let gated = f
-        .workload_when(
-            "job",
-            "re-admitted to the gate, waiting for the lost node's pod",
-            |w| {
-                condition(w, "QuotaReserved")
-                    && check(w).1.contains("pods of the previous execution")
-            },
-        )
-        .await;
-    assert_eq!(check(&gated).0, "Pending");
-    stays_suspended(&f, "job", Duration::from_secs(3)).await;
+    released_but_gated(
+        &f,
+        "re-admitted to the gate, waiting for the lost node's pod",
+    )
+    .await;
     // Fenced: the pod goes, the gate opens, A rises.
     fence(f.cp, &node).await;
     gone(&pods, "job-node-0-0", "the fenced node's pod goes").await;
-    let tj = f
-        .job_when("job", "the job runs again", |tj| {
-            tj["spec"]["suspend"] == false
-        })
-        .await;
-    assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
+    runs_as_execution_2(&f).await;
     f.finish().await;
 }
 

@@ -433,8 +433,8 @@ async fn pod(cp: &ControlPlane, ns: &str, name: &str, trainjob: &str) -> Pod {
     .expect("pod json")
 }
 
-/// Held, with a running pod of the held execution: Open, Hold, and the pod.
-async fn held_with_a_running_pod(cp: &ControlPlane, ns: &str) -> (HoldExecutor, Api<Pod>) {
+/// TrainJob `mnist`, opened, then held (hold 1).
+async fn opened_and_held(cp: &ControlPlane, ns: &str) -> HoldExecutor {
     create_trainjob(cp, ns, "mnist", true).await;
     let exec = executor(cp).await;
     exec.open(ns, "mnist", meta(None, MINUTE))
@@ -443,6 +443,12 @@ async fn held_with_a_running_pod(cp: &ControlPlane, ns: &str) -> (HoldExecutor, 
     exec.hold(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect("hold");
+    exec
+}
+
+/// Held, with a running pod of the held execution: Open, Hold, and the pod.
+async fn held_with_a_running_pod(cp: &ControlPlane, ns: &str) -> (HoldExecutor, Api<Pod>) {
+    let exec = opened_and_held(cp, ns).await;
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let pods: Api<Pod> = Api::namespaced(admin, ns);
     let mut running = pod(cp, ns, "mnist-node-0-0", "mnist").await;
@@ -496,14 +502,7 @@ async fn a_relabelled_pod_of_the_held_execution_still_holds_the_release_back() {
 async fn a_decoy_pod_carrying_the_jobset_label_does_not_block_the_release() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("decoy").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
-    exec.open(&ns, "mnist", meta(None, MINUTE))
-        .await
-        .expect("open");
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
-        .await
-        .expect("hold");
+    let exec = opened_and_held(cp, &ns).await;
     // `kubectl run blocker --image=pause --labels=jobset.sigs.k8s.io/jobset-name=mnist`
     let editor = cp.client(Identity::User).await.expect("user");
     let blocker: Pod = serde_json::from_value(json!({

@@ -6,12 +6,13 @@
 
 use std::time::Duration;
 
+use holdfast_controller::hold::HoldExecutor;
 use holdfast_core::execution::{NodeState, Why};
 use holdfast_core::hold::{HoldError, Outcome};
 use holdfast_tests::hold_support::api::start_api;
 use holdfast_tests::hold_support::{create_trainjob, executor, meta};
 use holdfast_tests::lost_node::{
-    FENCES, as_kubelet, carries, drop_finalizer, fence, force, gone, keeper, lost_node,
+    FENCES, Keeper, as_kubelet, carries, drop_finalizer, fence, force, gone, keeper, lost_node,
     register_policy, running_on,
 };
 use holdfast_tests::rbac::{RELEASE, RELEASE_NAMESPACE};
@@ -24,25 +25,66 @@ use serde_json::json;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
+/// The seed's scene: TrainJob `mnist`, opened and running with one pod bound to a Node of
+/// its own, `{prefix}-{ns}`, whose kubelet has stopped reporting; the keeper running (it put
+/// the execution finalizer on the pod); then held by dispatch.
+struct Held {
+    exec: HoldExecutor,
+    pods: Api<Pod>,
+    node: String,
+    keeper: Keeper,
+}
+
+/// The node is fenced: its pod goes, and the release lifts the hold and resumes the job.
+async fn fenced_then_released(
+    cp: &ControlPlane,
+    exec: &HoldExecutor,
+    pods: &Api<Pod>,
+    node: &str,
+    ns: &str,
+) {
+    fence(cp, node).await;
+    gone(pods, "mnist-node-0-0", "the fenced node's pod goes").await;
+    assert_eq!(
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+}
+
+async fn held_on_a_lost_node(cp: &ControlPlane, ns: &str, prefix: &str) -> Held {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let node = format!("{prefix}-{ns}");
+    lost_node(&admin, &node).await;
+    create_trainjob(cp, ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let keeper = keeper(cp, ns).await;
+    let pods = running_on(cp, ns, "mnist", &node).await;
+    exec.hold(ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+    Held {
+        exec,
+        pods,
+        node,
+        keeper,
+    }
+}
+
 #[tokio::test]
 async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_node_is_fenced() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("force").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let node = format!("lost-{ns}");
-    lost_node(&admin, &node).await;
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
-    exec.open(&ns, "mnist", meta(None, MINUTE))
-        .await
-        .expect("open");
-    let keeper_1 = keeper(cp, &ns).await;
-    let pods = running_on(cp, &ns, "mnist", &node).await;
-    // The node is lost: dispatch holds the job, and (a new leader coming later) the keeper
-    // that saw the pod stops.
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
-        .await
-        .expect("hold");
+    // The node is lost and dispatch holds the job; the keeper that saw the pod stops (a new
+    // leader comes later).
+    let Held {
+        exec,
+        pods,
+        node,
+        keeper: keeper_1,
+    } = held_on_a_lost_node(cp, &ns, "lost").await;
     drop(keeper_1);
 
     // Anyone with edit force-deletes the pod while no keeper runs.
@@ -76,13 +118,7 @@ async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_nod
         "no report and no fence: the finalizer stays"
     );
 
-    // The node is fenced: the pod goes, and the release lifts the hold.
-    fence(cp, &node).await;
-    gone(&pods, "mnist-node-0-0", "the fenced node's pod goes").await;
-    assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
-        Ok(Outcome::Released { resumed: true })
-    );
+    fenced_then_released(cp, &exec, &pods, &node, &ns).await;
 }
 
 #[tokio::test]
@@ -141,18 +177,12 @@ async fn deleting_the_node_of_a_held_execution_does_not_make_its_pods_gone() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("nodedel").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin");
-    let node = format!("deleted-{ns}");
-    lost_node(&admin, &node).await;
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
-    exec.open(&ns, "mnist", meta(None, MINUTE))
-        .await
-        .expect("open");
-    let _keeper = keeper(cp, &ns).await;
-    let pods = running_on(cp, &ns, "mnist", &node).await;
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
-        .await
-        .expect("hold");
+    let Held {
+        exec,
+        pods,
+        node,
+        keeper: _keeper,
+    } = held_on_a_lost_node(cp, &ns, "deleted").await;
     // An admin deletes the Node without fencing it; pod GC then force-deletes its pods.
     Api::<Node>::all(admin.clone())
         .delete(&node, &DeleteParams::default())
@@ -170,12 +200,7 @@ async fn deleting_the_node_of_a_held_execution_does_not_make_its_pods_gone() {
         status.remaining_pods.first().and_then(|p| p.node_state),
         Some(NodeState::Gone)
     );
-    fence(cp, &node).await;
-    gone(&pods, "mnist-node-0-0", "the fenced node's pod goes").await;
-    assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
-        Ok(Outcome::Released { resumed: true })
-    );
+    fenced_then_released(cp, &exec, &pods, &node, &ns).await;
 }
 
 #[tokio::test]
@@ -245,19 +270,12 @@ async fn a_pod_carrying_the_execution_finalizer_still_counts_after_an_editor_reo
     let cp = ControlPlane::shared();
     let ns = cp.namespace("reown").await.expect("namespace");
     register_policy(cp, &ns).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let node = format!("reown-{ns}");
-    lost_node(&admin, &node).await;
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
-    exec.open(&ns, "mnist", meta(None, MINUTE))
-        .await
-        .expect("open");
-    let _keeper = keeper(cp, &ns).await;
-    let pods = running_on(cp, &ns, "mnist", &node).await;
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
-        .await
-        .expect("hold");
+    let Held {
+        exec,
+        pods,
+        keeper: _keeper,
+        ..
+    } = held_on_a_lost_node(cp, &ns, "reown").await;
     // An editor takes the running pod away from its Job (as the Job controller does when
     // its selector no longer matches): by ownership it would be nobody's.
     let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
