@@ -312,14 +312,14 @@ fn meta_value(meta: &kube::api::ObjectMeta) -> Value {
 
 /// Records a fence of `node` at `at` in the fences ConfigMap (created if missing): the
 /// attestation that every process on the node had ended by then. An earlier fence of the
-/// node is replaced only by a later one.
+/// node is replaced only by a later one. Answers the node's fence as it then stands.
 pub async fn record_fence(
     client: &kube::Client,
     namespace: &str,
     name: &str,
     node: &str,
     at: Timestamp,
-) -> Result<(), kube::Error> {
+) -> Result<Timestamp, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     for _ in 0..8 {
         let current = api.get_opt(name).await?;
@@ -327,12 +327,12 @@ pub async fn record_fence(
         let result = match current {
             Some(mut cm) => {
                 let data = cm.data.get_or_insert_with(BTreeMap::new);
-                let later = data
+                if let Some(standing) = data
                     .get(node)
                     .and_then(|t| t.parse::<Timestamp>().ok())
-                    .is_none_or(|t| t < at);
-                if !later {
-                    return Ok(());
+                    .filter(|t| *t >= at)
+                {
+                    return Ok(standing);
                 }
                 data.insert(node.to_owned(), text);
                 api.replace(name, &PostParams::default(), &cm)
@@ -353,7 +353,7 @@ pub async fn record_fence(
             }
         };
         match result {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(at),
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
             Err(e) => return Err(e),
         }

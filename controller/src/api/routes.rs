@@ -183,7 +183,7 @@ async fn fence(
     match crate::execution::record_fence(&store.client, &store.namespace, &store.name, &node, at)
         .await
     {
-        Ok(()) => {
+        Ok(at) => {
             tracing::info!(node, fenced_at = %at, "node fenced");
             (
                 StatusCode::OK,
