@@ -162,6 +162,9 @@ def name(m): return '::'.join(m) or 'crate'
 verbose = '-v' in sys.argv
 found = 0
 for d in [a for a in sys.argv[1:] if a != '-v']:
+    # A src/ folder that is no crate's (the book's docs/src) has no modules to read.
+    if not os.path.isfile(os.path.join(os.path.dirname(os.path.normpath(d)) or '.', 'Cargo.toml')):
+        continue
     c = Crate(d)
     g = c.graph()
     if verbose:
