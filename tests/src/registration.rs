@@ -146,8 +146,15 @@ fn rendered(mode: Mode, engine: Engine) -> Rendered {
                 assert_eq!(found.len(), 1, "the chart renders one {kind}");
                 found[0].clone()
             };
+            // The execution finalizer's policy guards pods under every engine; the topics that
+            // need it register it themselves (`crate::lost_node::register_policy`).
+            let execution = format!("{}-execution-finalizer", crate::rbac::RELEASE);
             let all = |kind: &str| -> Vec<Value> {
-                helm::of_kind(&docs, kind).into_iter().cloned().collect()
+                helm::of_kind(&docs, kind)
+                    .into_iter()
+                    .filter(|d| d["metadata"]["name"] != execution.as_str())
+                    .cloned()
+                    .collect()
             };
             Rendered {
                 validating: one("ValidatingWebhookConfiguration"),

@@ -754,8 +754,39 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
         let webhook = render("webhook");
         let both = render("both");
         let policy = render("policy");
-        // The webhook engine renders no policy (the default); both keeps every webhook entry.
-        assert!(helm::of_kind(&webhook, "ValidatingAdmissionPolicy").is_empty());
+        // The execution finalizer's policy is the same under every engine (it guards pods,
+        // which no validating rule of the webhook covers), in every namespace; the webhook
+        // engine renders no other policy (the default); both keeps every webhook entry.
+        let execution = "holdfast-execution-finalizer";
+        let finalizer_policy = |docs: &[Value]| -> Vec<Value> {
+            [
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
+            ]
+            .into_iter()
+            .map(|kind| find(docs, kind, execution).clone())
+            .collect()
+        };
+        let guarded = finalizer_policy(&webhook);
+        assert_eq!(guarded[0]["spec"]["failurePolicy"], "Fail", "{mode}");
+        assert!(
+            guarded[0]["spec"]["matchConstraints"]["namespaceSelector"].is_null(),
+            "every namespace: {mode}"
+        );
+        assert_eq!(
+            guarded[1]["spec"]["validationActions"],
+            serde_json::json!(["Deny"])
+        );
+        assert_eq!(finalizer_policy(&both), guarded, "{mode}");
+        assert_eq!(finalizer_policy(&policy), guarded, "{mode}");
+        let rules = |docs: &[Value], kind: &str| -> Vec<Value> {
+            helm::of_kind(docs, kind)
+                .into_iter()
+                .filter(|d| d["metadata"]["name"] != execution)
+                .cloned()
+                .collect()
+        };
+        assert!(rules(&webhook, "ValidatingAdmissionPolicy").is_empty());
         let validating = |docs: &[Value]| -> Vec<(String, String, Vec<String>)> {
             let doc = find(docs, "ValidatingWebhookConfiguration", "holdfast");
             if doc["webhooks"].as_array().is_some_and(Vec::is_empty) {
@@ -809,8 +840,8 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
         };
         assert_eq!(validating(&policy), want, "{mode}");
         for docs in [&both, &policy] {
-            let policies = helm::of_kind(docs, "ValidatingAdmissionPolicy");
-            let bindings = helm::of_kind(docs, "ValidatingAdmissionPolicyBinding");
+            let policies = rules(docs, "ValidatingAdmissionPolicy");
+            let bindings = rules(docs, "ValidatingAdmissionPolicyBinding");
             let names: Vec<&str> = policies
                 .iter()
                 .filter_map(|p| p["metadata"]["name"].as_str())
