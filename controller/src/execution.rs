@@ -233,10 +233,15 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action, Error> {
     match step {
         Step::Keep => {
             // Owners not seen yet (their watch lags the pod's): look again soon.
-            let unresolved = !finalizer::carries(&value)
-                && finalizer::node(&value).is_some()
-                && (job.is_none() || jobset.is_none())
-                && execution::controller_uid(&value, BATCH_GROUP, "Job").is_some();
+            let owner_unseen = match &job {
+                None => execution::controller_uid(&value, BATCH_GROUP, "Job").is_some(),
+                Some(j) => {
+                    jobset.is_none()
+                        && execution::controller_uid(j, JOBSET_GROUP, "JobSet").is_some()
+                }
+            };
+            let unresolved =
+                !finalizer::carries(&value) && finalizer::node(&value).is_some() && owner_unseen;
             return Ok(if unresolved {
                 Action::requeue(ctx.retry)
             } else {
