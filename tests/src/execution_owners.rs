@@ -114,3 +114,8 @@ fn uid_of(object: &Value) -> anyhow::Result<String> {
         .map(str::to_owned)
         .ok_or_else(|| anyhow::anyhow!("no uid"))
 }
+
+/// The patch that removes JobSet's label from a pod (an editor's relabel).
+pub fn without_jobset_label() -> kube::api::Patch<serde_json::Value> {
+    kube::api::Patch::Merge(json!({"metadata": {"labels": {JOBSET_NAME_LABEL: null}}}))
+}

@@ -470,9 +470,7 @@ async fn a_relabelled_pod_of_the_held_execution_still_holds_the_release_back() {
         .patch(
             "mnist-node-0-0",
             &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"labels": {execution_owners::JOBSET_NAME_LABEL: null}}}),
-            ),
+            &execution_owners::without_jobset_label(),
         )
         .await
         .expect("the editor may relabel a pod");

@@ -238,9 +238,7 @@ async fn an_editor_may_neither_remove_the_execution_finalizer_nor_the_jobset_lab
         .patch(
             "mnist-node-0-0",
             &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"labels": {execution_owners::JOBSET_NAME_LABEL: null}}}),
-            ),
+            &execution_owners::without_jobset_label(),
         )
         .await
         .expect_err("refused");
