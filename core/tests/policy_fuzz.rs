@@ -358,7 +358,7 @@ fn must_allow(i: &AdmissionInput, mode: Mode) -> Option<&'static str> {
     let objects_present =
         |needed: &[&Option<Value>]| needed.iter().all(|v| obj(v.as_ref()).is_some());
     match (&i.resource, i.operation) {
-        (Resource::Other { .. }, _) => Some("not ours"),
+        (Resource::JobSet | Resource::Other { .. }, _) => Some("not ours"),
         (_, Operation::Connect) => Some("connect"),
         (Resource::TrainJob | Resource::Workload, _) if i.subresource.is_some() => {
             Some("subresource")
@@ -1002,6 +1002,7 @@ fn encode(uid: &str, i: &AdmissionInput) -> Value {
         Resource::ConfigMap => ("".to_owned(), "configmaps".to_owned()),
         Resource::TrainJob => ("trainer.kubeflow.org".to_owned(), "trainjobs".to_owned()),
         Resource::Workload => ("kueue.x-k8s.io".to_owned(), "workloads".to_owned()),
+        Resource::JobSet => ("jobset.x-k8s.io".to_owned(), "jobsets".to_owned()),
         Resource::Other { group, resource } => (group.clone(), resource.clone()),
     };
     json!({

@@ -87,6 +87,7 @@ pub fn kind_label(resource: Option<&Resource>) -> &'static str {
         Some(Resource::ConfigMap) => "ConfigMap",
         Some(Resource::TrainJob) => "TrainJob",
         Some(Resource::Workload) => "Workload",
+        Some(Resource::JobSet) => "JobSet",
         Some(Resource::Other { .. }) => "other",
         None => "unknown",
     }

@@ -4,6 +4,7 @@ use serde_json::Value;
 use std::fmt;
 
 use super::{fields, object};
+use crate::execution::JOBSET_GROUP;
 use crate::names::{KUEUE_GROUP, TRAINER_GROUP};
 
 /// The admission operation.
@@ -58,6 +59,9 @@ pub enum Resource {
     TrainJob,
     /// `workloads.kueue.x-k8s.io`.
     Workload,
+    /// `jobsets.jobset.x-k8s.io`: a TrainJob's JobSet gets `podReplacementPolicy: Failed`
+    /// (`policy::pod_replacement`); never judged.
+    JobSet,
     /// Anything else: always allowed, never patched.
     Other { group: String, resource: String },
 }
@@ -70,6 +74,7 @@ impl Resource {
             ("", "configmaps") => Resource::ConfigMap,
             (TRAINER_GROUP, "trainjobs") => Resource::TrainJob,
             (KUEUE_GROUP, "workloads") => Resource::Workload,
+            (JOBSET_GROUP, "jobsets") => Resource::JobSet,
             _ => Resource::Other {
                 group: group.to_owned(),
                 resource: resource.to_owned(),
@@ -83,6 +88,7 @@ impl Resource {
             Resource::ConfigMap => "ConfigMap",
             Resource::TrainJob => "TrainJob",
             Resource::Workload => "Workload",
+            Resource::JobSet => "JobSet",
             Resource::Other { resource, .. } => resource,
         }
     }

@@ -36,6 +36,9 @@
 //! - **plain mode**: only the controller unsuspends a held TrainJob, or a managed TrainJob at
 //!   its closed start gate (no `opened` annotation yet); a managed TrainJob is created
 //!   suspended.
+//! - **JobSets** whose controller is a TrainJob: never refused; the mutating side gives every
+//!   replicated Job `podReplacementPolicy: Failed` at CREATE and keeps it at UPDATE
+//!   ([`pod_replacement`]).
 //! - DELETE of TrainJobs and Workloads, subresource writes (`status`), CONNECT and every other
 //!   resource: allowed.
 
@@ -46,6 +49,7 @@ mod admission;
 mod fields;
 mod mutate;
 mod object;
+pub mod pod_replacement;
 mod validate;
 mod workload_requests;
 

@@ -2,6 +2,7 @@
 
 use super::fields;
 use super::object::{ANNOTATIONS, Doc, Object, RUNTIME_REF, SUSPEND, Walk};
+use super::pod_replacement::pod_replacement;
 use super::{AdmissionInput, Identities, Operation, Resource};
 use crate::mode::Mode;
 use crate::names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION;
@@ -23,6 +24,11 @@ pub struct Mutation {
     /// The patch closes a managed TrainJob's start gate (`spec.suspend: true` at its CREATE,
     /// plain mode).
     pub gate_closed: bool,
+    /// The replicated Jobs (by name) of a TrainJob's JobSet whose `podReplacementPolicy`
+    /// the patch sets to `Failed` over another value (CREATE) or back to the stored `Failed`
+    /// (UPDATE): see [`pod_replacement`](super::pod_replacement). A JobSet created without
+    /// the field gets it silently.
+    pub replacement_policy_kept: Vec<String>,
     /// What the requester is told: the annotations restored (an explicit removal is undone,
     /// not refused: the apiserver presents a PATCH that removes an annotation and a
     /// whole-object replace that omits it alike, and this is how its author learns it), the
@@ -47,6 +53,9 @@ impl Mutation {
 ///   refuse.
 /// - CREATE of a TrainJob labelled `holdfast.dev/managed: "true"` in plain mode: the start
 ///   gate is closed, `spec.suspend: true`, unless it already is.
+/// - CREATE and UPDATE of a JobSet whose controller is a TrainJob: every replicated Job gets
+///   `podReplacementPolicy: Failed` at the CREATE, and keeps it at an UPDATE that drops or
+///   changes it ([`pod_replacement`](super::pod_replacement)).
 /// - CREATE of a TrainJob: `holdfast.dev/admitted-runtime-resource-version` is set to
 ///   `admitted_runtime_rv` (the resourceVersion of the runtime [`runtime_to_record`] named,
 ///   as the webhook read it at this admission), overwriting whatever the user wrote; when the
@@ -75,6 +84,14 @@ pub fn mutate(
         }
         (Resource::TrainJob, Operation::Create) => {
             create_trainjob(input, mode, admitted_runtime_rv)
+        }
+        (Resource::JobSet, Operation::Create | Operation::Update) => {
+            let r = pod_replacement(input);
+            Mutation {
+                patch: r.patch,
+                replacement_policy_kept: r.told,
+                ..Mutation::default()
+            }
         }
         _ => Mutation::default(),
     };
@@ -117,6 +134,19 @@ fn warnings(input: &AdmissionInput, m: &Mutation) -> Vec<String> {
             "holdfast kept annotation(s) {} on {} {}: this update removed them, and they are written only by the holdfast controller",
             told.join(", "),
             input.resource.kind(),
+            input.object_ref()
+        ));
+    }
+    if !m.replacement_policy_kept.is_empty() {
+        let what = match input.operation {
+            Operation::Update => {
+                "kept podReplacementPolicy: Failed, which this update dropped or changed (a JobSet's replicated Jobs do not change after its creation),"
+            }
+            _ => "set podReplacementPolicy: Failed, overriding the value the JobSet asked for,",
+        };
+        out.push(format!(
+            "holdfast {what} on replicated Job(s) {} of JobSet {}: a TrainJob's Job replaces a pod only once it has failed, never beside one still terminating on a lost node",
+            m.replacement_policy_kept.join(", "),
             input.object_ref()
         ));
     }

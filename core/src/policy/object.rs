@@ -61,6 +61,9 @@ fields! {
     /// The runtime a TrainJob names, read (by `snapshot::runtime_ref`) at its CREATE: see
     /// `policy::runtime_to_record`.
     RUNTIME_REF = ["spec", "runtimeRef"];
+    /// A JobSet's replicated Jobs: whose Job template gets `podReplacementPolicy: Failed`
+    /// (`policy::pod_replacement`). Kept whole: the rule patches by index.
+    REPLICATED_JOBS = ["spec", "replicatedJobs"];
 }
 
 /// A JSON object as the rules may read it: by [`Field`] only.

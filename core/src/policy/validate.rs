@@ -78,7 +78,7 @@ pub fn validate(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict
     match input.resource {
         Resource::ConfigMap => snapshot(input, who),
         Resource::TrainJob | Resource::Workload => held_kind(input, who, mode),
-        Resource::Other { .. } => Verdict::Allow,
+        Resource::JobSet | Resource::Other { .. } => Verdict::Allow,
     }
 }
 
