@@ -336,4 +336,34 @@ impl ServiceHoldApi {
         let status = resp.status().as_u16();
         (status, resp.json().await.expect("a JSON body"))
     }
+
+    /// `GET .../trainjobs/{name}/status` as the holder of `token`; the status and JSON body.
+    pub async fn status(&self, token: &str, ns: &str, name: &str) -> (u16, serde_json::Value) {
+        let resp = self
+            .http
+            .get(format!(
+                "{}/v1/namespaces/{ns}/trainjobs/{name}/status",
+                self.base
+            ))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("status through the Service: {e:#}"));
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("a JSON body"))
+    }
+
+    /// `POST /v1/nodes/{node}/fence` as the fencer of `token`; the status and JSON body.
+    pub async fn fence(&self, token: &str, node: &str) -> (u16, serde_json::Value) {
+        let resp = self
+            .http
+            .post(format!("{}/v1/nodes/{node}/fence", self.base))
+            .bearer_auth(token)
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("fence through the Service: {e:#}"));
+        let status = resp.status().as_u16();
+        (status, resp.json().await.expect("a JSON body"))
+    }
 }

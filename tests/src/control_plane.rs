@@ -45,6 +45,9 @@ pub struct Options {
     pub serving_names: Vec<String>,
     /// More kube-controller-manager controllers.
     pub controllers: Vec<String>,
+    /// More kube-controller-manager flags (`--name=value`), e.g. tier 3's shortened
+    /// node-monitor timings.
+    pub controller_manager_args: Vec<String>,
     /// More identities in the static token file: (slug for the kubeconfig file, user name,
     /// groups). [`ControlPlane::user_kubeconfig`] gives a kubeconfig for each.
     pub users: Vec<(String, String, Vec<String>)>,
@@ -319,23 +322,25 @@ impl ControlPlane {
             "serviceaccount-controller".into(),
         ];
         controllers.extend(opts.controllers.iter().cloned());
+        let mut kcm_args = vec![
+            format!(
+                "--kubeconfig={}",
+                cp.kubeconfig(Identity::ControllerManager).display()
+            ),
+            format!("--controllers={}", controllers.join(",")),
+            "--use-service-account-credentials=true".into(),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            format!("--root-ca-file={}", d("ca.crt")),
+            // The token controller (tier 3) signs legacy tokens with the same key.
+            format!("--service-account-private-key-file={}", d("sa.key")),
+            "--v=1".into(),
+        ];
+        kcm_args.extend(opts.controller_manager_args.iter().cloned());
         let kcm = cp.spawn(
             "kube-controller-manager",
             &cp.binaries.bin("kube-controller-manager"),
-            vec![
-                format!(
-                    "--kubeconfig={}",
-                    cp.kubeconfig(Identity::ControllerManager).display()
-                ),
-                format!("--controllers={}", controllers.join(",")),
-                "--use-service-account-credentials=true".into(),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                format!("--root-ca-file={}", d("ca.crt")),
-                // The token controller (tier 3) signs legacy tokens with the same key.
-                format!("--service-account-private-key-file={}", d("sa.key")),
-                "--v=1".into(),
-            ],
+            kcm_args,
         )?;
         lock(&cp.procs).controller_manager = kcm;
         rt.block_on(cp.wait_controller_manager())?;

@@ -16,6 +16,7 @@ pub mod control_plane;
 pub mod crds;
 pub mod described;
 pub mod execution_owners;
+pub mod extra_node;
 pub mod helm;
 pub mod hold_support;
 pub mod holdfast;

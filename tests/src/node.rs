@@ -54,6 +54,35 @@ const JOBSET_WEBHOOK_PORT: u16 = 9444;
 const TRAINER_HEALTH_PORT: u16 = 8081;
 const JOBSET_HEALTH_PORT: u16 = 8082;
 
+/// What differs between two kubelets of the cluster ([`NodeCluster::run_kubelet`]).
+pub(crate) struct KubeletSpec<'a> {
+    /// The process's name (its log: `{name}.log`).
+    pub process: &'a str,
+    pub node_name: &'a str,
+    /// Its address inside the namespace: it serves there, and the apiserver reaches it there.
+    pub ip: &'a str,
+    /// The slug of its identity among the control plane's users (`system:node:<node_name>`).
+    pub identity: &'a str,
+    /// Its cgroup root, relative (`holdfast-node-<pid>` or below it).
+    pub cgroup_root: &'a str,
+    /// Its containerd's socket.
+    pub socket: PathBuf,
+    pub root_dir: PathBuf,
+    /// Where it has containerd write the pods' logs: the CRI log files.
+    pub pod_logs: PathBuf,
+    /// 0: none.
+    pub healthz_port: u16,
+    pub labels: &'a [(&'a str, &'a str)],
+    /// `registerWithTaints`.
+    pub taints: serde_json::Value,
+}
+
+/// kube-controller-manager's `--node-monitor-grace-period` in tier 3 (the default is 50 s): a
+/// node whose kubelet has not renewed its lease for that long goes `Ready: Unknown` and gets the
+/// `node.kubernetes.io/unreachable` taints, so lost-node tests take seconds. The kubelets
+/// renew every 2.5 s.
+pub const NODE_MONITOR_GRACE: Duration = Duration::from_secs(20);
+
 /// Which Trainer controller manager the node runs: the version of `versions.env`'s
 /// `TRAINER_VERSION` (the default), or `TRAINER_PREVIOUS_VERSION`, for upgrade and rollback
 /// tests.
@@ -124,6 +153,8 @@ pub struct NodeCluster {
     trainer: Mutex<TrainerRelease>,
     workload_image: String,
     pause_image: String,
+    /// How many extra nodes ([`crate::extra_node`]) were added so far.
+    pub(crate) extra_nodes: std::sync::atomic::AtomicUsize,
 }
 
 impl std::ops::Deref for NodeCluster {
@@ -219,12 +250,23 @@ impl NodeCluster {
                 // quota admission refuses pods until this controller has computed its usage.
                 "resourcequota-controller",
                 "pod-garbage-collector-controller",
-                // Lifts the not-ready taint kubelet registers the node with, once it is Ready.
+                // Lifts the not-ready taint kubelet registers the node with, once it is Ready;
+                // taints a node whose kubelet stopped reporting `unreachable`.
                 "node-lifecycle-controller",
+                // Evicts the pods of a tainted node once their toleration runs out (a lost
+                // node's pods go Terminating: crate::extra_node).
+                "taint-eviction-controller",
             ]
             .iter()
             .map(|c| s(c))
             .collect(),
+            controller_manager_args: vec![
+                format!(
+                    "--node-monitor-grace-period={}s",
+                    NODE_MONITOR_GRACE.as_secs()
+                ),
+                s("--node-monitor-period=2s"),
+            ],
             users: vec![
                 (
                     s("node"),
@@ -241,12 +283,15 @@ impl NodeCluster {
                     s("system:kube-scheduler"),
                     vec![s("system:authenticated")],
                 ),
-                (
-                    s("jobset"),
-                    crate::rbac::service_account_user("jobset-system", "jobset-controller-manager"),
-                    sa_groups("jobset-system"),
-                ),
-            ],
+            ]
+            .into_iter()
+            .chain(crate::extra_node::identities())
+            .chain([(
+                s("jobset"),
+                crate::rbac::service_account_user("jobset-system", "jobset-controller-manager"),
+                sa_groups("jobset-system"),
+            )])
+            .collect(),
             ..Options::default()
         };
         let cp = ControlPlane::start_with(opts)?;
@@ -261,6 +306,7 @@ impl NodeCluster {
             trainer: Mutex::new(TrainerRelease::Current),
             workload_image,
             pause_image,
+            extra_nodes: std::sync::atomic::AtomicUsize::new(0),
         };
         // From here on a failure must tear down what was started: `cluster` drops the control
         // plane (and the reaper runs cleanup.sh) when this returns an error.
@@ -310,9 +356,14 @@ impl NodeCluster {
 
     /// Import an OCI image archive into the node's containerd (namespace `k8s.io`).
     pub fn import_image(&self, archive: &Path) -> anyhow::Result<()> {
+        self.import_image_into(&self.containerd_socket(), archive)
+    }
+
+    /// Import an OCI image archive into the containerd of socket `sock`.
+    pub(crate) fn import_image_into(&self, sock: &Path, archive: &Path) -> anyhow::Result<()> {
         let out = Command::new(self.node.bin("ctr"))
             .arg("--address")
-            .arg(self.containerd_socket())
+            .arg(sock)
             .args(["-n", "k8s.io", "images", "import", "--local"])
             .arg(archive)
             .output()?;
@@ -370,11 +421,23 @@ impl NodeCluster {
         self.cp.stop();
     }
 
+    /// The main node's pods' CRI log files (`{ns}_{pod}_{uid}/{container}/N.log`), written by
+    /// its containerd.
+    pub fn pod_logs_dir(&self) -> PathBuf {
+        self.cp.dir().join("pod-logs")
+    }
+
+    /// The cgroup root of the main node's kubelet (relative); extra nodes' roots are below it,
+    /// so the teardown's cleanup reaches their containers too.
+    pub fn cgroup_root(&self) -> &str {
+        &self.cgroup_root
+    }
+
     fn containerd_socket(&self) -> PathBuf {
         self.cp.dir().join("containerd").join("containerd.sock")
     }
 
-    fn spawn(
+    pub(crate) fn spawn(
         &self,
         name: &str,
         program: &Path,
@@ -386,18 +449,16 @@ impl NodeCluster {
         Ok(())
     }
 
-    fn running(&self, name: &str) -> bool {
+    pub(crate) fn running(&self, name: &str) -> bool {
         self.with_process(name, |p| p.running()).unwrap_or(false)
     }
 
     /// cgroups, the cleanup script, containerd, the images.
     fn start_node(&self) -> anyhow::Result<()> {
         let dir = self.cp.dir();
-        self.create_cgroup_root()?;
+        self.create_cgroup(&self.cgroup_root)?;
 
         let cd = dir.join("containerd");
-        std::fs::create_dir_all(cd.join("root"))?;
-        std::fs::create_dir_all(cd.join("state"))?;
         std::fs::create_dir_all(dir.join("cni").join("net.d"))?;
         std::fs::write(
             dir.join("cni").join("net.d").join("10-holdfast.conflist"),
@@ -422,7 +483,64 @@ impl NodeCluster {
                 ]
             }))?,
         )?;
-        let config = format!(
+        self.start_containerd("containerd", &cd, &self.containerd_socket())
+    }
+
+    /// Start a containerd named `name` (its process and log) whose state is under `cd` and
+    /// whose socket is `sock`; returns once it serves, with the node build's images imported.
+    pub(crate) fn start_containerd(
+        &self,
+        name: &str,
+        cd: &Path,
+        sock: &Path,
+    ) -> anyhow::Result<()> {
+        std::fs::create_dir_all(cd.join("root"))?;
+        std::fs::create_dir_all(cd.join("state"))?;
+        std::fs::write(cd.join("config.toml"), self.containerd_config(cd, sock))?;
+        let path = format!(
+            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            self.node.dir.join("bin").display()
+        );
+        self.spawn(
+            name,
+            &self.node.bin("containerd"),
+            vec![s("--config"), cd.join("config.toml").display().to_string()],
+            &[(s("PATH"), path)],
+        )?;
+        let start = Instant::now();
+        loop {
+            if !self.running(name) {
+                bail!("{name} exited:\n{}", self.log_tail(name, 30));
+            }
+            let ok = Command::new(self.node.bin("ctr"))
+                .arg("--address")
+                .arg(sock)
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!("{name} not serving after 60s:\n{}", self.log_tail(name, 30));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for image in ["pause", "workload"] {
+            let (tar, _) = self.node.image(image)?;
+            self.import_image_into(sock, &tar)?;
+        }
+        Ok(())
+    }
+
+    /// containerd's configuration for a node whose state is under `cd` (`root/`, `state/`)
+    /// and whose socket is `sock`: the CRI runtime runc with the node build's binary, the
+    /// cluster's one CNI network (every node on the bridge `cni0`, one IPAM directory, so
+    /// two nodes' pods never share an address), the pinned pause image. NRI is off: its socket
+    /// is one fixed path, and a second node's containerd would find it taken.
+    pub(crate) fn containerd_config(&self, cd: &Path, sock: &Path) -> String {
+        let dir = self.cp.dir();
+        format!(
             r#"version = 3
 root = "{root}"
 state = "{state}"
@@ -439,6 +557,9 @@ state = "{state}"
 
 [metrics]
   address = ""
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
 
 [plugins.'io.containerd.cri.v1.runtime']
   # The sandbox lacks CAP_SYS_RESOURCE: a negative oom_score_adj would fail every sandbox.
@@ -468,66 +589,33 @@ state = "{state}"
 "#,
             root = cd.join("root").display(),
             state = cd.join("state").display(),
-            sock = self.containerd_socket().display(),
+            sock = sock.display(),
             runc = self.node.bin("runc").display(),
             cni = self.node.dir.join("cni").display(),
             cniconf = dir.join("cni").join("net.d").display(),
             pause = self.pause_image,
-        );
-        std::fs::write(cd.join("config.toml"), config)?;
-        let path = format!(
-            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            self.node.dir.join("bin").display()
-        );
-        self.spawn(
-            "containerd",
-            &self.node.bin("containerd"),
-            vec![s("--config"), cd.join("config.toml").display().to_string()],
-            &[(s("PATH"), path)],
-        )?;
-        let start = Instant::now();
-        loop {
-            if !self.running("containerd") {
-                bail!("containerd exited:\n{}", self.log_tail("containerd", 30));
-            }
-            let ok = Command::new(self.node.bin("ctr"))
-                .arg("--address")
-                .arg(self.containerd_socket())
-                .arg("version")
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if ok {
-                break;
-            }
-            if start.elapsed() > Duration::from_secs(60) {
-                bail!(
-                    "containerd not serving after 60s:\n{}",
-                    self.log_tail("containerd", 30)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for image in ["pause", "workload"] {
-            let (tar, _) = self.node.image(image)?;
-            self.import_image(&tar)?;
-        }
-        Ok(())
+        )
     }
 
-    /// `/sys/fs/cgroup/<each v1 hierarchy>/<cgroup_root>`: kubelet's `cgroupRoot` must exist.
-    fn create_cgroup_root(&self) -> anyhow::Result<()> {
+    /// `/sys/fs/cgroup/<each v1 hierarchy>/<path>` (`path` relative, `a` or `a/b`): a
+    /// kubelet's `cgroupRoot` must exist, with cpuset's settings filled in at each level.
+    pub(crate) fn create_cgroup(&self, path: &str) -> anyhow::Result<()> {
         for entry in std::fs::read_dir("/sys/fs/cgroup")? {
             let h = entry?.path();
             if h.file_name().is_some_and(|n| n == "unified") || !h.join("cgroup.procs").exists() {
                 continue;
             }
-            let d = h.join(&self.cgroup_root);
-            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-            if h.join("cpuset.cpus").exists() {
-                for f in ["cpuset.cpus", "cpuset.mems"] {
-                    let v = std::fs::read_to_string(h.join(f))?;
-                    std::fs::write(d.join(f), v.trim())?;
+            let mut parent = h.clone();
+            for part in path.split('/').filter(|p| !p.is_empty()) {
+                let d = parent.join(part);
+                std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+                if parent.join("cpuset.cpus").exists() {
+                    for f in ["cpuset.cpus", "cpuset.mems"] {
+                        let v = std::fs::read_to_string(parent.join(f))?;
+                        std::fs::write(d.join(f), v.trim())?;
+                    }
                 }
+                parent = d;
             }
         }
         Ok(())
@@ -535,94 +623,21 @@ state = "{state}"
 
     async fn start_kubelet(&self) -> anyhow::Result<()> {
         let dir = self.cp.dir();
-        let kd = dir.join("kubelet");
-        std::fs::create_dir_all(&kd)?;
         std::fs::write(dir.join("resolv.conf"), "")?;
-        let config = serde_json::json!({
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "failCgroupV1": false,
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": format!("/{}", self.cgroup_root),
-            "failSwapOn": false,
-            "containerRuntimeEndpoint": format!("unix://{}", self.containerd_socket().display()),
-            "address": NODE_IP,
-            "port": 10250,
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": 10248,
-            // Reached only from inside the namespace (the apiserver, for logs).
-            "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
-            "authorization": {"mode": "AlwaysAllow"},
-            // The machine's disk looks nearly full to cAdvisor: no disk-pressure eviction.
-            "evictionHard": {
-                "memory.available": "100Mi",
-                "nodefs.available": "0%",
-                "nodefs.inodesFree": "0%",
-                "imagefs.available": "0%",
-                "imagefs.inodesFree": "0%"
-            },
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "resolvConf": dir.join("resolv.conf"),
-            "clusterDomain": "cluster.local",
-            "podLogsDirectory": dir.join("pod-logs"),
-            "volumePluginDir": kd.join("volume-plugins"),
-            "localStorageCapacityIsolation": false,
-            "serializeImagePulls": false,
-            "staticPodPath": "",
-            "shutdownGracePeriod": "0s",
-            "nodeStatusUpdateFrequency": "5s",
-            "syncFrequency": "10s",
-            "fileCheckFrequency": "10s",
-            "registerNode": true,
-            "rotateCertificates": false,
-            "serverTLSBootstrap": false,
-            "maxPods": 110,
-            "podCIDR": POD_SUBNET,
-        });
-        let cfg = dir.join("kubelet-config.yaml");
-        std::fs::write(&cfg, serde_json::to_string_pretty(&config)?)?;
-        self.spawn(
-            "kubelet",
-            &self.node.bin("kubelet"),
-            vec![
-                format!("--config={}", cfg.display()),
-                format!("--kubeconfig={}", self.cp.user_kubeconfig("node").display()),
-                format!("--root-dir={}", kd.display()),
-                format!("--cert-dir={}", kd.join("pki").display()),
-                format!("--hostname-override={NODE_NAME}"),
-                format!("--node-ip={NODE_IP}"),
-                s("--v=2"),
-            ],
-            &[],
-        )?;
-        let admin = self.cp.client(Identity::Admin).await?;
-        let nodes: Api<Node> = Api::all(admin.clone());
-        let start = Instant::now();
-        loop {
-            if !self.running("kubelet") {
-                bail!("kubelet exited:\n{}", self.log_tail("kubelet", 40));
-            }
-            if let Some(n) = nodes.get_opt(NODE_NAME).await? {
-                let ready = n
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                if ready {
-                    break;
-                }
-            }
-            if start.elapsed() > Duration::from_secs(120) {
-                bail!(
-                    "node not Ready after 120s:\n{}",
-                    self.log_tail("kubelet", 40)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        self.run_kubelet(&KubeletSpec {
+            process: "kubelet",
+            node_name: NODE_NAME,
+            ip: NODE_IP,
+            identity: "node",
+            cgroup_root: &self.cgroup_root,
+            socket: self.containerd_socket(),
+            root_dir: dir.join("kubelet"),
+            pod_logs: dir.join("pod-logs"),
+            healthz_port: 10248,
+            labels: &[],
+            taints: serde_json::json!([]),
+        })
+        .await?;
 
         self.spawn(
             "kube-scheduler",
@@ -683,6 +698,114 @@ state = "{state}"
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         Ok(())
+    }
+
+    /// Write a kubelet's configuration, start it as process `spec.process`, and wait until its
+    /// Node is Ready. Its lease is renewed every 2.5 s (`nodeLeaseDurationSeconds: 10`), well
+    /// inside kube-controller-manager's `--node-monitor-grace-period` of [`NODE_MONITOR_GRACE`].
+    pub(crate) async fn run_kubelet(&self, spec: &KubeletSpec<'_>) -> anyhow::Result<()> {
+        let dir = self.cp.dir();
+        let kd = &spec.root_dir;
+        std::fs::create_dir_all(kd)?;
+        let config = serde_json::json!({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "failCgroupV1": false,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": format!("/{}", spec.cgroup_root),
+            "failSwapOn": false,
+            "containerRuntimeEndpoint": format!("unix://{}", spec.socket.display()),
+            "address": spec.ip,
+            "port": 10250,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": spec.healthz_port,
+            // Reached only from inside the namespace (the apiserver, for logs).
+            "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
+            "authorization": {"mode": "AlwaysAllow"},
+            // The machine's disk looks nearly full to cAdvisor: no disk-pressure eviction.
+            "evictionHard": {
+                "memory.available": "100Mi",
+                "nodefs.available": "0%",
+                "nodefs.inodesFree": "0%",
+                "imagefs.available": "0%",
+                "imagefs.inodesFree": "0%"
+            },
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "resolvConf": dir.join("resolv.conf"),
+            "clusterDomain": "cluster.local",
+            "podLogsDirectory": spec.pod_logs,
+            "volumePluginDir": kd.join("volume-plugins"),
+            "localStorageCapacityIsolation": false,
+            "serializeImagePulls": false,
+            "staticPodPath": "",
+            "shutdownGracePeriod": "0s",
+            "nodeStatusUpdateFrequency": "5s",
+            "nodeLeaseDurationSeconds": 10,
+            "syncFrequency": "10s",
+            "fileCheckFrequency": "10s",
+            "registerNode": true,
+            "registerWithTaints": spec.taints,
+            "rotateCertificates": false,
+            "serverTLSBootstrap": false,
+            "maxPods": 110,
+            "podCIDR": POD_SUBNET,
+        });
+        let cfg = kd.join("config.yaml");
+        std::fs::write(&cfg, serde_json::to_string_pretty(&config)?)?;
+        let mut args = vec![
+            format!("--config={}", cfg.display()),
+            format!(
+                "--kubeconfig={}",
+                self.cp.user_kubeconfig(spec.identity).display()
+            ),
+            format!("--root-dir={}", kd.display()),
+            format!("--cert-dir={}", kd.join("pki").display()),
+            format!("--hostname-override={}", spec.node_name),
+            format!("--node-ip={}", spec.ip),
+            s("--v=2"),
+        ];
+        if !spec.labels.is_empty() {
+            let labels: Vec<String> = spec
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            args.push(format!("--node-labels={}", labels.join(",")));
+        }
+        self.spawn(spec.process, &self.node.bin("kubelet"), args, &[])?;
+        let admin = self.cp.client(Identity::Admin).await?;
+        let nodes: Api<Node> = Api::all(admin.clone());
+        let start = Instant::now();
+        loop {
+            if !self.running(spec.process) {
+                bail!(
+                    "{} exited:\n{}",
+                    spec.process,
+                    self.log_tail(spec.process, 40)
+                );
+            }
+            if let Some(n) = nodes.get_opt(spec.node_name).await? {
+                let ready = n
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                if ready {
+                    return Ok(());
+                }
+            }
+            if start.elapsed() > Duration::from_secs(120) {
+                bail!(
+                    "node {} not Ready after 120s:\n{}",
+                    spec.node_name,
+                    self.log_tail(spec.process, 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// `iptables-save -t nat` inside the namespace.

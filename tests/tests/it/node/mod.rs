@@ -14,6 +14,7 @@ mod cli;
 mod kep;
 mod kep_fixture;
 mod kueue;
+mod lost;
 mod pods;
 mod writers;
 
