@@ -8,6 +8,7 @@
 
 use super::history::{Event, Kind};
 use super::ops::JOB;
+use holdfast_core::execution::finalizer::KUBELET_MANAGER;
 use holdfast_core::hold::classify::trainjob_finished;
 use holdfast_core::hold::{HoldError, Outcome, RejectCause, Status, object};
 use holdfast_core::mode::Mode;
@@ -25,6 +26,9 @@ pub const LABEL_JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
 pub const LABEL_POD_UID: &str = "adversary.holdfast.test/trainjob-uid";
 pub const LABEL_POD_EXECUTION: &str = "adversary.holdfast.test/execution";
 pub const ANN_POD_TRIGGER_RV: &str = "adversary.holdfast.test/trigger-rv";
+/// The field manager the execution actor creates its pods as: a pod created by anyone else
+/// (an editor's decoy) is no execution's, whatever its labels.
+pub const ACTOR_MANAGER: &str = "adversary-actor";
 /// Field managers of the editor's and the ServiceAccount's writes.
 pub const USER_MANAGER: &str = "adversary-user";
 pub const SA_MANAGER: &str = "adversary-sa";
@@ -64,7 +68,9 @@ pub enum Invariant {
     /// that owner, is named after that TrainJob, and is never re-pointed or adopted.
     SnapshotBelongsToItsTrainJob,
     /// When a TrainJob is let run again (suspended → unsuspended) by anyone but its own
-    /// editor, no pod of an earlier execution of it remains.
+    /// editor, no process of an earlier execution of it can still run: no pod the execution
+    /// actor made for it whose end its kubelet has not reported, whether its object exists,
+    /// was force-deleted, relabelled or re-owned ([`Proc::can_run`]).
     ExecutionsNeverOverlap,
     /// Every answer of the hold API is true of what the apiserver held during the call.
     AnswersAreTrue,
@@ -380,6 +386,118 @@ struct State {
     wl: HashMap<String, Value>,
     cm: HashMap<String, Value>,
     pod: HashMap<String, Value>,
+    /// The execution actor's pods, as processes, by pod uid (a pod anyone else made is none).
+    procs: HashMap<String, Proc>,
+}
+
+/// One pod the execution actor made, as a process: what its history says of what runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Proc {
+    name: String,
+    /// The TrainJob it was made for (its uid and name, as the actor labelled it at creation:
+    /// later edits of its labels or owners change nothing here).
+    trainjob: String,
+    job_name: String,
+    /// The object exists.
+    exists: bool,
+    /// Its latest version is being deleted.
+    deleting: bool,
+    /// Its latest version remains as holdfast counts objects: not finished, or being deleted.
+    object_remains: bool,
+    /// Its kubelet reported it running: a process was started.
+    started: bool,
+    /// Its kubelet reported it terminal: no process runs, nor will.
+    ended: bool,
+    /// An editor removed JobSet's label, or its owners, at some version.
+    relabelled: bool,
+    reowned: bool,
+}
+
+impl Proc {
+    /// Whether a process of it may still run: its kubelet has not reported its end, and its
+    /// object still exists (the kubelet may start it yet) or its kubelet started it (the
+    /// process runs on whatever became of the object: force-deleted, relabelled, re-owned).
+    fn can_run(&self) -> bool {
+        !self.ended && (self.exists || self.started)
+    }
+
+    /// What holdfast's `PodsRemain` may truly point at: a process that may run, or an
+    /// object that remains (a terminating pod whose finalizer is not yet removed).
+    fn remains(&self) -> bool {
+        self.can_run() || (self.exists && self.object_remains)
+    }
+
+    fn describe(&self) -> String {
+        let mut what = vec![match (self.exists, self.started, self.deleting) {
+            (false, _, _) => "its object gone, its process running",
+            (true, true, true) => "terminating, its process running",
+            (true, false, true) => "terminating, never started",
+            (true, true, false) => "running",
+            (true, false, false) => "pending",
+        }];
+        if self.relabelled {
+            what.push("relabelled");
+        }
+        if self.reowned {
+            what.push("re-owned");
+        }
+        format!("{} ({})", self.name, what.join(", "))
+    }
+
+    /// Follows pod event `e` (the object's first version if `first`).
+    fn track(procs: &mut HashMap<String, Proc>, e: &Event, first: bool) {
+        let p = &e.obj;
+        if first && !procs.contains_key(e.uid()) {
+            let ours = creator(p) == ACTOR_MANAGER;
+            let (Some(uid), Some(job_name), true) =
+                (label(p, LABEL_POD_UID), label(p, LABEL_JOBSET_NAME), ours)
+            else {
+                return;
+            };
+            procs.insert(
+                e.uid().to_owned(),
+                Proc {
+                    name: name(p).to_owned(),
+                    trainjob: uid.to_owned(),
+                    job_name: job_name.to_owned(),
+                    ..Proc::default()
+                },
+            );
+        }
+        let Some(proc) = procs.get_mut(e.uid()) else {
+            return;
+        };
+        proc.exists = !e.deleted;
+        proc.deleting = deleting(p);
+        proc.object_remains = pod_remains(p);
+        match kubelet_phase(p) {
+            Some("Running") => proc.started = true,
+            Some("Succeeded" | "Failed") => proc.ended = true,
+            _ => {}
+        }
+        if !e.deleted {
+            proc.relabelled |= label(p, LABEL_JOBSET_NAME).is_none();
+            proc.reowned |= p
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty);
+        }
+    }
+}
+
+/// A pod's phase, when its kubelet wrote it: the manager owning `status.phase` is the
+/// kubelet's (an editor cannot write a pod's status at all; this says who did).
+fn kubelet_phase(p: &Value) -> Option<&str> {
+    let phase = p.pointer("/status/phase").and_then(Value::as_str)?;
+    let owners: Vec<&str> = p
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.pointer("/fieldsV1/f:status/f:phase").is_some())
+        .filter_map(|m| m.get("manager").and_then(Value::as_str))
+        .collect();
+    (!owners.is_empty() && owners.iter().all(|m| *m == KUBELET_MANAGER)).then_some(phase)
 }
 
 impl State {
@@ -430,23 +548,24 @@ impl State {
             .filter(move |w| controller_owner(w).as_deref() == Some(uid))
     }
 
-    /// Pods of TrainJob `uid`'s executions (the actor's label) that still remain.
+    /// The processes of TrainJob `uid`'s executions that may still run ([`Proc::can_run`]).
     fn remaining_pods_of(&self, uid: &str) -> Vec<String> {
-        self.pod
+        let mut out: Vec<String> = self
+            .procs
             .values()
-            .filter(|p| label(p, LABEL_POD_UID) == Some(uid))
-            .filter(|p| pod_remains(p))
-            .map(|p| name(p).to_owned())
-            .collect()
+            .filter(|p| p.trainjob == uid && p.can_run())
+            .map(Proc::describe)
+            .collect();
+        out.sort();
+        out
     }
 
-    /// Pods labelled as the execution of the TrainJob named `n` that remain (the hold API's
-    /// own definition).
+    /// The executions' pods of any TrainJob named `n` that remain, as a process or as an
+    /// object (what the hold API's `PodsRemain` may truly say; a decoy is none of them).
     fn remaining_pods_named(&self, n: &str) -> usize {
-        self.pod
+        self.procs
             .values()
-            .filter(|p| label(p, LABEL_JOBSET_NAME) == Some(n))
-            .filter(|p| pod_remains(p))
+            .filter(|p| p.job_name == n && p.remains())
             .count()
     }
 }
@@ -568,6 +687,9 @@ impl Checker<'_> {
         } else {
             self.state.map(e.kind).insert(uid.clone(), e.obj.clone())
         };
+        if e.kind == Kind::Pod {
+            Proc::track(&mut self.state.procs, e, prev.is_none());
+        }
         match e.kind {
             Kind::TrainJob => self.trainjob_event(e, &uid, prev.as_ref()),
             Kind::Workload => self.workload_event(e, prev.as_ref()),
@@ -781,7 +903,7 @@ impl Checker<'_> {
                     format!("{uid}/{rv}"),
                     rv,
                     format!(
-                        "TrainJob {job} ({uid}) was let run again (spec.suspend owned by {owners:?}) while pods of an earlier execution remain: {remaining:?}"
+                        "TrainJob {job} ({uid}) was let run again (spec.suspend owned by {owners:?}) while processes of an earlier execution may still run: {remaining:?}"
                     ),
                 );
             }
@@ -1263,34 +1385,165 @@ mod tests {
         assert!(found.contains(&Invariant::AnswersAreTrue), "{found:?}");
     }
 
-    #[test]
-    fn a_start_while_pods_of_the_last_execution_remain_overlaps() {
-        let pod = Event {
-            rv: 11,
+    /// A version of pod `p1` (TrainJob `u1`'s execution, created by `creator`); `phase`:
+    /// a status its kubelet wrote.
+    fn pod(rv: u64, creator: &str, phase: Option<&str>, deleting: bool, deleted: bool) -> Event {
+        let mut managed = vec![json!({"manager": creator, "operation": "Update",
+            "fieldsV1": {"f:metadata": {"f:labels": {}}}})];
+        let mut obj = json!({"metadata": {"name": "p", "uid": "p1", "resourceVersion": rv.to_string(),
+            "labels": {LABEL_POD_UID: "u1", LABEL_JOBSET_NAME: JOB},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "job-node-0",
+                "uid": "j1", "controller": true}]},
+            "spec": {"nodeName": "adversary-node"}});
+        if let Some(phase) = phase {
+            obj["status"] = json!({"phase": phase});
+            managed.push(json!({"manager": KUBELET_MANAGER, "operation": "Update",
+                "subresource": "status", "fieldsV1": {"f:status": {"f:phase": {}}}}));
+        }
+        if deleting || deleted {
+            obj["metadata"]["deletionTimestamp"] = json!("2026-11-29T12:00:00Z");
+        }
+        obj["metadata"]["managedFields"] = Value::Array(managed);
+        Event {
+            rv,
             kind: Kind::Pod,
-            deleted: false,
-            obj: json!({"metadata": {"name": "p", "uid": "p1", "resourceVersion": "11",
-                "deletionTimestamp": "2026-11-29T12:00:00Z",
-                "labels": {LABEL_POD_UID: "u1", LABEL_JOBSET_NAME: JOB}}}),
+            deleted,
+            obj,
             seen: Instant::now(),
-        };
-        let mut restart = tj(12, false, json!({"holdfast.dev/opened": "true"}));
+        }
+    }
+
+    /// An opened TrainJob suspended at rv 10, its pods' `pod_events` (rv 11..), and holdfast
+    /// letting it run again at rv 20: the violations.
+    fn restarted_with(pod_events: Vec<Event>, calls: &[CallRecord]) -> Vec<Invariant> {
+        let mut restart = tj(20, false, json!({"holdfast.dev/opened": "true"}));
         restart.obj["metadata"]["managedFields"] = json!([{"manager": "holdfast-controller",
             "operation": "Update", "fieldsV1": {"f:spec": {"f:suspend": {}}}}]);
-        let events = [
-            tj(10, true, json!({"holdfast.dev/opened": "true"})),
-            pod,
-            restart,
-        ];
+        let mut events = vec![tj(10, true, json!({"holdfast.dev/opened": "true"}))];
+        events.extend(pod_events);
+        events.push(restart);
         let open = call(
             CallKind::Open,
             1,
             10,
             Answer::Outcome(Outcome::Opened { started: false }),
         );
+        let mut all = vec![open];
+        all.extend(calls.iter().cloned());
+        run(&events, &all)
+    }
+
+    #[test]
+    fn a_start_while_pods_of_the_last_execution_remain_overlaps() {
         assert_eq!(
-            run(&events, &[open]),
+            restarted_with(vec![pod(11, ACTOR_MANAGER, None, true, false)], &[]),
+            vec![Invariant::ExecutionsNeverOverlap],
+            "a terminating pod its kubelet has not reported ended"
+        );
+        assert_eq!(
+            restarted_with(vec![pod(11, ACTOR_MANAGER, None, false, false)], &[]),
+            vec![Invariant::ExecutionsNeverOverlap],
+            "a pending pod: its kubelet may start it yet"
+        );
+    }
+
+    #[test]
+    fn a_force_deleted_pod_whose_process_runs_still_counts_for_overlap() {
+        let events = vec![
+            pod(11, ACTOR_MANAGER, None, false, false),
+            pod(12, ACTOR_MANAGER, Some("Running"), false, false),
+            // Force-deleted with nothing to keep it: the object is gone at once.
+            pod(13, ACTOR_MANAGER, Some("Running"), false, true),
+        ];
+        assert_eq!(
+            restarted_with(events, &[]),
             vec![Invariant::ExecutionsNeverOverlap]
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_end_its_kubelet_reported_no_longer_counts() {
+        let events = vec![
+            pod(11, ACTOR_MANAGER, None, false, false),
+            pod(12, ACTOR_MANAGER, Some("Running"), false, false),
+            pod(13, ACTOR_MANAGER, Some("Running"), true, false),
+            // Still there (its finalizer not yet removed), but its kubelet said it ended.
+            pod(14, ACTOR_MANAGER, Some("Failed"), true, false),
+        ];
+        assert_eq!(restarted_with(events, &[]), Vec::<Invariant>::new());
+        // A terminal phase written by anyone but the kubelet ends nothing.
+        let forged = |rv, deleted| {
+            let mut p = pod(rv, ACTOR_MANAGER, Some("Failed"), true, deleted);
+            p.obj["metadata"]["managedFields"][1]["manager"] = json!("pod-garbage-collector");
+            p
+        };
+        let events = vec![
+            pod(11, ACTOR_MANAGER, None, false, false),
+            pod(12, ACTOR_MANAGER, Some("Running"), false, false),
+            forged(14, false),
+            forged(15, true),
+        ];
+        assert_eq!(
+            restarted_with(events, &[]),
+            vec![Invariant::ExecutionsNeverOverlap]
+        );
+    }
+
+    #[test]
+    fn a_pod_gone_before_its_kubelet_started_it_never_ran() {
+        let events = vec![
+            pod(11, ACTOR_MANAGER, None, false, false),
+            pod(12, ACTOR_MANAGER, None, false, true),
+        ];
+        assert_eq!(restarted_with(events, &[]), Vec::<Invariant>::new());
+    }
+
+    #[test]
+    fn a_relabelled_or_reowned_pod_whose_process_runs_still_counts_for_overlap() {
+        let mut relabelled = pod(13, ACTOR_MANAGER, Some("Running"), false, false);
+        relabelled.obj["metadata"]["labels"] = json!({LABEL_POD_UID: "u1"});
+        let mut reowned = pod(13, ACTOR_MANAGER, Some("Running"), false, false);
+        reowned.obj["metadata"]["ownerReferences"] = Value::Null;
+        for edited in [relabelled, reowned] {
+            let events = vec![
+                pod(11, ACTOR_MANAGER, None, false, false),
+                pod(12, ACTOR_MANAGER, Some("Running"), false, false),
+                edited,
+            ];
+            assert_eq!(
+                restarted_with(events, &[]),
+                vec![Invariant::ExecutionsNeverOverlap]
+            );
+        }
+    }
+
+    #[test]
+    fn a_decoy_pod_never_counts() {
+        // An editor's pod carrying JobSet's label (even the actor's own labels), running.
+        let decoy = vec![
+            pod(11, USER_MANAGER, None, false, false),
+            pod(12, USER_MANAGER, Some("Running"), false, false),
+        ];
+        assert_eq!(restarted_with(decoy.clone(), &[]), Vec::<Invariant>::new());
+        // So a PodsRemain answered while only the decoy is there is untrue...
+        let pods_remain = call(
+            CallKind::Release(1),
+            12,
+            13,
+            Answer::Error(HoldError::PodsRemain),
+        );
+        assert_eq!(
+            restarted_with(decoy, std::slice::from_ref(&pods_remain)),
+            vec![Invariant::AnswersAreTrue]
+        );
+        // ...and true while a pod of the execution remains, as a process or an object.
+        let terminating = vec![
+            pod(11, ACTOR_MANAGER, Some("Running"), false, false),
+            pod(12, ACTOR_MANAGER, Some("Failed"), true, false),
+        ];
+        assert_eq!(
+            restarted_with(terminating, &[pods_remain]),
+            Vec::<Invariant>::new()
         );
     }
 }

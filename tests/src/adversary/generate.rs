@@ -85,6 +85,25 @@ impl Gen {
         KINDS[pick(&mut self.rng, &[30, 20, 4, 14, 16, 16])]
     }
 
+    /// How a pod is edited: apply is left out (it cannot remove a field another manager
+    /// owns, so it would send nothing).
+    fn pod_how(&mut self) -> PatchKind {
+        const KINDS: [PatchKind; 4] = [
+            PatchKind::Merge,
+            PatchKind::Json,
+            PatchKind::Strategic,
+            PatchKind::Replace,
+        ];
+        KINDS[pick(&mut self.rng, &[35, 25, 20, 20])]
+    }
+
+    fn pod_choice(&mut self) -> PodChoice {
+        PodChoice {
+            previous: self.chance(0.3),
+            index: self.rng.random_range(0..2),
+        }
+    }
+
     fn queue(&mut self) -> QueueChoice {
         const Q: [QueueChoice; 5] = [
             QueueChoice::Remove,
@@ -341,6 +360,10 @@ impl Gen {
                 1,    // 16 deletecollection snapshots
                 2,    // 17 edit runtime
                 k(2), // 18 Kueue deactivates for its own reason
+                3,    // 19 force-delete a pod of an execution
+                2,    // 20 relabel such a pod
+                2,    // 21 re-own such a pod
+                2,    // 22 a decoy pod
             ],
         ) {
             0 => self.settle(),
@@ -386,10 +409,28 @@ impl Gen {
             17 => Op::EditRuntime {
                 cpu: ["2", "500m", "1"][self.rng.random_range(0..3)].to_owned(),
             },
-            _ => Op::KueueDeactivate {
+            18 => Op::KueueDeactivate {
                 reason: ["RequeuingLimitExceeded", "MaximumExecutionTimeExceeded"]
                     [self.rng.random_range(0..2)]
                 .to_owned(),
+            },
+            19 => Op::ForceDeletePod {
+                by: self.actor(),
+                pod: self.pod_choice(),
+            },
+            20 => Op::RelabelPod {
+                by: self.actor(),
+                how: self.pod_how(),
+                pod: self.pod_choice(),
+            },
+            21 => Op::ReownPod {
+                by: self.actor(),
+                how: self.pod_how(),
+                pod: self.pod_choice(),
+            },
+            _ => Op::CreateDecoyPod {
+                by: self.actor(),
+                bound: self.chance(0.5),
             },
         }
     }
@@ -495,6 +536,35 @@ mod tests {
         let text = serde_json::to_string(&s).expect("json");
         let back: Sequence = serde_json::from_str(&text).expect("parse");
         assert_eq!(s, back);
+    }
+
+    #[test]
+    fn both_modes_draw_the_pod_attacks() {
+        for mode in [Mode::Plain, Mode::Kueue] {
+            let ops: Vec<Op> = (0..60)
+                .flat_map(|i| generate(mode, sequence_seed(5, mode, i), 30).ops)
+                .collect();
+            for (what, found) in [
+                (
+                    "force-delete",
+                    ops.iter().any(|o| matches!(o, Op::ForceDeletePod { .. })),
+                ),
+                (
+                    "relabel",
+                    ops.iter().any(|o| matches!(o, Op::RelabelPod { .. })),
+                ),
+                (
+                    "re-own",
+                    ops.iter().any(|o| matches!(o, Op::ReownPod { .. })),
+                ),
+                (
+                    "decoy pod",
+                    ops.iter().any(|o| matches!(o, Op::CreateDecoyPod { .. })),
+                ),
+            ] {
+                assert!(found, "{mode}: no {what} in 60 sequences");
+            }
+        }
     }
 
     #[test]

@@ -170,6 +170,16 @@ pub enum ConfigMapField {
     },
 }
 
+/// Which pod of the TrainJob's executions a pod op aims at: one of the execution actor's
+/// pods of the current TrainJob [`JOB`], of its newest execution or the one before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PodChoice {
+    /// The execution before the newest one (when there is one).
+    pub previous: bool,
+    /// Which of that execution's pods (by name, modulo their number).
+    pub index: u8,
+}
+
 /// `propagationPolicy` of a delete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -235,6 +245,31 @@ pub enum Op {
     CreateDecoyWorkload {
         owner_ref: bool,
         active: bool,
+    },
+    /// Force-delete (`gracePeriodSeconds: 0`, as `kubectl delete --force --grace-period=0`)
+    /// a pod of the TrainJob's current or previous execution.
+    ForceDeletePod {
+        by: Actor,
+        pod: PodChoice,
+    },
+    /// Remove JobSet's label `jobset.sigs.k8s.io/jobset-name` from a pod of an execution.
+    RelabelPod {
+        by: Actor,
+        how: PatchKind,
+        pod: PodChoice,
+    },
+    /// Re-own a pod of an execution: strip its `ownerReferences` and the Job controller's
+    /// label `batch.kubernetes.io/controller-uid` (the Job then no longer manages it).
+    ReownPod {
+        by: Actor,
+        how: PatchKind,
+        pod: PodChoice,
+    },
+    /// A decoy pod labelled `jobset.sigs.k8s.io/jobset-name=<job>`, owned by nothing, bound
+    /// to the actor's node (`spec.nodeName`) or not.
+    CreateDecoyPod {
+        by: Actor,
+        bound: bool,
     },
     /// Create `{job}-runtime-snapshot` (before or after the TrainJob).
     CreateSnapshot {

@@ -3,8 +3,10 @@
 //! step — then a settling time, the final check over the whole history, and clean-up.
 
 use super::actor::ExecutionActor;
+use super::actor::NODE;
 use super::check::{
-    self, Answer, CallKind, CallRecord, Check, SA_MANAGER, USER_MANAGER, Violation,
+    self, Answer, CallKind, CallRecord, Check, LABEL_JOBSET_NAME, LABEL_POD_EXECUTION,
+    LABEL_POD_UID, SA_MANAGER, USER_MANAGER, Violation,
 };
 use super::history::History;
 use super::ops::*;
@@ -15,11 +17,12 @@ use futures::FutureExt;
 use holdfast_controller::hold::{
     ExecutorConfig, HoldExecutor, Hooks, WritePoint, client_without_retry,
 };
+use holdfast_core::execution::JOB_CONTROLLER_UID_LABEL;
 use holdfast_core::hold::CallMeta;
 use holdfast_core::mode::Mode;
 use holdfast_core::names::{LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
 };
@@ -44,6 +47,9 @@ pub struct Clients {
     pub user: kube::Client,
     pub trainer: kube::Client,
     pub kueue: kube::Client,
+    /// holdfast's controller (the only identity that may take the execution finalizer off
+    /// a pod: the clean-up's).
+    pub controller: kube::Client,
     /// Dispatch's executor per mode, acting as holdfast's controller, kube's retries off.
     pub plain: HoldExecutor,
     pub kueue_exec: HoldExecutor,
@@ -65,6 +71,7 @@ impl Clients {
             user: cp.client(Identity::User).await?,
             trainer: cp.client(Identity::Trainer).await?,
             kueue: cp.client(Identity::Kueue).await?,
+            controller: cp.client(Identity::Controller).await?,
             plain: HoldExecutor::new(controller.clone(), Mode::Plain, config.clone()),
             kueue_exec: HoldExecutor::new(controller, Mode::Kueue, config),
         })
@@ -196,6 +203,49 @@ impl Ctx<'_> {
 
     fn cm_ar() -> ApiResource {
         ApiResource::erase::<ConfigMap>(&())
+    }
+
+    fn pod_ar() -> ApiResource {
+        ApiResource::erase::<Pod>(&())
+    }
+
+    /// The pod a pod op aims at: among the execution actor's pods of the current TrainJob
+    /// (by its label, which no op removes), those of the newest execution or the one before
+    /// it, by name.
+    async fn pod_of(&self, choice: PodChoice) -> Result<String, String> {
+        let uid = self.tj_uid().await.ok_or("no TrainJob")?;
+        let list = Api::<Pod>::namespaced(self.c.admin.clone(), &self.ns)
+            .list(&ListParams::default().labels(&format!("{LABEL_POD_UID}={uid}")))
+            .await
+            .map_err(|e| short(&e))?;
+        let execution = |p: &Pod| -> u32 {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_POD_EXECUTION))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        let mut executions: Vec<u32> = list.items.iter().map(execution).collect();
+        executions.sort_unstable_by(|a, b| b.cmp(a));
+        executions.dedup();
+        let want = executions
+            .get(usize::from(choice.previous))
+            .copied()
+            .ok_or(if choice.previous {
+                "no previous execution's pod"
+            } else {
+                "no execution's pod"
+            })?;
+        let mut names: Vec<String> = list
+            .items
+            .iter()
+            .filter(|p| execution(p) == want)
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        let i = usize::from(choice.index) % names.len().max(1);
+        names.get(i).cloned().ok_or_else(|| "no pod".to_owned())
     }
 
     async fn trainjob(&self) -> Option<Value> {
@@ -531,6 +581,65 @@ impl Ctx<'_> {
                         .await,
                 )
             }
+            Op::ForceDeletePod { by, pod } => {
+                let name = self.pod_of(*pod).await?;
+                let (client, _) = self.client(*by);
+                let force = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                };
+                done(
+                    Api::<Pod>::namespaced(client, &self.ns)
+                        .delete(&name, &force)
+                        .await,
+                )
+                .map(|s| format!("{s} ({name})"))
+            }
+            Op::RelabelPod { by, how, pod } => {
+                let name = self.pod_of(*pod).await?;
+                let (client, manager) = self.client(*by);
+                let api = self.api(client, &Self::pod_ar());
+                self.edit(
+                    &api,
+                    &name,
+                    *how,
+                    manager,
+                    |_| json!({"metadata": {"labels": {LABEL_JOBSET_NAME: null}}}),
+                )
+                .await
+                .map(|s| format!("{s} ({name})"))
+            }
+            Op::ReownPod { by, how, pod } => {
+                let name = self.pod_of(*pod).await?;
+                let (client, manager) = self.client(*by);
+                let api = self.api(client, &Self::pod_ar());
+                self.edit(&api, &name, *how, manager, |_| {
+                    json!({"metadata": {"ownerReferences": null,
+                        "labels": {JOB_CONTROLLER_UID_LABEL: null}}})
+                })
+                .await
+                .map(|s| format!("{s} ({name})"))
+            }
+            Op::CreateDecoyPod { by, bound } => {
+                let (client, manager) = self.client(*by);
+                self.decoys += 1;
+                let mut pod = json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("decoy-pod-{}", self.decoys),
+                        "labels": {LABEL_JOBSET_NAME: JOB}},
+                    "spec": {"automountServiceAccountToken": false, "restartPolicy": "Never",
+                        "containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}
+                });
+                if *bound {
+                    pod["spec"]["nodeName"] = json!(NODE);
+                }
+                let obj: DynamicObject = serde_json::from_value(pod).map_err(|e| e.to_string())?;
+                let pp = PostParams {
+                    field_manager: Some(manager.into()),
+                    ..Default::default()
+                };
+                done(self.api(client, &Self::pod_ar()).create(&pp, &obj).await)
+            }
             Op::CreateSnapshot { by, owner_ref } => {
                 let (client, manager) = self.client(*by);
                 let mut cm = json!({
@@ -763,7 +872,7 @@ pub async fn run(world: &World, clients: &Clients, seq: &Sequence) -> anyhow::Re
     let started = Instant::now();
     let ns = world::create_namespace(world.cp, &clients.admin, seq.mode, "adv").await?;
     let result = run_in(clients, seq, &ns, started).await;
-    world::delete_namespace(&clients.admin, &ns).await;
+    world::delete_namespace(&clients.admin, &clients.controller, &ns).await;
     result
 }
 
@@ -774,6 +883,9 @@ async fn run_in(
     started: Instant,
 ) -> anyhow::Result<Outcome> {
     let history = History::start(&clients.admin, ns).await?;
+    // What production runs beside: the execution finalizer's keeper, as the leader runs it
+    // (the chart's policy guarding it is registered once, with the world).
+    let keeper = crate::lost_node::keeper(clients.cp, ns).await;
     let actor = ExecutionActor::start(
         clients.trainer.clone(),
         ns,
@@ -866,6 +978,7 @@ async fn run_in(
         gaps.push("the watches did not catch up; judged what they delivered".into());
     }
     actor.stop().await;
+    drop(keeper);
     history.stop().await;
     Ok(Outcome {
         namespace: ns.to_owned(),

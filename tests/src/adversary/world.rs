@@ -14,9 +14,10 @@ use crate::{ControlPlane, Identity, kueue};
 use anyhow::{Context, bail};
 use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
 use holdfast_controller::snapshot::{self, SnapshotMetrics, Snapshotter};
+use holdfast_core::execution::finalizer::EXECUTION_FINALIZER;
 use holdfast_core::mode::Mode;
 use holdfast_core::names::{ANN_HOLD_INSTANCE, READMISSION_CONTROLLER};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
@@ -253,6 +254,29 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
             bail!("holdfast's {mode}-mode webhook did not take effect within 30 s");
         }
     }
+    // The chart's execution-finalizer policy (every namespace, under either engine), and the
+    // node the execution actor binds its pods to and plays the kubelet of.
+    let ns = create_namespace(cp, &admin, Mode::Plain, "adv-policy").await?;
+    crate::lost_node::register_policy(cp, &ns).await;
+    let _ = Api::<Namespace>::all(admin.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": super::actor::NODE}}))?;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e).context("the actor's node"),
+    }
+    nodes
+        .patch_status(
+            super::actor::NODE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+                "reason": "KubeletReady", "message": "the adversary's execution actor plays its kubelet"}]}})),
+        )
+        .await
+        .context("the actor's node's status")?;
     Ok(Services {
         _webhooks: webhooks,
         _stop: stop,
@@ -451,9 +475,36 @@ pub async fn create_namespace(
     bail!("namespace {ns} got no default ServiceAccount within 10 s")
 }
 
-/// Removes what a sequence left: finalizers of ours and of the editor's (holdfast's own are
-/// the gate's to remove), the runtimes, the namespace. Bounded; errors are ignored.
-pub async fn delete_namespace(admin: &kube::Client, ns: &str) {
+/// Removes what a sequence left: its pods (the execution finalizer taken off by holdfast's
+/// controller, as only it may, and each deleted for good: no kubelet is left to end them),
+/// finalizers of ours and of the editor's (holdfast's own are the gate's to remove), the
+/// runtimes, the namespace. Bounded; errors are ignored.
+pub async fn delete_namespace(admin: &kube::Client, controller: &kube::Client, ns: &str) {
+    let pods = Api::<Pod>::namespaced(admin.clone(), ns);
+    if let Ok(list) = pods.list(&Default::default()).await {
+        let as_controller = Api::<Pod>::namespaced(controller.clone(), ns);
+        let force = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        for p in list.items {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            if p.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == EXECUTION_FINALIZER))
+            {
+                let _ = as_controller
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                    )
+                    .await;
+            }
+            let _ = pods.delete(&name, &force).await;
+        }
+    }
     let (rt, rt2) = runtime_names(ns);
     let ctrs = Api::<DynamicObject>::all_with(admin.clone(), &crate::objects::ctr_resource());
     for name in [rt, rt2] {
