@@ -31,6 +31,7 @@ mod metrics;
 mod mode_switch;
 mod node;
 mod outage;
+mod pod_replacement;
 mod seams;
 mod snapshots;
 mod validation_engines;

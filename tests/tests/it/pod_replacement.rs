@@ -1,0 +1,379 @@
+//! The window before a hold: a TrainJob's JobSet is stored with `podReplacementPolicy:
+//! Failed` on every replicated Job (the chart's `jobsets.mutate.holdfast.dev`, served
+//! in-process and registered by URL for the test's namespace alone), so no Job JobSet makes
+//! from it replaces a pod still terminating on a lost node.
+//!
+//! The JobSets are written as Trainer writes them: server-side apply with Trainer's field
+//! manager, by Trainer's identity, owned by the TrainJob as controller. JobSet's own webhooks
+//! do not run here; what they would refuse (a change of a replicated Job after creation) is
+//! never what holdfast's patch makes.
+//!
+//! Every test is named after the behaviour it proves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use holdfast_core::mode::Mode;
+use holdfast_tests::execution_owners::jobset_resource;
+use holdfast_tests::in_process_webhook::InProcessWebhook;
+use holdfast_tests::objects::trainer_resource;
+use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
+use holdfast_tests::{ControlPlane, Identity};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// Trainer's field manager for the objects it applies.
+const TRAINER_MANAGER: &str = "trainer";
+const FAILED: &str = "Failed";
+
+/// One test's namespace with holdfast's webhook serving and registered for it alone.
+struct Harness {
+    ns: String,
+    registration: Registration,
+    hook: Option<InProcessWebhook>,
+    admin: kube::Client,
+    trainer: kube::Client,
+}
+
+impl Harness {
+    /// A namespace; `register` decides whether the webhook is registered yet (see
+    /// [`Harness::register`]).
+    async fn start(prefix: &str, mode: Mode, register: bool) -> Harness {
+        let cp = ControlPlane::shared();
+        let ns = cp.namespace(prefix).await.expect("namespace");
+        let hook = InProcessWebhook::start(cp, mode, false)
+            .await
+            .expect("webhook starts");
+        let registration = Registration::new(
+            format!("holdfast-{ns}"),
+            Target::Url(hook.url()),
+            cp.ca_pem().as_bytes().to_vec(),
+        )
+        .with_mode(mode)
+        .with_engine(Engine::from_env())
+        .with_namespaces(Namespaces::Only(vec![ns.clone()]));
+        let h = Harness {
+            ns,
+            registration,
+            hook: Some(hook),
+            admin: cp.client(Identity::Admin).await.expect("admin"),
+            trainer: cp.client(Identity::Trainer).await.expect("trainer"),
+        };
+        if register {
+            h.register().await;
+        }
+        h
+    }
+
+    /// Registers the chart's configurations and waits until a dry-run JobSet of a TrainJob
+    /// comes back patched.
+    async fn register(&self) {
+        self.registration
+            .install(&self.admin)
+            .await
+            .expect("register the webhooks");
+        let owner = self.trainjob("probe-owner").await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        loop {
+            let probe = jobset("probe", Some(&owner), &[("node", None)]);
+            let created = self
+                .jobsets(&self.trainer)
+                .create(&dry, &dynamic(probe))
+                .await
+                .expect("dry-run JobSet");
+            if policies(&created) == [Some(FAILED.to_owned())] {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the mutating configuration did not take effect within 30s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn jobsets(&self, client: &kube::Client) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), &self.ns, &jobset_resource())
+    }
+
+    /// Creates TrainJob `name` (so the garbage collector keeps what it owns) and returns the
+    /// ownerReference Trainer puts on its JobSet.
+    async fn trainjob(&self, name: &str) -> Value {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.admin.clone(),
+            &self.ns,
+            &trainer_resource("TrainJob", "trainjobs"),
+        );
+        let tj = json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}},
+        });
+        let tj = api
+            .create(&PostParams::default(), &dynamic(tj))
+            .await
+            .expect("TrainJob");
+        json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": name,
+            "uid": tj.metadata.uid.expect("uid"), "controller": true, "blockOwnerDeletion": true,
+        })
+    }
+
+    /// Server-side apply of `js` as Trainer does it (its identity and field manager).
+    async fn apply_as_trainer(&self, js: &Value) -> Result<DynamicObject, kube::Error> {
+        let name = js["metadata"]["name"].as_str().expect("name");
+        let pp = PatchParams::apply(TRAINER_MANAGER).force();
+        self.jobsets(&self.trainer)
+            .patch(name, &pp, &Patch::Apply(js))
+            .await
+    }
+
+    async fn stop_webhook(&mut self) {
+        if let Some(hook) = self.hook.take() {
+            hook.stop().await.expect("webhook stops");
+        }
+    }
+
+    async fn finish(mut self) {
+        self.registration.uninstall(&self.admin).await;
+        self.stop_webhook().await;
+    }
+}
+
+fn dynamic(v: Value) -> DynamicObject {
+    serde_json::from_value(v).expect("object json")
+}
+
+/// A JobSet named `name`, owned by `owner` if given, with one replicated Job per
+/// `(name, podReplacementPolicy)`, suspended as Trainer creates one at a closed gate.
+fn jobset(name: &str, owner: Option<&Value>, jobs: &[(&str, Option<&str>)]) -> Value {
+    let replicated: Vec<Value> = jobs
+        .iter()
+        .map(|(job, policy)| {
+            let mut spec = json!({"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}});
+            if let Some(p) = policy {
+                spec["podReplacementPolicy"] = json!(p);
+            }
+            json!({"name": job, "replicas": 1, "template": {"spec": spec}})
+        })
+        .collect();
+    let mut metadata = json!({"name": name});
+    if let Some(o) = owner {
+        metadata["ownerReferences"] = json!([o]);
+    }
+    json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": metadata,
+        "spec": {"suspend": true, "replicatedJobs": replicated},
+    })
+}
+
+/// Each replicated Job's `podReplacementPolicy`, in order.
+fn policies(js: &DynamicObject) -> Vec<Option<String>> {
+    js.data["spec"]["replicatedJobs"]
+        .as_array()
+        .expect("replicatedJobs")
+        .iter()
+        .map(|j| {
+            j.pointer("/template/spec/podReplacementPolicy")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn failed(n: usize) -> Vec<Option<String>> {
+    vec![Some(FAILED.to_owned()); n]
+}
+
+#[tokio::test]
+async fn a_trainjobs_jobset_created_as_trainer_creates_it_is_stored_with_failed_on_every_replicated_job()
+ {
+    for mode in [Mode::Plain, Mode::Kueue] {
+        let h = Harness::start("replacement-create", mode, true).await;
+        let owner = h.trainjob("mnist").await;
+        // The runtime asks for the Job controller's default on one replicated Job, and says
+        // nothing on the other: both are overridden, fail closed.
+        let js = jobset(
+            "mnist",
+            Some(&owner),
+            &[("initializer", None), ("node", Some("TerminatingOrFailed"))],
+        );
+        let stored = h.apply_as_trainer(&js).await.expect("Trainer's apply");
+        assert_eq!(policies(&stored), failed(2), "{mode}");
+        let read = h.jobsets(&h.admin).get("mnist").await.expect("get");
+        assert_eq!(policies(&read), failed(2), "{mode}");
+        h.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn trainers_next_apply_or_a_replace_without_the_field_keeps_failed() {
+    let h = Harness::start("replacement-update", Mode::Plain, true).await;
+    let owner = h.trainjob("mnist").await;
+    let js = jobset(
+        "mnist",
+        Some(&owner),
+        &[("initializer", None), ("node", None)],
+    );
+    h.apply_as_trainer(&js).await.expect("create");
+
+    // Trainer applies again (a TrainJob unsuspended: its next apply) with the template it
+    // has, which never had the field.
+    let mut again = js.clone();
+    again["spec"]["suspend"] = json!(false);
+    let stored = h.apply_as_trainer(&again).await.expect("Trainer's apply");
+    assert_eq!(policies(&stored), failed(2));
+    assert_eq!(stored.data["spec"]["suspend"], json!(false));
+
+    // A runtime asking otherwise, re-applied: the stored Failed stays (JobSet would refuse
+    // the change).
+    let asking = jobset(
+        "mnist",
+        Some(&owner),
+        &[("initializer", None), ("node", Some("TerminatingOrFailed"))],
+    );
+    let stored = h.apply_as_trainer(&asking).await.expect("Trainer's apply");
+    assert_eq!(policies(&stored), failed(2));
+
+    // A whole-object replace from a manifest without the field (a GitOps sync, kubectl
+    // replace): Failed is put back.
+    let current = h.jobsets(&h.admin).get("mnist").await.expect("get");
+    let mut replaced = jobset(
+        "mnist",
+        Some(&owner),
+        &[("initializer", None), ("node", None)],
+    );
+    replaced["metadata"]["resourceVersion"] = json!(current.metadata.resource_version);
+    let stored = h
+        .jobsets(&h.trainer)
+        .replace("mnist", &PostParams::default(), &dynamic(replaced))
+        .await
+        .expect("replace");
+    assert_eq!(policies(&stored), failed(2));
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_jobset_owned_by_nothing_or_by_something_else_is_stored_as_sent() {
+    let h = Harness::start("replacement-others", Mode::Plain, true).await;
+    let owner = h.trainjob("mnist").await;
+    let mut not_controller = owner.clone();
+    not_controller["controller"] = json!(false);
+    // A real owner, so that the garbage collector keeps what it owns.
+    let cm: k8s_openapi::api::core::v1::ConfigMap = Api::namespaced(h.admin.clone(), &h.ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "c"}})).unwrap(),
+        )
+        .await
+        .expect("ConfigMap");
+    let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "c",
+        "uid": cm.metadata.uid.expect("uid"), "controller": true});
+    let jobs = [("node", None), ("launcher", Some("TerminatingOrFailed"))];
+    let sent = |js: &Value| {
+        js["spec"]["replicatedJobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| {
+                j.pointer("/template/spec/podReplacementPolicy")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect::<Vec<_>>()
+    };
+    for (name, owner) in [
+        ("unowned", None),
+        ("not-controller", Some(&not_controller)),
+        ("configmaps", Some(&other)),
+    ] {
+        let js = jobset(name, owner, &jobs);
+        let stored = h
+            .jobsets(&h.admin)
+            .create(&PostParams::default(), &dynamic(js.clone()))
+            .await
+            .expect("create");
+        assert_eq!(policies(&stored), sent(&js), "{name}");
+        // Nor is an update of it touched.
+        let mut js2 = js.clone();
+        js2["metadata"]["labels"] = json!({"team": "a"});
+        let stored = h.apply_as_trainer(&js2).await.expect("apply");
+        assert_eq!(policies(&stored), sent(&js), "{name}");
+    }
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_jobset_created_before_holdfast_is_updatable_and_left_alone() {
+    let h = Harness::start("replacement-before", Mode::Plain, false).await;
+    let owner = h.trainjob("mnist").await;
+    let js = jobset("mnist", Some(&owner), &[("node", None)]);
+    let stored = h
+        .apply_as_trainer(&js)
+        .await
+        .expect("create before holdfast");
+    assert_eq!(policies(&stored), [None]);
+
+    h.register().await;
+    let mut again = js.clone();
+    again["spec"]["suspend"] = json!(false);
+    let stored = h.apply_as_trainer(&again).await.expect("Trainer's apply");
+    assert_eq!(policies(&stored), [None], "no change JobSet would refuse");
+    assert_eq!(stored.data["spec"]["suspend"], json!(false));
+    let labelled = h
+        .jobsets(&h.admin)
+        .patch(
+            "mnist",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await
+        .expect("merge patch");
+    assert_eq!(policies(&labelled), [None]);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn while_the_webhook_is_down_a_trainjobs_jobset_is_not_created_but_trainers_applies_to_a_stored_one_go_on()
+ {
+    let mut h = Harness::start("replacement-outage", Mode::Plain, true).await;
+    let owner = h.trainjob("mnist").await;
+    let js = jobset("mnist", Some(&owner), &[("node", None)]);
+    let stored = h.apply_as_trainer(&js).await.expect("create");
+    // The field the webhook set during Trainer's apply is owned by no field manager: Trainer's
+    // next apply, which does not send it, keeps it.
+    let owned = serde_json::to_string(&stored.metadata.managed_fields).expect("json");
+    assert!(!owned.contains("podReplacementPolicy"), "{owned}");
+    h.stop_webhook().await;
+
+    // A hold (plain mode: spec.suspend) reaches the JobSet through Trainer's apply, which
+    // keeps the stored Failed and so is not sent to the webhook.
+    let mut suspended = js.clone();
+    suspended["spec"]["suspend"] = json!(true);
+    let stored = h
+        .apply_as_trainer(&suspended)
+        .await
+        .expect("Trainer's apply while the webhook is down");
+    assert_eq!(policies(&stored), failed(1));
+
+    // A new TrainJob's JobSet would run without the policy: refused (fail closed), and
+    // Trainer retries.
+    let owner2 = h.trainjob("second").await;
+    let refused = h
+        .apply_as_trainer(&jobset("second", Some(&owner2), &[("node", None)]))
+        .await;
+    match refused {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message.contains("jobsets.mutate.holdfast.dev"),
+            "{}",
+            s.message
+        ),
+        other => panic!("expected the failed call to refuse the JobSet, got {other:?}"),
+    }
+    h.finish().await;
+}
