@@ -259,6 +259,17 @@ empty are the same (the apiserver omits empty maps). */}}
 (has({{ . }}.metadata.ownerReferences) ? {{ . }}.metadata.ownerReferences.filter(r, r.kind == 'TrainJob' && (r.apiVersion == 'trainer.kubeflow.org' || r.apiVersion.startsWith('trainer.kubeflow.org/'))) : [])
 {{- end -}}
 
+{{/* CEL: the replicated Job of a JobSet (the variable named by .) has a Job template spec. */}}
+{{- define "holdfast.cel.jobTemplateSpec" -}}
+(has({{ . }}.template) && has({{ . }}.template.spec))
+{{- end -}}
+
+{{/* CEL: the replicated Job of a JobSet (the variable named by .) has podReplacementPolicy:
+Failed in its Job template spec. */}}
+{{- define "holdfast.cel.replacedOnlyWhenFailed" -}}
+({{ include "holdfast.cel.jobTemplateSpec" . }} && has({{ . }}.template.spec.podReplacementPolicy) && {{ . }}.template.spec.podReplacementPolicy == 'Failed')
+{{- end -}}
+
 {{/* Whether a resource list (CEL expression) holds no quantity above zero, or is absent
 (Kubernetes' CEL quantity library; a resource quantity is never negative). */}}
 {{- define "holdfast.cel.zeroes" -}}

@@ -645,6 +645,10 @@ fn webhook_entries_are_sent_the_resources_and_operations_the_policy_reads() {
                 "records.mutate.holdfast.dev".to_owned(),
                 r(&[("trainjobs", "CREATE")]),
             ),
+            (
+                "jobsets.mutate.holdfast.dev".to_owned(),
+                r(&[("jobsets", "CREATE,UPDATE")]),
+            ),
         ];
         assert_eq!(m, want_m, "{mode}");
     }
@@ -727,6 +731,14 @@ fn protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_i
                     "records.mutate.holdfast.dev".to_owned(),
                     i.clone(),
                     s(&["without-holdfast-state"])
+                ),
+                (
+                    "jobsets.mutate.holdfast.dev".to_owned(),
+                    p.clone(),
+                    s(&[
+                        "a-trainjobs-jobset",
+                        "created-without-failed-or-updated-dropping-it"
+                    ])
                 ),
             ],
             "{mode}, {policy}"
@@ -1736,8 +1748,8 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     let injected = ca_bundles(&admin, name).await;
     assert_eq!(
         injected.len(),
-        4,
-        "two validating and two mutating entries (plain mode)"
+        5,
+        "two validating and three mutating entries (plain mode)"
     );
     assert!(
         injected
