@@ -393,6 +393,9 @@ pub async fn replay_corpus(
     let mut failing: Vec<(String, Vec<Violation>)> = Vec::new();
     for (name, entry, r) in results {
         let o = r.unwrap_or_else(|e| panic!("corpus {name} could not run: {e:#}"));
+        if o.violations.is_empty() && std::env::var_os("HOLDFAST_ADVERSARY_VERBOSE").is_some() {
+            print_outcome(&format!("corpus {name}"), &entry.sequence, &o);
+        }
         if !o.violations.is_empty() && !failing.iter().any(|(f, _)| *f == name) {
             print_outcome(&format!("corpus {name}"), &entry.sequence, &o);
             failing.push((name, o.violations));
