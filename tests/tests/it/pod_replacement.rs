@@ -339,11 +339,11 @@ async fn a_jobset_created_before_holdfast_is_updatable_and_left_alone() {
 }
 
 #[tokio::test]
-async fn while_the_webhook_is_down_a_trainjobs_jobset_is_not_created_but_trainers_applies_to_a_stored_one_go_on()
- {
+async fn while_the_webhook_is_down_only_the_writes_it_would_patch_are_refused() {
     let mut h = Harness::start("replacement-outage", Mode::Plain, true).await;
     let owner = h.trainjob("mnist").await;
-    let js = jobset("mnist", Some(&owner), &[("node", None)]);
+    let mut js = jobset("mnist", Some(&owner), &[("node", None)]);
+    js["spec"]["suspend"] = json!(false);
     let stored = h.apply_as_trainer(&js).await.expect("create");
     // The field the webhook set during Trainer's apply is owned by no field manager: Trainer's
     // next apply, which does not send it, keeps it.
@@ -360,20 +360,44 @@ async fn while_the_webhook_is_down_a_trainjobs_jobset_is_not_created_but_trainer
         .await
         .expect("Trainer's apply while the webhook is down");
     assert_eq!(policies(&stored), failed(1));
+    assert_eq!(stored.data["spec"]["suspend"], json!(true));
 
-    // A new TrainJob's JobSet would run without the policy: refused (fail closed), and
-    // Trainer retries.
+    // Not sent either: a JobSet no TrainJob controls, and a TrainJob's JobSet that asks for
+    // Failed everywhere.
+    h.jobsets(&h.admin)
+        .create(
+            &PostParams::default(),
+            &dynamic(jobset("unowned", None, &[("node", None)])),
+        )
+        .await
+        .expect("a JobSet no TrainJob controls");
+    let owner3 = h.trainjob("third").await;
+    h.apply_as_trainer(&jobset("third", Some(&owner3), &[("node", Some(FAILED))]))
+        .await
+        .expect("a JobSet with Failed everywhere");
+
+    // Refused (fail closed): a new TrainJob's JobSet that would run without the policy
+    // (Trainer retries), and a replace that drops it.
     let owner2 = h.trainjob("second").await;
-    let refused = h
+    let created = h
         .apply_as_trainer(&jobset("second", Some(&owner2), &[("node", None)]))
         .await;
-    match refused {
-        Err(kube::Error::Api(s)) => assert!(
-            s.message.contains("jobsets.mutate.holdfast.dev"),
-            "{}",
-            s.message
-        ),
-        other => panic!("expected the failed call to refuse the JobSet, got {other:?}"),
+    let current = h.jobsets(&h.admin).get("mnist").await.expect("get");
+    let mut dropped = suspended.clone();
+    dropped["metadata"]["resourceVersion"] = json!(current.metadata.resource_version);
+    let replaced = h
+        .jobsets(&h.trainer)
+        .replace("mnist", &PostParams::default(), &dynamic(dropped))
+        .await;
+    for (what, r) in [("create", created), ("replace", replaced)] {
+        match r {
+            Err(kube::Error::Api(s)) => assert!(
+                s.message.contains("jobsets.mutate.holdfast.dev"),
+                "{what}: {}",
+                s.message
+            ),
+            other => panic!("{what}: expected the failed call to refuse it, got {other:?}"),
+        }
     }
     h.finish().await;
 }
