@@ -401,3 +401,153 @@ async fn while_the_webhook_is_down_only_the_writes_it_would_patch_are_refused() 
     }
     h.finish().await;
 }
+
+/// Nothing listens there: every call fails at once, naming the entry.
+const DEAD: &str = "https://127.0.0.1:1";
+
+/// Whether the request reached a webhook entry of the chart's: it failed naming
+/// `jobsets.mutate.holdfast.dev` (the dead port answers nothing, and the entry fails closed).
+fn sent_to_jobsets_mutate(r: &Result<DynamicObject, kube::Error>) -> bool {
+    matches!(r, Err(kube::Error::Api(s)) if s.message.contains("jobsets.mutate.holdfast.dev"))
+}
+
+/// What the policy would patch on this JobSet request.
+fn policy_patches(op: holdfast_core::policy::Operation, old: Option<&Value>, new: &Value) -> bool {
+    use holdfast_core::policy::{AdmissionInput, Identities, Resource, UserInfo, mutate};
+    let input = AdmissionInput {
+        operation: op,
+        resource: Resource::JobSet,
+        subresource: None,
+        name: new["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        namespace: Some("ns".to_owned()),
+        user: UserInfo::new(Identity::Trainer.username()),
+        object: Some(new.clone()),
+        old_object: old.cloned(),
+        dry_run: true,
+    };
+    let who = Identities::new(
+        [Identity::Controller.username()],
+        [Identity::Trainer.username()],
+        Vec::<String>::new(),
+        Vec::<String>::new(),
+    );
+    !mutate(&input, &who, Mode::Plain, None).is_empty()
+}
+
+/// The chart's conditions, evaluated by the apiserver's CEL, send a JobSet CREATE or UPDATE
+/// to `jobsets.mutate` exactly when the policy patches it: a catalogue of owners (none, a
+/// TrainJob as controller or not, another kind as controller) times replicated Jobs (with and
+/// without `Failed`, another value, no Job template spec), every CREATE and every UPDATE
+/// from one stored variant to another, as dry runs against the entry pointed at a dead port.
+#[tokio::test]
+async fn the_charts_conditions_send_a_jobset_request_exactly_when_the_policy_patches_it() {
+    use holdfast_core::policy::Operation;
+    let mut h = Harness::start("replacement-conditions", Mode::Plain, false).await;
+    h.stop_webhook().await;
+    let tj = h.trainjob("mnist").await;
+    let mut tj_not_controller = tj.clone();
+    tj_not_controller["controller"] = json!(false);
+    let cm: k8s_openapi::api::core::v1::ConfigMap = Api::namespaced(h.admin.clone(), &h.ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "c"}})).unwrap(),
+        )
+        .await
+        .expect("ConfigMap");
+    let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "c",
+        "uid": cm.metadata.uid.expect("uid"), "controller": true});
+    let owners = [None, Some(&tj), Some(&tj_not_controller), Some(&other)];
+    let t = Some("TerminatingOrFailed");
+    let f = Some(FAILED);
+    let job_sets: [&[(&str, Option<&str>)]; 8] = [
+        &[],
+        &[("node", None)],
+        &[("node", f)],
+        &[("node", t)],
+        &[("node", f), ("launcher", None)],
+        &[("node", t), ("launcher", f)],
+        &[("node", f), ("launcher", f)],
+        &[("launcher", f)],
+    ];
+    let mut variants: Vec<Value> = Vec::new();
+    for owner in owners {
+        for jobs in job_sets {
+            variants.push(jobset("v", owner, jobs));
+        }
+        // A replicated Job without a Job template spec.
+        let mut bare = jobset("v", owner, &[("node", None)]);
+        bare["spec"]["replicatedJobs"][0]["template"] = json!({});
+        variants.push(bare);
+    }
+
+    // The stored side of every UPDATE, created before the entry is registered.
+    let api = h.jobsets(&h.admin);
+    let mut stored = Vec::new();
+    for (i, v) in variants.iter().enumerate() {
+        let mut v = v.clone();
+        v["metadata"]["name"] = json!(format!("stored-{i}"));
+        if let Ok(s) = api.create(&PostParams::default(), &dynamic(v)).await {
+            stored.push(serde_json::to_value(s).expect("json"));
+        }
+    }
+    assert!(
+        stored.len() >= 30,
+        "the catalogue is stored: {}",
+        stored.len()
+    );
+
+    let mut registration = h.registration.clone();
+    registration.target = Target::Url(DEAD.to_owned());
+    registration.install(&h.admin).await.expect("register");
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let probe = jobset("probe", Some(&tj), &[("node", None)]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sent_to_jobsets_mutate(&api.create(&dry, &dynamic(probe.clone())).await) {
+        assert!(Instant::now() < deadline, "the entry did not take effect");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut wrong = Vec::new();
+    let mut sent = 0;
+    let mut total = 0;
+    for (i, v) in variants.iter().enumerate() {
+        let mut v = v.clone();
+        v["metadata"]["name"] = json!(format!("new-{i}"));
+        let r = api.create(&dry, &dynamic(v.clone())).await;
+        total += 1;
+        sent += usize::from(sent_to_jobsets_mutate(&r));
+        if sent_to_jobsets_mutate(&r) != policy_patches(Operation::Create, None, &v) {
+            wrong.push(format!("CREATE {v}: {r:?}"));
+        }
+    }
+    for old in &stored {
+        for v in &variants {
+            let mut new = v.clone();
+            new["metadata"]["name"] = old["metadata"]["name"].clone();
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+            let name = new["metadata"]["name"].as_str().expect("name").to_owned();
+            let r = api.replace(&name, &dry, &dynamic(new.clone())).await;
+            total += 1;
+            sent += usize::from(sent_to_jobsets_mutate(&r));
+            if sent_to_jobsets_mutate(&r) != policy_patches(Operation::Update, Some(old), &new) {
+                wrong.push(format!("UPDATE {old} -> {new}: {r:?}"));
+            }
+        }
+    }
+    registration.uninstall(&h.admin).await;
+    assert!(
+        wrong.is_empty(),
+        "{} of {total} requests disagree:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    assert!(sent > 0 && sent < total, "{sent} of {total} sent");
+    eprintln!("{sent} of {total} JobSet requests sent to jobsets.mutate, as the policy patches");
+    h.finish().await;
+}
