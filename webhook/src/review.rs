@@ -44,8 +44,10 @@
 //! missing, unreadable or slow to read gets no annotation, and the TrainJob is admitted: the
 //! snapshot is still taken later and the controller flags what it cannot prove.
 //!
-//! When `/mutate` restores controller annotations a non-controller update dropped, or closes
-//! the start gate, the answer carries the [`Mutation`]'s `warnings` (kubectl prints them).
+//! When `/mutate` restores controller annotations a non-controller update dropped, closes
+//! the start gate, or overrides or keeps `podReplacementPolicy: Failed` on a TrainJob's JobSet
+//! (`holdfast_core::policy::pod_replacement`: no lookup, no I/O), the answer carries the
+//! [`Mutation`]'s `warnings` (kubectl prints them).
 
 pub mod answer;
 

@@ -590,6 +590,51 @@ async fn patch_round_trip_restores_dropped_annotations_with_a_warning() {
 }
 
 #[tokio::test]
+async fn a_trainjobs_jobset_is_patched_to_pod_replacement_policy_failed_with_no_lookup() {
+    // The JobSet rule reads nothing: the runtime lookup is never asked.
+    let runtimes = Arc::new(FakeRuntimes::default());
+    let a = admission_with(Mode::Kueue, runtimes.clone(), Limits::DEFAULT);
+    let jobset = json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "mnist", "namespace": "team-a", "ownerReferences": [{
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "mnist",
+            "uid": "u-1", "controller": true}]},
+        "spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"podReplacementPolicy": "TerminatingOrFailed",
+                "template": {"spec": {"containers": []}}}}},
+            {"name": "launcher", "template": {"spec": {"template": {"spec": {"containers": []}}}}},
+        ]},
+    });
+    let body = admission_review(
+        "jobset.x-k8s.io",
+        "jobsets",
+        "CREATE",
+        "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+        None,
+        Some(jobset.clone()),
+    );
+    let response = review(&a, "/mutate", &body).await;
+    let after = patched(&response, &jobset);
+    for job in after["spec"]["replicatedJobs"].as_array().unwrap() {
+        assert_eq!(
+            job["template"]["spec"]["podReplacementPolicy"], "Failed",
+            "{job}"
+        );
+    }
+    let warnings = response["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].as_str().unwrap().contains("node"),
+        "{warnings:?}"
+    );
+    // The validating side allows it.
+    let mut validated = body.clone();
+    validated["request"]["object"] = after;
+    assert_eq!(review(&a, "/validate", &validated).await["allowed"], true);
+    assert!(runtimes.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn admitted_runtime_version_is_recorded_at_create() {
     let runtimes = Arc::new(FakeRuntimes {
         answer: Some(Ok(Some("4711".into()))),
