@@ -470,14 +470,23 @@ impl HoldExecutor {
     }
 
     /// Preflight: probes RBAC, the CRDs and a server-side dry-run hold, on TrainJob `target`
-    /// if given (else on any one TrainJob the controller can see), and records the result
-    /// for Hold and Release to consult.
+    /// if given, else on TrainJobs the controller lists.
+    ///
+    /// An untargeted preflight records its result for Hold and Release to consult
+    /// ([`preflight::next_capability`]). A targeted one reports on its target to its caller
+    /// only: it records nothing and changes nothing any other call sees (whoever may ask
+    /// about one TrainJob must not switch holds off for the replica), and so waits for no
+    /// other probe.
     pub async fn preflight(&self, target: Option<(&str, &str)>) -> PreflightReport {
+        if target.is_some() {
+            return self.probe(preflight::Scope::Full { target }).await;
+        }
         let _one = self.capability.probing.lock().await;
         self.probe(preflight::Scope::Full { target }).await
     }
 
-    /// One preflight, recorded; the caller holds the probing lock.
+    /// One preflight, recorded unless targeted; an untargeted one's caller holds the probing
+    /// lock.
     async fn probe(&self, scope: preflight::Scope<'_>) -> PreflightReport {
         let started = Instant::now();
         if let Some(queues) = &self.queues {
@@ -493,10 +502,17 @@ impl HoldExecutor {
             queues: self.queues.as_ref(),
         };
         let report = preflight::run(&prober, scope, previous.as_ref()).await;
-        if let preflight::Scope::Full { .. } = scope {
-            self.capability.round_trip_made();
-        }
-        self.capability.record(report.clone());
+        let targeted = matches!(scope, preflight::Scope::Full { target: Some(_) });
+        let report = match preflight::next_capability(previous.as_ref(), report.clone(), targeted) {
+            Some(recorded) => {
+                if let preflight::Scope::Full { .. } = scope {
+                    self.capability.round_trip_made();
+                }
+                self.capability.record(recorded.clone());
+                recorded
+            }
+            None => report,
+        };
         self.metrics
             .record::<()>(MetricCall::preflight, &Ok(()), started.elapsed());
         report

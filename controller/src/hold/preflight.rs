@@ -240,34 +240,7 @@ impl PreflightReport {
         request_timeout: std::time::Duration,
         checks: Vec<Check>,
     ) -> Self {
-        let mut calls = BTreeMap::new();
-        for call in [Gated::Hold, Gated::Release, Gated::Open, Gated::Status] {
-            let failed: Vec<String> = checks
-                .iter()
-                .filter(|c| c.result != CheckResult::Passed && c.probe.gates(mode).contains(&call))
-                .filter(|c| !c.untried())
-                .map(|c| {
-                    let what = match c.result {
-                        CheckResult::NotChecked => {
-                            format!("{} could not be checked", probe_name(c.probe))
-                        }
-                        _ => probe_name(c.probe),
-                    };
-                    match &c.detail {
-                        Some(d) => format!("{what}: {d}"),
-                        None => what,
-                    }
-                })
-                .collect();
-            calls.insert(
-                call,
-                CallSupport {
-                    supported: failed.is_empty(),
-                    reason: (!failed.is_empty())
-                        .then(|| format!("preflight failed: {}", failed.join("; "))),
-                },
-            );
-        }
+        let calls = calls_of(mode, &checks);
         PreflightReport {
             mode,
             call_bound_seconds: call_bound.as_secs_f64(),
@@ -323,6 +296,40 @@ impl PreflightReport {
         }
         body
     }
+}
+
+/// Per call, whether `checks` support it in `mode`: supported unless a probe gating it
+/// failed or could not be made (fail closed).
+fn calls_of(mode: Mode, checks: &[Check]) -> BTreeMap<Gated, CallSupport> {
+    let mut calls = BTreeMap::new();
+    for call in [Gated::Hold, Gated::Release, Gated::Open, Gated::Status] {
+        let failed: Vec<String> = checks
+            .iter()
+            .filter(|c| c.result != CheckResult::Passed && c.probe.gates(mode).contains(&call))
+            .filter(|c| !c.untried())
+            .map(|c| {
+                let what = match c.result {
+                    CheckResult::NotChecked => {
+                        format!("{} could not be checked", probe_name(c.probe))
+                    }
+                    _ => probe_name(c.probe),
+                };
+                match &c.detail {
+                    Some(d) => format!("{what}: {d}"),
+                    None => what,
+                }
+            })
+            .collect();
+        calls.insert(
+            call,
+            CallSupport {
+                supported: failed.is_empty(),
+                reason: (!failed.is_empty())
+                    .then(|| format!("preflight failed: {}", failed.join("; "))),
+            },
+        );
+    }
+    calls
 }
 
 fn probe_name(p: Probe) -> String {
@@ -635,10 +642,48 @@ async fn served(reqs: &mut CallRequests<'_>, probe: Probe, path: &str, resource:
     }
 }
 
-/// How a round trip that found no TrainJob says so.
+/// How a round trip that found no TrainJob it could use says so. Such a round trip gates
+/// nothing: a call's own write is then its round trip.
 const NO_TRAINJOB: &str = "no TrainJob to dry-run a hold on";
 
-/// The hold write of a probe Hold, rendered on a real object and PUT with `dryRun=All`.
+/// The untargeted round trip tries TrainJobs of at most this many namespaces, one each, when
+/// the dry-run hold on one fails for a reason of that object's own.
+pub const ROUND_TRIP_NAMESPACES: usize = 3;
+
+/// How a dry-run hold on one TrainJob went.
+#[derive(Debug)]
+enum Tried {
+    /// It says something about the cluster: passed, failed, or could not be made (the
+    /// apiserver unreachable or timing out).
+    Said(Check),
+    /// It failed for a reason of the object's own (its content, or it changed or went away
+    /// meanwhile): no evidence either way about the cluster.
+    ObjectSpecific(String),
+}
+
+/// How the apiserver's refusal of a dry-run hold is read: `true` when the refusal is about
+/// the object written rather than about the write: 422 Invalid from the object's own
+/// validation (with the hold's annotations its annotations pass 256 KiB, or it no longer
+/// validates against its CRD's schema), 413 (too large), 409 (it changed since it was read),
+/// 404 (it was deleted since). Anything else that is not transient is about the cluster and
+/// fails the probe: 403 and 401 (RBAC, or an admission webhook refusing), 400 (e.g. a webhook
+/// that cannot dry-run), and a 422 that an admission policy or webhook answered (a
+/// ValidatingAdmissionPolicy's denial is 422 Invalid by default, its message "... is
+/// forbidden: ValidatingAdmissionPolicy ... denied request").
+pub(crate) fn refusal_is_object_specific(code: u16, message: &str) -> bool {
+    let admission = message.contains(" is forbidden: ")
+        || message.contains("ValidatingAdmissionPolicy")
+        || message.contains("admission webhook");
+    match code {
+        404 | 409 | 413 => true,
+        422 => !admission,
+        _ => false,
+    }
+}
+
+/// The hold write of a probe Hold, rendered on a real object and PUT with `dryRun=All`: on
+/// `target` if given, else on TrainJobs the controller lists, one namespace at a time, until
+/// one says something about the cluster (at most [`ROUND_TRIP_NAMESPACES`]).
 async fn round_trip(
     exec: &Prober<'_>,
     reqs: &mut CallRequests<'_>,
@@ -646,31 +691,48 @@ async fn round_trip(
 ) -> Check {
     let probe = Probe::HoldRoundTrip;
     let not_checked = |d: String| Check::new(probe, CheckResult::NotChecked, d);
-    let trainjob = match target {
-        Some((ns, name)) => {
-            if let Err(e) = resources::check_object_name(ns, name) {
-                return not_checked(e);
-            }
-            reads::retrying_read(
-                reqs,
-                exec.config.transient_backoff,
-                "reading the preflight TrainJob",
-                &ReadRequest::Get {
-                    ar: resources::trainjob(),
-                    namespace: ns,
-                    name,
-                },
-            )
-            .await
+    if let Some((ns, name)) = target {
+        if let Err(e) = resources::check_object_name(ns, name) {
+            return not_checked(e);
         }
-        None => reads::retrying_read(
+        let trainjob = reads::retrying_read(
+            reqs,
+            exec.config.transient_backoff,
+            "reading the preflight TrainJob",
+            &ReadRequest::Get {
+                ar: resources::trainjob(),
+                namespace: ns,
+                name,
+            },
+        )
+        .await;
+        return match trainjob {
+            Ok(Value::Null) => not_checked(format!("{ns}/{name}: no such TrainJob")),
+            Ok(tj) => match dry_run_hold(exec, reqs, &tj).await {
+                Tried::Said(check) => check,
+                Tried::ObjectSpecific(why) => not_checked(why),
+            },
+            Err(HoldError::Unsupported { reason }) => {
+                Check::new(probe, CheckResult::Failed, reason)
+            }
+            Err(e) => not_checked(format!("{ns}/{name}: {e}")),
+        };
+    }
+    let mut skipped: Vec<(String, String)> = Vec::new();
+    while skipped.len() < ROUND_TRIP_NAMESPACES {
+        let fields = skipped
+            .iter()
+            .map(|(ns, _)| format!("metadata.namespace!={ns}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let listed = reads::retrying_read(
             reqs,
             exec.config.transient_backoff,
             "listing TrainJobs",
             &ReadRequest::List {
                 ar: resources::trainjob(),
                 namespace: None,
-                params: ListParams::default().limit(1),
+                params: ListParams::default().limit(1).fields(&fields),
             },
         )
         .await
@@ -679,26 +741,61 @@ async fn round_trip(
                 .and_then(Value::as_array)
                 .and_then(|items| items.first())
                 .cloned()
-                .unwrap_or(Value::Null)
-        }),
-    };
-    let trainjob = match trainjob {
-        Ok(Value::Null) => {
-            return not_checked(format!(
-                "{NO_TRAINJOB}; name one (GET /v1/preflight?namespace=NS&name=NAME), or call it: a call dry-runs its own"
-            ));
+        });
+        let trainjob = match listed {
+            Ok(Some(tj)) => tj,
+            Ok(None) => break,
+            Err(HoldError::Unsupported { reason }) => {
+                return Check::new(probe, CheckResult::Failed, reason);
+            }
+            Err(e) => return not_checked(e.to_string()),
+        };
+        match dry_run_hold(exec, reqs, &trainjob).await {
+            Tried::Said(check) => return check,
+            Tried::ObjectSpecific(why) => {
+                let namespace = trainjob
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                if namespace.is_empty() {
+                    break;
+                }
+                skipped.push((namespace, why));
+            }
         }
-        Ok(tj) => tj,
-        Err(HoldError::Unsupported { reason }) => {
-            return Check::new(probe, CheckResult::Failed, reason);
-        }
-        Err(e) => return not_checked(e.to_string()),
-    };
+    }
+    let tried = skipped
+        .iter()
+        .map(|(_, why)| why.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    not_checked(if skipped.is_empty() {
+        format!(
+            "{NO_TRAINJOB}; name one (GET /v1/preflight?namespace=NS&name=NAME), or call it: a call dry-runs its own"
+        )
+    } else {
+        format!(
+            "{NO_TRAINJOB} that says anything about the cluster (tried: {tried}); a call dry-runs its own"
+        )
+    })
+}
+
+/// The dry-run hold on `trainjob`.
+async fn dry_run_hold(exec: &Prober<'_>, reqs: &mut CallRequests<'_>, trainjob: &Value) -> Tried {
+    let probe = Probe::HoldRoundTrip;
     let namespace = trainjob
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
+    let trainjob_name = trainjob
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let this = format!("{namespace}/{trainjob_name}");
+    let own = |why: String| Tried::ObjectSpecific(format!("{this}: {why}"));
     let workload = match exec.mode {
         Mode::Plain => None,
         Mode::Kueue => {
@@ -706,31 +803,30 @@ async fn round_trip(
                 reqs,
                 exec.config.transient_backoff,
                 &namespace,
-                &trainjob,
+                trainjob,
                 true,
             )
             .await
             {
                 Ok(Some(w)) => Some(w),
-                // The periodic probe took the first TrainJob listed, and an unqueued one has no
-                // Workload (Kueue manages only queued jobs): that is no TrainJob to dry-run on,
-                // not a failed probe, or one unqueued job would make every hold Unsupported.
-                Ok(None) if target.is_none() => {
-                    return not_checked(format!(
-                        "{NO_TRAINJOB} with a Kueue Workload (the first listed, {namespace}/{}, has none); a call dry-runs its own",
-                        trainjob
-                            .pointer("/metadata/name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
+                // An unqueued TrainJob has no Workload (Kueue manages only queued jobs), and
+                // a queued one has none until Kueue makes it.
+                Ok(None) => return own("the TrainJob has no Kueue Workload (yet)".to_owned()),
+                Err(HoldError::Unsupported { reason }) => {
+                    return Tried::Said(Check::new(probe, CheckResult::Failed, reason));
+                }
+                Err(e) => {
+                    return Tried::Said(Check::new(
+                        probe,
+                        CheckResult::NotChecked,
+                        format!("{this}: {e}"),
                     ));
                 }
-                Ok(None) => return not_checked("the TrainJob has no Kueue Workload".to_owned()),
-                Err(e) => return not_checked(e.to_string()),
             }
         }
     };
     let mode = exec.mode;
-    let held = workload.as_ref().unwrap_or(&trainjob);
+    let held = workload.as_ref().unwrap_or(trainjob);
     let instance = holdfast_core::hold::object::hold_state(held)
         .instance()
         .map_or(1, |k| k.saturating_add(1));
@@ -739,17 +835,17 @@ async fn round_trip(
         reason: Some("holdfast preflight (dry run)".to_owned()),
         placed_at: Timestamp::now(),
     };
-    let view = match HeldView::read(&call, mode, &trainjob, workload.as_ref(), false) {
+    let view = match HeldView::read(&call, mode, trainjob, workload.as_ref(), false) {
         Ok(v) => v,
-        Err(e) => return not_checked(e.to_string()),
+        Err(e) => return own(e.to_string()),
     };
     let write = match decide(&call, &view, None) {
         Decision::Write(w) => w,
-        other => return not_checked(format!("no hold write to probe: {other:?}")),
+        other => return own(format!("no hold write to probe: {other:?}")),
     };
     let mut object = held.clone();
     if let Err(e) = apply(&write, &mut object, mode) {
-        return not_checked(e.to_string());
+        return own(e.to_string());
     }
     let ar = match write.target {
         holdfast_core::hold::HeldObject::TrainJob => resources::trainjob(),
@@ -760,23 +856,84 @@ async fn round_trip(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let what = format!("{}/{name}", namespace);
+    let what = format!("{namespace}/{name}");
     match reqs.replace(&ar, &namespace, &name, &object, true).await {
-        Ok(_) => Check::new(
+        Ok(_) => Tried::Said(Check::new(
             probe,
             CheckResult::Passed,
             format!("a dry-run hold of {what} was accepted"),
-        ),
-        Err(e) if e.is_conflict() || e.is_transient() => {
-            not_checked(format!("the dry-run hold of {what} did not complete: {e}"))
+        )),
+        Err(e)
+            if e.code()
+                .is_some_and(|code| refusal_is_object_specific(code, &e.to_string())) =>
+        {
+            own(format!(
+                "the dry-run hold of {what} was refused for its own content or state: {e}"
+            ))
         }
-        Err(e) => Check::new(
+        Err(e) if e.is_transient() => Tried::Said(Check::new(
+            probe,
+            CheckResult::NotChecked,
+            format!("the dry-run hold of {what} did not complete: {e}"),
+        )),
+        Err(e) => Tried::Said(Check::new(
             probe,
             CheckResult::Failed,
             format!("the dry-run hold of {what} was refused: {e}"),
-        ),
+        )),
     }
 }
+
+/// The capability's update rule: what a preflight leaves for every later call to consult,
+/// given the report recorded before it (`None`: leave the capability as it is).
+///
+/// - A targeted preflight (`targeted`) reports on its target to its caller and changes
+///   nothing: the TrainJob one caller names (one that does not exist, has no Workload yet,
+///   or whose content the apiserver refuses) is no evidence about the cluster.
+/// - A round trip that could not be made on any TrainJob (none listed, or each one tried
+///   refused for its own content) keeps the last round trip that passed, noting why; it
+///   gates nothing either way (a call's own write is its round trip). A round trip that
+///   passed, failed, or met an unreachable apiserver is recorded as it is.
+pub(crate) fn next_capability(
+    previous: Option<&PreflightReport>,
+    new: PreflightReport,
+    targeted: bool,
+) -> Option<PreflightReport> {
+    if targeted {
+        return None;
+    }
+    let last = previous.and_then(|r| r.checks.iter().find(|c| c.probe == Probe::HoldRoundTrip));
+    let mut new = new;
+    let mut changed = false;
+    for check in &mut new.checks {
+        if check.probe == Probe::HoldRoundTrip
+            && check.untried()
+            && let Some(last) = last.filter(|l| l.result == CheckResult::Passed)
+        {
+            let kept_from = last
+                .detail
+                .as_deref()
+                .map(|d| d.split(KEPT).next().unwrap_or(d))
+                .unwrap_or_default();
+            *check = Check::new(
+                Probe::HoldRoundTrip,
+                CheckResult::Passed,
+                format!(
+                    "{kept_from}{KEPT}{})",
+                    check.detail.as_deref().unwrap_or_default()
+                ),
+            );
+            changed = true;
+        }
+    }
+    if changed {
+        new.calls = calls_of(new.mode, &new.checks);
+    }
+    Some(new)
+}
+
+/// How a round trip kept from an earlier probe says why.
+const KEPT: &str = " (kept from the last probe that could make it; this one found ";
 
 #[cfg(test)]
 mod tests {
@@ -989,5 +1146,116 @@ mod tests {
         }
         // Everything passed: nothing to excuse.
         assert!(!report(Mode::Plain, &[]).only_unreachable(Gated::Hold));
+    }
+    fn with_round_trip(result: CheckResult, detail: &str) -> PreflightReport {
+        let checks = Probe::all(Mode::Plain)
+            .into_iter()
+            .map(|p| match p {
+                Probe::HoldRoundTrip => Check::new(p, result, detail),
+                _ => Check::new(p, CheckResult::Passed, ""),
+            })
+            .collect();
+        PreflightReport::new(
+            Mode::Plain,
+            Duration::from_secs(66),
+            Duration::from_secs(60),
+            checks,
+        )
+    }
+
+    fn round_trip_of(r: &PreflightReport) -> &Check {
+        r.checks
+            .iter()
+            .find(|c| c.probe == Probe::HoldRoundTrip)
+            .expect("round trip")
+    }
+
+    #[test]
+    fn a_targeted_preflight_changes_nothing_any_other_call_sees() {
+        let passed = with_round_trip(CheckResult::Passed, "a dry-run hold of a/b was accepted");
+        // The target does not exist, has no Workload yet, or its content is refused.
+        for target in [
+            with_round_trip(CheckResult::NotChecked, "ns/missing: no such TrainJob"),
+            with_round_trip(CheckResult::Failed, "the dry-run hold of ns/x was refused"),
+        ] {
+            assert_eq!(next_capability(Some(&passed), target.clone(), true), None);
+            assert_eq!(next_capability(None, target, true), None);
+        }
+        let cap = Capability::default();
+        cap.record(passed);
+        assert_eq!(
+            cap.verdict(CallKind::Hold, Duration::from_secs(86_400)),
+            CapabilityVerdict::Supported
+        );
+    }
+
+    #[test]
+    fn a_round_trip_no_listed_trainjob_could_make_keeps_the_last_pass_and_gates_nothing() {
+        let passed = with_round_trip(CheckResult::Passed, "a dry-run hold of a/b was accepted");
+        let blocked = with_round_trip(
+            CheckResult::NotChecked,
+            &format!("{NO_TRAINJOB} that says anything about the cluster (tried: t/a: 422)"),
+        );
+        let kept = next_capability(Some(&passed), blocked.clone(), false).expect("recorded");
+        let rt = round_trip_of(&kept);
+        assert_eq!(rt.result, CheckResult::Passed, "{rt:?}");
+        let detail = rt.detail.as_deref().unwrap_or_default();
+        assert!(
+            detail.starts_with("a dry-run hold of a/b was accepted (kept"),
+            "{detail}"
+        );
+        assert!(detail.contains("t/a: 422"), "{detail}");
+        assert!(kept.check(Gated::Hold).is_ok());
+        // Kept again: the note does not pile up.
+        let again = next_capability(Some(&kept), blocked.clone(), false).expect("recorded");
+        assert_eq!(
+            round_trip_of(&again)
+                .detail
+                .as_deref()
+                .map(|d| d.matches("(kept").count()),
+            Some(1)
+        );
+        // No pass to keep: still nothing is refused for it (a call's own write is its round
+        // trip).
+        let fresh = next_capability(None, blocked, false).expect("recorded");
+        assert_eq!(round_trip_of(&fresh).result, CheckResult::NotChecked);
+        assert!(fresh.check(Gated::Hold).is_ok());
+        assert!(fresh.check(Gated::Release).is_ok());
+    }
+
+    #[test]
+    fn a_round_trip_refused_for_the_cluster_replaces_the_last_pass() {
+        let passed = with_round_trip(CheckResult::Passed, "a dry-run hold of a/b was accepted");
+        let refused = with_round_trip(
+            CheckResult::Failed,
+            "the dry-run hold of a/b was refused: 403 Forbidden",
+        );
+        let r = next_capability(Some(&passed), refused, false).expect("recorded");
+        assert_eq!(round_trip_of(&r).result, CheckResult::Failed);
+        assert!(r.check(Gated::Hold).is_err());
+        assert!(r.check(Gated::Release).is_err());
+        // A pass after a refusal is recorded as it is, too.
+        let r = next_capability(Some(&r), passed.clone(), false).expect("recorded");
+        assert_eq!(r, passed);
+    }
+
+    #[test]
+    fn a_refusal_of_the_objects_own_content_or_state_is_no_evidence_about_the_cluster() {
+        let too_long = "the apiserver answered 422 Invalid: TrainJob.trainer.kubeflow.org \"a\" is invalid: [metadata.annotations: Too long: may not be more than 262144 bytes]";
+        assert!(refusal_is_object_specific(422, too_long));
+        for code in [404, 409, 413] {
+            assert!(
+                refusal_is_object_specific(code, "gone, changed, too large"),
+                "{code}"
+            );
+        }
+        for code in [400, 401, 403, 405] {
+            assert!(!refusal_is_object_specific(code, "forbidden"), "{code}");
+        }
+        // An admission policy refusing holds is about the cluster, whatever its status.
+        let policy = "the apiserver answered 422 Invalid: trainjobs.trainer.kubeflow.org \"mnist\" is forbidden: ValidatingAdmissionPolicy 'no-holds' with binding 'no-holds' denied request: holds are not allowed here";
+        assert!(!refusal_is_object_specific(422, policy));
+        let webhook = "the apiserver answered 422 Invalid: admission webhook \"x.example\" denied the request: no";
+        assert!(!refusal_is_object_specific(422, webhook));
     }
 }

@@ -1087,19 +1087,32 @@ async fn refuse_holds_in(cp: &ControlPlane, ns: &str) {
     }
 }
 
+/// An untargeted preflight whose dry-run hold an admission policy refuses makes Hold and
+/// Release `Unsupported`; a targeted one reports the same refusal to its caller alone.
 #[tokio::test]
 async fn failed_preflight_makes_hold_and_release_unsupported() {
     use holdfast_controller::hold::preflight::{CheckResult, Gated, Probe};
-    let cp = ControlPlane::shared();
+    // A control plane of its own topic: the only TrainJob the untargeted probe can list is
+    // this test's.
+    let cp = ControlPlane::shared_by("preflight-refused");
     let ns = cp.namespace("preflight").await.expect("namespace");
     create_trainjob(cp, &ns, "mnist", false).await;
     let exec = executor(cp).await;
 
-    let report = exec.preflight(Some((&ns, "mnist"))).await;
+    let report = exec.preflight(None).await;
     assert!(report.calls.values().all(|c| c.supported), "{report:#?}");
     refuse_holds_in(cp, &ns).await;
 
-    let report = exec.preflight(Some((&ns, "mnist"))).await;
+    let targeted = exec.preflight(Some((&ns, "mnist"))).await;
+    assert!(!targeted.calls[&Gated::Hold].supported, "{targeted:#?}");
+    assert!(
+        exec.capability()
+            .report()
+            .is_some_and(|r| r.calls[&Gated::Hold].supported),
+        "a targeted preflight records nothing"
+    );
+
+    let report = exec.preflight(None).await;
     let round_trip = report
         .checks
         .iter()
@@ -1144,6 +1157,80 @@ async fn failed_preflight_makes_hold_and_release_unsupported() {
         .expect("rbac check");
     assert_eq!(get.result, CheckResult::Failed, "{report:#?}");
     assert!(!report.calls[&Gated::Status].supported);
+}
+
+/// A targeted preflight reports on its own target and nothing else: one caller allowed only
+/// `get trainjobs/preflight` who names a TrainJob that does not exist (or one not yet made)
+/// learns that the dry-run hold could not be made there, and every other caller's Hold and
+/// Release on the replica go on working.
+#[tokio::test]
+async fn a_targeted_preflight_of_a_missing_job_leaves_everyone_elses_holds_working() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("preflight-missing").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let exec = executor(cp).await;
+    let api = start_api(cp, exec.clone()).await;
+    grant_alice(cp, &ns, &["preflight"], &["get"]).await;
+    let alice = cp.token(Identity::User);
+
+    let (status, answer) = api
+        .get(&format!("/v1/preflight?namespace={ns}&name=missing"), alice)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let round_trip = answer["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["probe"] == "hold-round-trip"))
+        .expect("round trip check");
+    assert_eq!(round_trip["result"], "NotChecked", "{round_trip}");
+    assert_eq!(
+        answer["calls"]["hold"]["supported"], false,
+        "the report says what it found for its target: {answer:#}"
+    );
+
+    // Everyone else, at once: the capability is what it was.
+    let held = exec.hold(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    assert_eq!(held, Ok(Outcome::Held), "{held:?}");
+    let released = exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    assert!(released.is_ok(), "{released:?}");
+}
+
+/// The untargeted preflight dry-runs its hold on a TrainJob it lists, which a tenant
+/// controls: one whose annotations are just under the apiserver's 256 KiB limit, so that the
+/// hold's annotations take it over (422 Invalid), in a namespace that sorts first. That says
+/// nothing about the cluster, and switches holds off for nobody: the probe tries a TrainJob
+/// of another namespace.
+#[tokio::test]
+async fn a_tenants_oversized_trainjob_does_not_switch_holds_off_for_the_cluster() {
+    // A control plane of its own topic: which TrainJob sorts first is this test's alone.
+    let cp = ControlPlane::shared_by("preflight-tenants");
+    let tenant = cp.namespace("0-tenant").await.expect("namespace");
+    let team = cp.namespace("team").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    ensure_runtime(&admin).await;
+    let key = "tenant.example/padding";
+    let padding = "x".repeat(256 * 1024 - key.len() - 64);
+    let oversized: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "a", "annotations": {key: padding}},
+        "spec": {"runtimeRef": {"name": RUNTIME}, "suspend": false}
+    }))
+    .expect("trainjob json");
+    trainjobs(&admin, &tenant)
+        .create(&PostParams::default(), &oversized)
+        .await
+        .expect("create the tenant's TrainJob");
+    create_trainjob(cp, &team, "mnist", false).await;
+    let exec = executor(cp).await;
+
+    let report = exec.preflight(None).await;
+    assert!(
+        report.calls.values().all(|c| c.supported),
+        "one tenant's object is no evidence about the cluster: {report:#?}"
+    );
+    let held = exec.hold(&team, "mnist", meta(Some(1), MINUTE)).await;
+    assert_eq!(held, Ok(Outcome::Held), "{held:?}");
+    let released = exec.release(&team, "mnist", meta(Some(1), MINUTE)).await;
+    assert!(released.is_ok(), "{released:?}");
 }
 
 /// Not plain mode, but the I/O it shares: in Kueue mode the executor finds the Workload its
