@@ -1025,7 +1025,8 @@ impl Checker<'_> {
     }
 
     fn pod_event(&mut self, e: &Event, prev: Option<&Value>) {
-        if e.deleted || prev.is_some() {
+        // A pod the actor started (anyone else's pod starts no execution, whatever it says).
+        if e.deleted || prev.is_some() || creator(&e.obj) != ACTOR_MANAGER {
             return;
         }
         let p = &e.obj;

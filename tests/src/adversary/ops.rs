@@ -22,8 +22,8 @@ pub const USER_CONFIGMAP: &str = "user-notes";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sequence {
     pub mode: Mode,
-    /// How long the execution actor keeps a deleted pod terminating (all but the first pod
-    /// of an execution; the first goes at once).
+    /// How long the execution actor, as the kubelet, takes to end a deleted pod's process
+    /// (its grace period: all but the first pod of an execution; the first ends at once).
     pub linger_ms: u32,
     pub ops: Vec<Op>,
 }
