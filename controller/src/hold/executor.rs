@@ -323,10 +323,10 @@ impl HoldExecutor {
                 observed.pods.clear();
             }
             if let (Some(queues), Some(workload)) = (&self.queues, &read.workload)
-                && let Some(why) = queues.gate_for(workload).refusal()
+                && let Some(why) = queues.gate_for(workload).refusal_for(kind)
             {
                 return Err(HoldError::unsupported(format!(
-                    "{kind} needs holdfast's readmission gate, which this TrainJob's Workload would not pass: {why}"
+                    "{kind} needs holdfast's readmission gate, which this TrainJob's Workload would not pass: {why} (a hold may still be placed: stopping is always safe)"
                 )));
             }
             // A hold of the other mode, left in force across a mode switch, is honoured: the

@@ -5,8 +5,8 @@
 //! and makes a hold round trip for real but without effect: the hold write, rendered on a real
 //! object exactly as Hold would render it, PUT with `dryRun=All`, so that admission (the
 //! webhook included) and validation judge it. In Kueue mode it also lists every ClusterQueue
-//! that does not require holdfast's readmission check (a held job there is refused at call
-//! time).
+//! that does not require holdfast's readmission check (Release and Open of a job there are
+//! refused at call time; Hold goes ahead).
 //!
 //! The capability fails closed and is never decided once for good ([`Capability`]): a probe
 //! that failed *or could not be made* makes the calls it gates answer `Unsupported` with the
@@ -219,7 +219,7 @@ pub struct PreflightReport {
     /// Per call (`hold`, `release`, `open`, `status`): supported, or why not.
     pub calls: BTreeMap<Gated, CallSupport>,
     /// Kueue mode: every ClusterQueue that does not require holdfast's readmission check on
-    /// every flavor, and why. A job queued there cannot be held, released or opened.
+    /// every flavor, and why. A job queued there can be held, but not released or opened.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ungated_cluster_queues: Vec<UngatedQueue>,
 }

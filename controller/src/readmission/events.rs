@@ -42,7 +42,8 @@ pub fn queue_without_check(why: &str) -> Notice {
         "QueueWithoutReadmissionCheck",
         ACTION,
         format!(
-            "{why}. Until it does, Hold, Release and Open of this TrainJob answer Unsupported."
+            "{why}. Until it does, Release and Open of this TrainJob answer Unsupported (Hold \
+             goes ahead: stopping is always safe)."
         ),
     )
 }

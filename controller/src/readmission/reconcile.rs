@@ -145,8 +145,8 @@ pub(crate) async fn reconcile(trainjob: Arc<Watched>, ctx: Arc<Context>) -> Resu
 /// Makes a misconfigured queue visible: a TrainJob under holdfast's control (managed, or
 /// with a held Workload) whose live Workload is in a ClusterQueue without the readmission
 /// check gets a Warning Event when it is first seen so, and is counted in
-/// `holdfast_readmission_ungated_trainjobs` while it stays so. (Its hold calls answer
-/// `Unsupported`, naming the ClusterQueue.)
+/// `holdfast_readmission_ungated_trainjobs` while it stays so. (Its Release and Open answer
+/// `Unsupported`, naming the ClusterQueue; Hold goes ahead, stopping being always safe.)
 async fn watch_queue(ctx: &Context, trainjob: &Watched, cached: &Value, workloads: &[Value]) {
     let key = (
         trainjob.namespace().unwrap_or_default(),

@@ -4,8 +4,10 @@
 //! The readmission gate is part of the hold's promise ("never two executions"): Kueue runs a
 //! Workload's admission checks only where its ClusterQueue lists them, so a held job whose
 //! Workload is in a queue without holdfast's check would be re-admitted by Kueue at once
-//! after Release, beside the old execution's pods. Hold, Release and Open therefore refuse
-//! (`Unsupported`, naming the ClusterQueue) unless [`queue_gate`] says the queue is gated.
+//! after Release, beside the old execution's pods. Release and Open therefore refuse
+//! (`Unsupported`, naming the ClusterQueue and what to configure) unless [`queue_gate`] says
+//! the queue is gated. Hold goes ahead on any queue: it only stops the job, and stopping is
+//! always safe ([`QueueGate::refusal_for`]).
 //!
 //! A check gates a Workload on every flavor only when it is listed without `onFlavors` (Kueue
 //! v1beta2 `spec.admissionChecksStrategy.admissionChecks[]`; v1beta1's `spec.admissionChecks`
@@ -15,6 +17,8 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
+
+use crate::hold::CallKind;
 
 /// Whether a Workload's queue requires holdfast's readmission check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,11 +38,22 @@ impl QueueGate {
         matches!(self, QueueGate::Gated { .. })
     }
 
-    /// The reason a call refuses, if it must.
+    /// Why a call that relies on the gate refuses on this queue, if it must.
     pub fn refusal(&self) -> Option<String> {
         match self {
             QueueGate::Gated { .. } => None,
             QueueGate::Ungated { why, .. } | QueueGate::Unresolved { why } => Some(why.clone()),
+        }
+    }
+
+    /// Why a call of `kind` refuses on this queue, if it must. Only a call that may let the
+    /// job run relies on the gate: Release and Open refuse on a queue that is not gated.
+    /// Hold only stops the job, and stopping is always safe, so it never refuses for the
+    /// queue; lifting that hold then waits until the ClusterQueue requires the check.
+    pub fn refusal_for(&self, kind: CallKind) -> Option<String> {
+        match kind {
+            CallKind::Hold => None,
+            CallKind::Release | CallKind::Open => self.refusal(),
         }
     }
 }
@@ -201,6 +216,33 @@ mod tests {
 
     fn ours() -> BTreeSet<String> {
         ["holdfast-readmission".to_owned()].into()
+    }
+
+    #[test]
+    fn stopping_is_always_safe_so_hold_goes_ahead_on_an_ungated_queue_and_release_and_open_do_not()
+    {
+        let ungated = queue_gate("main", Some(&cq(json!([]))), &ours());
+        let unresolved = queue_gate("gone", None, &ours());
+        for gate in [&ungated, &unresolved] {
+            assert_eq!(gate.refusal_for(CallKind::Hold), None, "{gate:?}");
+            for kind in [CallKind::Release, CallKind::Open] {
+                let why = gate.refusal_for(kind).expect("refused");
+                assert!(why.contains("ClusterQueue"), "{why}");
+            }
+        }
+        let why = ungated.refusal_for(CallKind::Release).expect("refused");
+        assert!(
+            why.contains("ClusterQueue main") && why.contains("spec.admissionChecksStrategy"),
+            "names the queue and what to configure: {why}"
+        );
+        let gated = queue_gate(
+            "main",
+            Some(&cq(json!([{"name": "holdfast-readmission"}]))),
+            &ours(),
+        );
+        for kind in [CallKind::Hold, CallKind::Release, CallKind::Open] {
+            assert_eq!(gated.refusal_for(kind), None);
+        }
     }
 
     fn cq(checks: Value) -> Value {

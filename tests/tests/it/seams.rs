@@ -249,7 +249,8 @@ async fn seam3_a_managed_trainjob_without_a_queue_is_refused_and_a_running_one_n
 // Seam 4: the readmission gate acts only where the ClusterQueue lists holdfast's check.
 
 #[tokio::test]
-async fn seam4_a_queue_without_the_readmission_check_refuses_hold_release_and_open_and_is_seen() {
+async fn seam4_a_queue_without_the_readmission_check_refuses_release_and_open_not_hold_and_is_seen()
+{
     let f = Fixture::start("seam4").await;
     let webhook = Webhook::serve(&f).await;
     let cq = format!("cq-{}", f.ns);
@@ -291,18 +292,19 @@ async fn seam4_a_queue_without_the_readmission_check_refuses_hold_release_and_op
         err.to_string().contains(&format!("ClusterQueue {cq}")),
         "{err}"
     );
-    for (what, result) in [
-        (
-            "hold",
-            f.exec.hold(&f.ns, "job", meta(Some(2), MINUTE)).await,
-        ),
-        ("open", f.exec.open(&f.ns, "job", meta(None, MINUTE)).await),
-    ] {
-        assert!(
-            matches!(&result, Err(HoldError::Unsupported { reason }) if reason.contains(&cq)),
-            "{what}: {result:?}"
-        );
-    }
+    let open = f.exec.open(&f.ns, "job", meta(None, MINUTE)).await;
+    assert!(
+        matches!(&open, Err(HoldError::Unsupported { reason }) if reason.contains(&cq)),
+        "open: {open:?}"
+    );
+    // Stopping is always safe: a newer hold replaces the one in force there.
+    let hold = f.exec.hold(&f.ns, "job", meta(Some(2), MINUTE)).await;
+    assert_eq!(hold, Ok(Outcome::Held), "hold: {hold:?}");
+    let release = f.exec.release(&f.ns, "job", meta(Some(2), MINUTE)).await;
+    assert!(
+        matches!(&release, Err(HoldError::Unsupported { reason }) if reason.contains(&cq)),
+        "release: {release:?}"
+    );
     let report = f.exec.preflight(Some((&f.ns, "job"))).await;
     assert!(
         report.ungated_cluster_queues.iter().any(|q| q.name == cq),
@@ -1031,8 +1033,9 @@ async fn job_with_resources(f: &Fixture, name: &str, resources: Option<Value>) {
 
 /// Seam 12's backstop: a Workload Kueue admitted with no flavor anyway (before holdfast's
 /// webhook was installed, as here, or where Kueue drops a request holdfast counts) passed no
-/// AdmissionCheck, so holdfast treats its job as ungated: Hold, Release and Open answer
-/// `Unsupported`, naming why, rather than promise a readmission gate that never ran.
+/// AdmissionCheck, so holdfast treats its job as ungated: Release and Open answer
+/// `Unsupported`, naming why, rather than promise a readmission gate that never ran; Hold
+/// stops it (stopping is always safe).
 #[tokio::test]
 async fn a_workload_admitted_with_no_flavor_is_not_held_as_if_the_gate_kept_it() {
     let f = Fixture::start("no-flavor").await;
@@ -1047,10 +1050,6 @@ async fn a_workload_admitted_with_no_flavor_is_not_held_as_if_the_gate_kept_it()
         "admitted with a flavor: {wl:#}"
     );
     for (what, result) in [
-        (
-            "hold",
-            f.exec.hold(&f.ns, "bare", meta(Some(1), MINUTE)).await,
-        ),
         ("open", f.exec.open(&f.ns, "bare", meta(None, MINUTE)).await),
         (
             "release",
@@ -1062,6 +1061,15 @@ async fn a_workload_admitted_with_no_flavor_is_not_held_as_if_the_gate_kept_it()
             "{what}: {result:?}"
         );
     }
+    let hold = f.exec.hold(&f.ns, "bare", meta(Some(1), MINUTE)).await;
+    assert_eq!(hold, Ok(Outcome::Held), "hold: {hold:?}");
+    f.workload_when("bare", "deactivated by the hold", |w| !active(w))
+        .await;
+    let release = f.exec.release(&f.ns, "bare", meta(Some(1), MINUTE)).await;
+    assert!(
+        matches!(&release, Err(HoldError::Unsupported { reason }) if reason.contains("with no flavor")),
+        "release: {release:?}"
+    );
     f.finish().await;
 }
 
