@@ -99,7 +99,7 @@ impl Gen {
 
     fn pod_choice(&mut self) -> PodChoice {
         PodChoice {
-            previous: self.chance(0.3),
+            previous: self.chance(0.25),
             index: self.rng.random_range(0..2),
         }
     }
@@ -360,10 +360,10 @@ impl Gen {
                 1,    // 16 deletecollection snapshots
                 2,    // 17 edit runtime
                 k(2), // 18 Kueue deactivates for its own reason
-                3,    // 19 force-delete a pod of an execution
+                4,    // 19 force-delete a pod of an execution
                 2,    // 20 relabel such a pod
                 2,    // 21 re-own such a pod
-                2,    // 22 a decoy pod
+                1,    // 22 a decoy pod
             ],
         ) {
             0 => self.settle(),

@@ -210,12 +210,15 @@ impl Ctx<'_> {
     }
 
     /// The pod a pod op aims at: among the execution actor's pods of the current TrainJob
-    /// (by its label, which no op removes), those of the newest execution or the one before
-    /// it, by name.
+    /// (by its label, which no op removes) — or, while there is none, of any TrainJob —
+    /// those of the newest execution or the one before it, by name.
     async fn pod_of(&self, choice: PodChoice) -> Result<String, String> {
-        let uid = self.tj_uid().await.ok_or("no TrainJob")?;
+        let selector = match self.tj_uid().await {
+            Some(uid) => format!("{LABEL_POD_UID}={uid}"),
+            None => LABEL_POD_UID.to_owned(),
+        };
         let list = Api::<Pod>::namespaced(self.c.admin.clone(), &self.ns)
-            .list(&ListParams::default().labels(&format!("{LABEL_POD_UID}={uid}")))
+            .list(&ListParams::default().labels(&selector))
             .await
             .map_err(|e| short(&e))?;
         let execution = |p: &Pod| -> u32 {
