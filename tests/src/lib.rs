@@ -13,6 +13,7 @@ pub mod bench;
 pub mod binaries;
 pub mod chart_on_node;
 pub mod control_plane;
+pub mod controller_policy;
 pub mod crds;
 pub mod described;
 pub mod execution_owners;

@@ -147,12 +147,19 @@ fn rendered(mode: Mode, engine: Engine) -> Rendered {
                 found[0].clone()
             };
             // The execution finalizer's policy guards pods under every engine; the topics that
-            // need it register it themselves (`crate::lost_node::register_policy`).
+            // need it register it themselves (`crate::lost_node::register_policy`). So does
+            // the controller's ConfigMap policy (`crate::controller_policy::register`): it
+            // names the release namespace for the fences, and the tests record fences in
+            // their own namespaces.
             let execution = format!("{}-execution-finalizer", crate::rbac::RELEASE);
+            let configmaps = crate::controller_policy::name();
             let all = |kind: &str| -> Vec<Value> {
                 helm::of_kind(&docs, kind)
                     .into_iter()
-                    .filter(|d| d["metadata"]["name"] != execution.as_str())
+                    .filter(|d| {
+                        d["metadata"]["name"] != execution.as_str()
+                            && d["metadata"]["name"] != configmaps.as_str()
+                    })
                     .cloned()
                     .collect()
             };

@@ -766,35 +766,49 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
         let webhook = render("webhook");
         let both = render("both");
         let policy = render("policy");
-        // The execution finalizer's policy is the same under every engine (it guards pods,
-        // which no validating rule of the webhook covers), in every namespace; the webhook
-        // engine renders no other policy (the default); both keeps every webhook entry.
+        // The execution finalizer's policy and the controller's ConfigMap policy are the same
+        // under every engine (they guard pods and the controller's own ConfigMap writes,
+        // which no validating rule of the webhook covers), in every namespace, and need no
+        // webhook; the webhook engine renders no other policy (the default); both keeps
+        // every webhook entry.
         let execution = "holdfast-execution-finalizer";
-        let finalizer_policy = |docs: &[Value]| -> Vec<Value> {
-            [
-                "ValidatingAdmissionPolicy",
-                "ValidatingAdmissionPolicyBinding",
-            ]
-            .into_iter()
-            .map(|kind| find(docs, kind, execution).clone())
-            .collect()
-        };
-        let guarded = finalizer_policy(&webhook);
-        assert_eq!(guarded[0]["spec"]["failurePolicy"], "Fail", "{mode}");
-        assert!(
-            guarded[0]["spec"]["matchConstraints"]["namespaceSelector"].is_null(),
-            "every namespace: {mode}"
-        );
-        assert_eq!(
-            guarded[1]["spec"]["validationActions"],
-            serde_json::json!(["Deny"])
-        );
-        assert_eq!(finalizer_policy(&both), guarded, "{mode}");
-        assert_eq!(finalizer_policy(&policy), guarded, "{mode}");
+        let configmaps = "holdfast-controller-configmaps";
+        for always in [execution, configmaps] {
+            let always_policy = |docs: &[Value]| -> Vec<Value> {
+                [
+                    "ValidatingAdmissionPolicy",
+                    "ValidatingAdmissionPolicyBinding",
+                ]
+                .into_iter()
+                .map(|kind| find(docs, kind, always).clone())
+                .collect()
+            };
+            let guarded = always_policy(&webhook);
+            assert_eq!(
+                guarded[0]["spec"]["failurePolicy"], "Fail",
+                "{mode}, {always}"
+            );
+            assert!(
+                guarded[0]["spec"]["matchConstraints"]["namespaceSelector"].is_null(),
+                "every namespace: {mode}, {always}"
+            );
+            assert!(
+                guarded[0]["spec"]["paramKind"].is_null(),
+                "no lookups: {mode}, {always}"
+            );
+            assert_eq!(
+                guarded[1]["spec"]["validationActions"],
+                serde_json::json!(["Deny"])
+            );
+            assert_eq!(always_policy(&both), guarded, "{mode}, {always}");
+            assert_eq!(always_policy(&policy), guarded, "{mode}, {always}");
+        }
         let rules = |docs: &[Value], kind: &str| -> Vec<Value> {
             helm::of_kind(docs, kind)
                 .into_iter()
-                .filter(|d| d["metadata"]["name"] != execution)
+                .filter(|d| {
+                    d["metadata"]["name"] != execution && d["metadata"]["name"] != configmaps
+                })
                 .cloned()
                 .collect()
         };

@@ -19,6 +19,7 @@ mod chart;
 mod cli;
 mod cli_oidc;
 mod cluster_smoke;
+mod controller_configmaps;
 mod events;
 mod faults;
 mod hold_race;
