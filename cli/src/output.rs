@@ -1,5 +1,6 @@
 //! Printing answers: JSON (as the hold API sent it), YAML, or a table for status.
 
+use holdfast_core::hold::printable;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
@@ -29,7 +30,7 @@ pub fn answer_line(what: &str, status: u16, body: &Value) -> String {
                     .map(|b| format!(" ({k}: {b})"))
             })
             .unwrap_or_default();
-        return format!("{what}: {outcome}{detail}");
+        return printable(&format!("{what}: {outcome}{detail}")).into_owned();
     }
     let error = field("error").map_or_else(|| format!("HTTP {status}"), str::to_owned);
     let cause = field("cause")
@@ -39,7 +40,7 @@ pub fn answer_line(what: &str, status: u16, body: &Value) -> String {
         body.as_str()
             .map_or_else(|| body.to_string(), str::to_owned)
     });
-    format!("{what}: {error}{cause}: {message}")
+    printable(&format!("{what}: {error}{cause}: {message}")).into_owned()
 }
 
 /// A status row: TrainJob `namespace/name` and the Status call's answer (or the same read
@@ -62,9 +63,14 @@ const HEADER: [&str; 9] = [
     "STATE",
 ];
 
-/// The rows as a table, columns padded to their widest cell.
+/// The rows as a table, columns padded to their widest cell. Every cell is printed
+/// [`printable`]: a reason (or any text read from the cluster) with a control character
+/// shows it escaped, and can neither drive the terminal nor forge a row.
 pub fn status_table(rows: &[Row<'_>], now: Timestamp) -> String {
-    let cells: Vec<[String; 9]> = rows.iter().map(|r| cells(r, now)).collect();
+    let cells: Vec<[String; 9]> = rows
+        .iter()
+        .map(|r| cells(r, now).map(|c| printable(&c).into_owned()))
+        .collect();
     let mut widths = HEADER.map(str::len);
     for row in &cells {
         for (w, c) in widths.iter_mut().zip(row) {
@@ -162,6 +168,7 @@ pub fn remaining_pods_table(status: &Value) -> Option<String> {
             node_state(p),
             text(p, "why"),
         ]
+        .map(|c| printable(&c).into_owned())
     }));
     let mut widths = [0usize; 4];
     for row in &rows {
@@ -277,6 +284,41 @@ mod tests {
             "{table}"
         );
         assert_eq!(age(SignedDuration::from_secs(2 * 86400 + 3 * 3600)), "2d3h");
+    }
+
+    #[test]
+    fn a_reason_with_control_characters_is_printed_escaped_and_forges_no_row() {
+        let now: Timestamp = "2026-11-29T12:05:03Z".parse().expect("time");
+        let status = json!({"mode": "plain",
+            "hold": {"instance": 3, "reason": "lost\u{1b}[2J\nteam-b   llm   plain   9\u{202E}",
+                "placedAt": "2026-11-29T12:00:00Z"},
+            "opened": true, "attempt": 2, "state": {"kind": "HeldByUs\r", "instance": 3}});
+        let table = status_table(
+            &[Row {
+                namespace: "team-a",
+                name: "mnist",
+                status: &status,
+            }],
+            now,
+        );
+        assert_eq!(table.lines().count(), 2, "one row: {table}");
+        assert!(
+            table
+                .lines()
+                .all(|l| !l.chars().any(holdfast_core::hold::unprintable)),
+            "{table:?}"
+        );
+        assert!(
+            table.contains("lost\\u{1b}[2J\\u{a}team-b   llm   plain   9\\u{202e}"),
+            "{table}"
+        );
+        assert!(table.contains("HeldByUs\\u{d}"), "{table}");
+        let body = json!({"error": "Invalid", "message": "bad\u{1b}]0;title\u{7}"});
+        let line = answer_line("team-a/mnist", 400, &body);
+        assert_eq!(line, "team-a/mnist: Invalid: bad\\u{1b}]0;title\\u{7}");
+        let pods = json!({"remainingPods": [{"name": "p\n0", "why": "x"}]});
+        let pods = remaining_pods_table(&pods).expect("a table");
+        assert_eq!(pods.lines().count(), 2, "{pods}");
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub fn notice(
         .reason
         .as_deref()
         .filter(|_| kind == CallKind::Hold)
-        .map(|r| format!(" (reason: {r})"))
+        // Refused at the API; escaped here too, for a caller of the executor itself.
+        .map(|r| format!(" (reason: {})", holdfast_core::hold::printable(r)))
         .unwrap_or_default();
     let workload = seen.workload.unwrap_or("(none)");
     match result {

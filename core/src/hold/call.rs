@@ -14,6 +14,45 @@ use crate::rfc3339;
 /// annotations share a 256 KiB budget with everyone else's.
 pub const MAX_REASON_BYTES: usize = 1024;
 
+/// Whether `c` may not appear in text printed for a person (a hold's `reason`): a control
+/// character (C0, DEL, C1: terminal escapes, line breaks, tabs), or a bidirectional-text
+/// control (which reorders what a terminal or a browser shows). Such text could recolour a
+/// terminal, move its cursor, or forge a row of a table or an Event's note.
+pub fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// The first character of `text` that is [`unprintable`]: its position, counted in
+/// characters from 1, and the character.
+pub fn first_unprintable(text: &str) -> Option<(usize, char)> {
+    text.chars()
+        .enumerate()
+        .find(|(_, c)| unprintable(*c))
+        .map(|(i, c)| (i + 1, c))
+}
+
+/// `text` with every [`unprintable`] character written as its Unicode escape (`\u{1b}`),
+/// for printing text read from the cluster (a hold's reason, a message) where a person reads
+/// it. Text without one is returned as it is.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(unprintable) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unprintable(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Which of the hold-family calls this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -95,7 +134,7 @@ impl CallMeta {
     /// Checks a request for a call of `kind` at time `now`.
     ///
     /// - no deadline, an unparsable one, no instance for Hold or Release, or a reason longer
-    ///   than [`MAX_REASON_BYTES`]: `Invalid`;
+    ///   than [`MAX_REASON_BYTES`] or with an [`unprintable`] character: `Invalid`;
     /// - a deadline at or before `now`: `Rejected { cause: DeadlinePassed }`.
     ///
     /// Open takes no instance: one sent anyway is ignored (a client may send its zero value).
@@ -125,6 +164,12 @@ impl CallMeta {
             return Err(HoldError::invalid(format!(
                 "{kind}: reason is {} bytes, more than {MAX_REASON_BYTES}",
                 r.len()
+            )));
+        }
+        if let Some((at, c)) = reason.as_deref().and_then(first_unprintable) {
+            return Err(HoldError::invalid(format!(
+                "{kind}: reason: character {at} is a control character (U+{:04X}); a reason is one line of printable text (no terminal escapes, line breaks, tabs or bidirectional-text controls)",
+                u32::from(c)
             )));
         }
         let meta = CallMeta {
@@ -352,6 +397,58 @@ mod tests {
         let err =
             parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW)).expect_err("long");
         assert_eq!(err.kind(), "Invalid");
+    }
+
+    #[test]
+    fn a_reason_with_a_control_character_is_invalid_naming_the_field_and_where() {
+        for (reason, code, at) in [
+            ("node \u{1b}[31mlost", "U+001B", 6),
+            ("lost\nteam-b   llm   plain   7", "U+000A", 5),
+            ("tab\there", "U+0009", 4),
+            ("\u{7f}", "U+007F", 1),
+            ("c1 \u{9b}2J", "U+009B", 4),
+            ("bidi \u{202E}tsol", "U+202E", 6),
+            ("isolate \u{2066}x", "U+2066", 9),
+        ] {
+            let body = serde_json::json!({"instance": 1, "deadline": "2026-11-29T12:00:00Z", "reason": reason});
+            let err = parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW))
+                .expect_err("a control character");
+            let HoldError::Invalid { message } = &err else {
+                panic!("{reason:?}: {err:?}");
+            };
+            assert!(
+                message.contains("reason")
+                    && message.contains(code)
+                    && message
+                        .contains(&format!("reason: character {at} is a control character (")),
+                "{reason:?}: {message}"
+            );
+        }
+        // Printable text of any script is a reason.
+        for reason in [
+            "node lost",
+            "nœud perdu — rack 3",
+            "ノード喪失",
+            "emoji 🔥 ok",
+        ] {
+            let body = serde_json::json!({"instance": 1, "deadline": "2026-11-29T12:00:00Z", "reason": reason});
+            let (call, _) =
+                parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW)).expect("printable");
+            assert!(
+                matches!(call, Call::Hold { reason: Some(r), .. } if r == reason),
+                "{reason}"
+            );
+        }
+        assert_eq!(
+            printable("a\u{1b}[2Jb\n\u{202E}"),
+            "a\\u{1b}[2Jb\\u{a}\\u{202e}"
+        );
+        assert!(matches!(
+            printable("ノード"),
+            std::borrow::Cow::Borrowed("ノード")
+        ));
+        assert_eq!(first_unprintable("ok"), None);
+        assert_eq!(first_unprintable("é\u{0}"), Some((2, '\u{0}')));
     }
 
     #[test]

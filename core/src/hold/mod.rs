@@ -29,7 +29,7 @@ mod tests;
 
 pub use call::{
     CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, HeldObject, MAX_REASON_BYTES,
-    call_bound, parse_call,
+    call_bound, first_unprintable, parse_call, printable, unprintable,
 };
 pub use decide::{Attempts, Decision, MAX_TRIES, decide};
 pub use error::{ErrorBody, HoldError, RejectCause};

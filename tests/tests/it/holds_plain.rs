@@ -932,6 +932,51 @@ async fn api_hold_and_release_round_trip() {
     );
 }
 
+/// A hold's reason is printed where people read it (`kubectl holdfast status`, the Event's
+/// note): one with a control character is refused as `Invalid`, naming the field and the
+/// character's position, and nothing is written.
+#[tokio::test]
+async fn api_refuses_a_hold_reason_with_a_control_character() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("api-reason").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let exec = executor(cp).await;
+    let api = start_api(cp, exec).await;
+    grant_alice(cp, &ns, &["hold", "status"], &["create", "get"]).await;
+    let alice = cp.token(Identity::User);
+    let base = format!("/v1/namespaces/{ns}/trainjobs/mnist");
+    let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string();
+
+    let (status, answer) = api
+        .post(
+            &format!("{base}/hold"),
+            Some(alice),
+            &json!({"instance": 1, "deadline": deadline,
+                "reason": "node lost\u{1b}[2J\nteam-b   llm   plain   9"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"], "Invalid", "{answer}");
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("reason: character 10 is a control character (U+001B)"),
+        "{message}"
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(hold_annotations(&tj).is_empty(), "nothing written: {tj:#}");
+
+    let (status, answer) = api
+        .post(
+            &format!("{base}/hold"),
+            Some(alice),
+            &json!({"instance": 1, "deadline": deadline, "reason": "nœud perdu — rack 3"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, answer) = api.get(&format!("{base}/status"), alice).await;
+    assert_eq!(answer["hold"]["reason"], "nœud perdu — rack 3");
+}
+
 #[tokio::test]
 async fn api_answers_a_callers_burst_with_one_review_each_and_forgets_a_revoked_grant() {
     use holdfast_controller::api::review_cache::{ACCEPTED_TTL, REFUSED_TTL};
