@@ -22,6 +22,7 @@
 //! Nothing here knows a runtime kind: a `ClusterTrainingRuntime`, a namespaced
 //! `TrainingRuntime` and a kind nobody has heard of yet are treated the same.
 
+pub mod bounds;
 mod configmap;
 mod drift;
 mod error;

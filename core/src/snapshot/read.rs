@@ -171,18 +171,29 @@ fn controller_uid(object: &Value) -> Option<&str> {
         .as_str()
 }
 
-/// Decodes snapshot YAML the way Go's `yaml.v2` reads it for Trainer.
+/// Decodes snapshot YAML the way Go's `yaml.v2` reads it for Trainer, within the bounds of
+/// [`super::bounds`]: size, nesting depth, nodes and alias expansion. A YAML past any of them
+/// is refused (as malformed) after at most a few milliseconds and megabytes.
 pub(crate) fn parse_yaml(yaml: &str) -> Result<Value, String> {
+    use super::bounds;
+    bounds::check_size(yaml)?;
     let options = serde_saphyr::options! {
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
         legacy_octal_numbers: true,
         // Errors go into events: no quoted excerpt of the YAML.
         with_snippet: false,
-        // A snapshot is at most 1 MiB; allow any runtime the apiserver would store.
         budget: serde_saphyr::budget! {
-            max_depth: 256,
-            max_nodes: 2_000_000,
-            max_events: 4_000_000,
+            max_depth: bounds::MAX_DEPTH,
+            flow_nesting_limit: bounds::MAX_DEPTH,
+            max_nodes: bounds::MAX_NODES,
+            max_events: bounds::MAX_EVENTS,
+            max_aliases: bounds::MAX_ALIASES,
+            max_documents: 1,
+            max_total_scalar_bytes: bounds::MAX_YAML_BYTES,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: bounds::MAX_REPLAYED_EVENTS,
+            max_replay_stack_depth: bounds::MAX_REPLAY_DEPTH,
         },
     };
     serde_saphyr::from_str_with_options::<Value>(yaml, options).map_err(|e| e.to_string())
