@@ -293,7 +293,9 @@ async fn fetch_content(ctx: &Context, job: &TrainJob) -> Option<Arc<Value>> {
     };
     let cm_json = serde_json::to_value(&cm).ok()?;
     let job_json = job.as_json().ok()?;
-    let snapshot = core::read_snapshot(&cm_json, &job_json).ok()?;
+    let snapshot = super::read::read_snapshot(cm_json.clone(), job_json)
+        .await
+        .ok()?;
     let yaml = cm_json.pointer("/data/runtime").and_then(Value::as_str)?;
     let d = digest(yaml);
     ctx.ledger.record_content(&d, snapshot.runtime);

@@ -59,6 +59,9 @@ impl SnapshotWarning<'_> {
             SnapshotWarning::Unsnapshottable {
                 error: SnapshotError::TooLarge { .. },
             } => "SnapshotTooLarge",
+            SnapshotWarning::Unsnapshottable {
+                error: SnapshotError::TooDeep { .. },
+            } => "SnapshotTooDeep",
             SnapshotWarning::Unsnapshottable { .. } => "SnapshotFailed",
             SnapshotWarning::AdmissionRace { .. } => "RuntimeChangedSinceAdmission",
         }

@@ -57,6 +57,7 @@ mod health;
 mod ledger;
 mod metrics;
 mod migration;
+mod read;
 mod reconcile;
 mod resolve;
 mod runtimes;
@@ -76,6 +77,7 @@ pub use error::Error;
 pub use health::Health;
 pub use holdfast_cluster::runtime_kinds::{RuntimeKind, RuntimeKinds};
 pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, WriterLabels};
+pub use read::read_snapshot;
 pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
 
 use crate::backoff::Backoffs;

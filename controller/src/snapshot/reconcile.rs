@@ -316,7 +316,7 @@ impl Context {
             configmap_uid: cm.metadata.uid.clone(),
             configmap_resource_version: cm.metadata.resource_version.clone(),
         };
-        let snapshot = match core::read_snapshot(&cm_json, &job.json()?) {
+        let snapshot = match super::read::read_snapshot(cm_json.clone(), job.json()?).await {
             Ok(s) => s,
             Err(fault) => {
                 self.refuse(job, identity, fault).await;

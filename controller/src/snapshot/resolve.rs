@@ -106,10 +106,12 @@ pub async fn resolve_runtime(
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     if let Some(cm) = configmaps.get_opt(&names::snapshot_name(name)).await? {
         let cm = serde_json::to_value(&cm).map_err(|e| ResolveError::Runtime(e.to_string()))?;
-        let snapshot = core::read_snapshot(&cm, trainjob).map_err(|fault| match fault {
-            SnapshotFault::TrainJob(e) => ResolveError::TrainJob(e),
-            other => ResolveError::Untrusted(other),
-        })?;
+        let snapshot = super::read::read_snapshot(cm, trainjob.clone())
+            .await
+            .map_err(|fault| match fault {
+                SnapshotFault::TrainJob(e) => ResolveError::TrainJob(e),
+                other => ResolveError::Untrusted(other),
+            })?;
         return Ok(ResolvedRuntime {
             reference,
             runtime: snapshot.runtime,

@@ -145,4 +145,33 @@ mod tests {
         assert!(yaml.len() <= MAX_YAML_BYTES);
         parse_yaml(&yaml).expect("every storable snapshot is read");
     }
+
+    #[test]
+    fn a_runtime_nested_deeper_than_a_snapshot_may_be_read_is_not_rendered() {
+        let mut deep = serde_json::json!(1);
+        for _ in 0..300 {
+            deep = serde_json::json!({ "x": deep });
+        }
+        let runtime = |spec: serde_json::Value| {
+            serde_json::json!({
+                "apiVersion": "hpc.example.com/v1beta1",
+                "kind": "SlurmRuntime",
+                "metadata": {"name": "deep", "uid": "u", "resourceVersion": "1"},
+                "spec": spec,
+            })
+        };
+        let error = crate::snapshot::render(&runtime(deep)).expect_err("too deep");
+        assert_eq!(
+            error,
+            crate::snapshot::SnapshotError::TooDeep { limit: MAX_DEPTH }
+        );
+        assert_eq!(error.metric_label(), "too_deep");
+        // At the bound it is rendered, and read back.
+        let mut at_bound = serde_json::json!(1);
+        for _ in 0..MAX_DEPTH - 2 {
+            at_bound = serde_json::json!({ "x": at_bound });
+        }
+        let rendered = crate::snapshot::render(&runtime(at_bound)).expect("rendered");
+        parse_yaml(&rendered.yaml).expect("read back");
+    }
 }

@@ -59,6 +59,12 @@ pub enum SnapshotError {
     /// The apiserver would refuse the ConfigMap: its data may hold at most `limit` bytes.
     #[error("the runtime snapshot is {bytes} bytes; a ConfigMap's data holds at most {limit}")]
     TooLarge { bytes: usize, limit: usize },
+    /// The runtime nests deeper than a snapshot may be read back
+    /// ([`super::bounds::MAX_DEPTH`]): a snapshot of it would be refused by holdfast's reader.
+    #[error(
+        "the runtime nests more than {limit} levels deep; a snapshot holds at most {limit} levels"
+    )]
+    TooDeep { limit: usize },
 }
 
 impl SnapshotError {
@@ -70,6 +76,7 @@ impl SnapshotError {
             SnapshotError::WrongRuntime { .. } => "wrong_runtime",
             SnapshotError::Yaml(_) => "yaml",
             SnapshotError::TooLarge { .. } => "too_large",
+            SnapshotError::TooDeep { .. } => "too_deep",
         }
     }
 }

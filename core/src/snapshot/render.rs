@@ -105,6 +105,24 @@ fn metadata_form(metadata: &Value) -> Map<String, Value> {
     out
 }
 
+/// Whether `value` nests mappings and sequences more than `limit` levels deep (the root
+/// mapping is level 1, as the YAML parser counts). Iterative: no recursion on input.
+pub fn deeper_than(value: &Value, limit: usize) -> bool {
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 1)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Object(map) => Box::new(map.values()),
+            Value::Array(items) => Box::new(items.iter()),
+            _ => continue,
+        };
+        if depth > limit {
+            return true;
+        }
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    false
+}
+
 /// Renders a runtime object, exactly as the apiserver returned it, for a snapshot.
 ///
 /// The object must be one the apiserver served: `apiVersion`, `kind`, `metadata.name`,
@@ -140,6 +158,11 @@ pub fn render(runtime: &Value) -> Result<Rendered, SnapshotError> {
             expected: "an integer",
         })?),
     };
+    if deeper_than(runtime, super::bounds::MAX_DEPTH) {
+        return Err(SnapshotError::TooDeep {
+            limit: super::bounds::MAX_DEPTH,
+        });
+    }
     let object = snapshot_form(runtime);
     let yaml = to_yaml(&object)?;
     let sha256 = sha256_hex(&yaml);
