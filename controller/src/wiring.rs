@@ -28,7 +28,7 @@ use crate::trainjob;
 use crate::webhook_certs;
 use anyhow::Context;
 use holdfast_core::mode::Mode;
-use holdfast_serve::{CertificateExpiry, Readiness, admin_router};
+use holdfast_serve::{CertificateExpiry, ConnectionMetrics, Readiness, admin_router};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +59,12 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let call_metrics = CallMetrics::register(&mut registry);
     let gate_metrics = ReadmissionMetrics::default();
     gate_metrics.register(&mut registry);
+    // The connections of the admin port and of the hold API, each under its own prefix.
+    let admin_connections =
+        ConnectionMetrics::register(registry.sub_registry_with_prefix("holdfast_controller_admin"));
+    let api_connections = ConnectionMetrics::register(
+        registry.sub_registry_with_prefix("holdfast_controller_hold_api"),
+    );
     // One Event publisher for every part: one queue, one pace, one series cache.
     let events = Publisher::start(
         client.clone(),
@@ -119,12 +125,24 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let admin_listener = tokio::net::TcpListener::bind(admin_addr)
         .await
         .with_context(|| format!("binding the admin port {admin_addr}"))?;
-    tracing::info!(addr = %admin_addr, "admin port listening");
+    let admin_limits = args.admin.limits();
+    tracing::info!(
+        addr = %admin_addr,
+        max_connections = admin_limits.max_connections,
+        max_connections_per_ip = admin_limits.max_connections_per_source,
+        "admin port listening"
+    );
     tasks.spawn({
         let shutdown = shutdown.clone();
         async move {
-            if let Err(e) =
-                holdfast_serve::admin::serve_admin(admin_listener, admin, shutdown).await
+            if let Err(e) = holdfast_serve::admin::serve_admin(
+                admin_listener,
+                admin,
+                admin_limits,
+                admin_connections,
+                shutdown,
+            )
+            .await
             {
                 tracing::error!(error = %e, "admin port failed");
             }
@@ -155,7 +173,15 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
                     name: execution_config.fences_name.clone(),
                 }),
             });
-            let server = holdfast_serve::TlsServer::bind(args.api_addr, files).await?;
+            let server = holdfast_serve::TlsServer::bind_with(
+                args.api_addr,
+                files,
+                holdfast_serve::TlsOptions {
+                    metrics: api_connections,
+                    ..Default::default()
+                },
+            )
+            .await?;
             certificates.served("hold_api", server.resolver());
             tracing::info!(addr = %server.local_addr()?, "hold API listening");
             api_up.store(true, Ordering::SeqCst);

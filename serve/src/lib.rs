@@ -35,4 +35,4 @@ pub use kube_requests::KubeRequestMetrics;
 pub use logging::{LogArgs, LogFormat};
 pub use process_metrics::ProcessCollector;
 pub use reload::{CertFiles, ReloadingResolver, TlsArgs};
-pub use tls::{TlsOptions, TlsServer};
+pub use tls::{PlainServer, TlsOptions, TlsServer};

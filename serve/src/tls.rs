@@ -172,7 +172,6 @@ impl TlsServer {
                 }
             });
         }
-        let slots = ConnectionSlots::new(self.limits, self.metrics.clone());
         let mut builder = Builder::new(TokioExecutor::new());
         builder
             .http1()
@@ -183,48 +182,139 @@ impl TlsServer {
             .timer(TokioTimer::new())
             .max_concurrent_streams(self.limits.max_concurrent_streams);
         let builder = Arc::new(builder);
-        loop {
-            let (tcp, peer) = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                r = self.listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            let slot = match slots.open(peer.ip()) {
-                Ok(slot) => slot,
-                Err(why) => {
-                    self.metrics.refused(why);
-                    tracing::debug!(%peer, cap = why.as_str(), "connection refused: cap reached");
-                    drop(tcp);
+        let configs = self.configs.clone();
+        accept_bounded(
+            &self.listener,
+            self.limits,
+            &self.metrics,
+            &shutdown,
+            |tcp, peer| {
+                let acceptor = tokio_rustls::TlsAcceptor::from(configs.current());
+                let connection = Connection {
+                    router: router.clone(),
+                    builder: builder.clone(),
+                    limits: self.limits,
+                    metrics: self.metrics.clone(),
+                    shutdown: shutdown.clone(),
+                };
+                async move { connection.run_tls(acceptor, tcp, peer).await }
+            },
+        )
+        .await;
+        Ok(())
+    }
+}
+
+/// A bound plain-HTTP listener (the admin port: probes and metrics), with the same bounds on
+/// its connections as a [`TlsServer`] but the handshake: caps on open connections in total
+/// and per source address (more are accepted and closed at once, and counted), a header-read
+/// timeout from the moment a connection is accepted (HTTP/1.1 only: a client that sends
+/// nothing, or trickles its headers, is closed once it passes), an idle timeout, and graceful
+/// drain on shutdown.
+pub struct PlainServer {
+    listener: TcpListener,
+    limits: ConnectionLimits,
+    metrics: ConnectionMetrics,
+}
+
+impl PlainServer {
+    /// Serve on `listener` (already bound) under `limits`, counting in `metrics`.
+    pub fn new(
+        listener: TcpListener,
+        limits: ConnectionLimits,
+        metrics: ConnectionMetrics,
+    ) -> Self {
+        PlainServer {
+            listener,
+            limits,
+            metrics,
+        }
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serve until `shutdown` is cancelled, then drain for at most [`DRAIN`].
+    pub async fn serve(self, router: Router, shutdown: CancellationToken) -> anyhow::Result<()> {
+        // HTTP/1.1 only (kubelet's probes and Prometheus' scrapes): the header-read timeout
+        // then runs from the first byte not yet sent, with no protocol detection before it.
+        let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_read_timeout);
+        let builder = Arc::new(builder);
+        accept_bounded(
+            &self.listener,
+            self.limits,
+            &self.metrics,
+            &shutdown,
+            |tcp, peer| {
+                let connection = Connection {
+                    router: router.clone(),
+                    builder: builder.clone(),
+                    limits: self.limits,
+                    metrics: self.metrics.clone(),
+                    shutdown: shutdown.clone(),
+                };
+                async move { connection.serve_http(tcp, peer).await }
+            },
+        )
+        .await;
+        Ok(())
+    }
+}
+
+/// Accepts connections on `listener` until `shutdown` is cancelled, each under the caps of
+/// `limits` (one over a cap is closed at once and counted in `metrics`); each accepted one is
+/// served by the future `serve` makes of it, holding its slot until that future ends. Then
+/// waits for the open connections to close, at most [`DRAIN`].
+async fn accept_bounded<F, Fut>(
+    listener: &TcpListener,
+    limits: ConnectionLimits,
+    metrics: &ConnectionMetrics,
+    shutdown: &CancellationToken,
+    mut serve: F,
+) where
+    F: FnMut(tokio::net::TcpStream, SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let slots = ConnectionSlots::new(limits, metrics.clone());
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of file descriptors, most often: wait a little rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
-            };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = tokio_rustls::TlsAcceptor::from(self.configs.current());
-            let connection = Connection {
-                router: router.clone(),
-                builder: builder.clone(),
-                limits: self.limits,
-                metrics: self.metrics.clone(),
-                shutdown: shutdown.clone(),
-            };
-            tokio::spawn(async move {
-                let _slot = slot;
-                connection.run(acceptor, tcp, peer).await;
-            });
-        }
-        if tokio::time::timeout(DRAIN, slots.emptied()).await.is_err() {
-            tracing::warn!(
-                open = slots.open_now(),
-                "connections still open after the drain period; closing"
-            );
-        }
-        Ok(())
+            },
+        };
+        let slot = match slots.open(peer.ip()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                metrics.refused(why);
+                tracing::debug!(%peer, cap = why.as_str(), "connection refused: cap reached");
+                drop(tcp);
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let served = serve(tcp, peer);
+        tokio::spawn(async move {
+            let _slot = slot;
+            served.await;
+        });
+    }
+    if tokio::time::timeout(DRAIN, slots.emptied()).await.is_err() {
+        tracing::warn!(
+            open = slots.open_now(),
+            "connections still open after the drain period; closing"
+        );
     }
 }
 
@@ -238,7 +328,7 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(
+    async fn run_tls(
         self,
         acceptor: tokio_rustls::TlsAcceptor,
         tcp: tokio::net::TcpStream,
@@ -258,6 +348,14 @@ impl Connection {
                     return;
                 }
             };
+        self.serve_http(tls, peer).await
+    }
+
+    /// Serves HTTP on `io` until the client or the server ends the connection.
+    async fn serve_http<I>(self, io: I, peer: SocketAddr)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let handle = ConnectionHandle::new();
         let router = self.router;
         let svc = {
@@ -273,7 +371,7 @@ impl Connection {
                 }
             })
         };
-        let conn = self.builder.serve_connection(TokioIo::new(tls), svc);
+        let conn = self.builder.serve_connection(TokioIo::new(io), svc);
         let mut conn = std::pin::pin!(conn);
         let check_every = (self.limits.idle_timeout / 4).max(Duration::from_millis(100));
         let mut idle_check = tokio::time::interval(check_every);

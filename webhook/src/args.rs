@@ -199,6 +199,7 @@ impl Args {
                 ..ConnectionLimits::DEFAULT
             },
             client_ca: self.client_ca_file.clone(),
+            admin_limits: self.admin.limits(),
         }
     }
 }

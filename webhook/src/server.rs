@@ -34,12 +34,25 @@ pub struct ServeOptions {
     pub cert: CertFiles,
 }
 
-/// Who may connect to the admission port, and how much they may hold.
-#[derive(Clone, Debug, Default)]
+/// Who may connect to the admission port, and how much they may hold; and the bounds on the
+/// admin port's connections.
+#[derive(Clone, Debug)]
 pub struct ConnectionOptions {
     pub limits: ConnectionLimits,
     /// Require client certificates signed by a CA in this PEM file.
     pub client_ca: Option<PathBuf>,
+    /// The admin port's (`/livez`, `/readyz`, `/metrics`).
+    pub admin_limits: ConnectionLimits,
+}
+
+impl Default for ConnectionOptions {
+    fn default() -> Self {
+        ConnectionOptions {
+            limits: ConnectionLimits::DEFAULT,
+            client_ca: None,
+            admin_limits: holdfast_serve::admin::ADMIN_LIMITS,
+        }
+    }
 }
 
 /// A webhook serving in the background until [`RunningWebhook::stop`].
@@ -78,6 +91,9 @@ impl RunningWebhook {
     ) -> anyhow::Result<Self> {
         let metrics =
             ConnectionMetrics::register(registry.sub_registry_with_prefix("holdfast_webhook"));
+        let admin_metrics = ConnectionMetrics::register(
+            registry.sub_registry_with_prefix("holdfast_webhook_admin"),
+        );
         let tls = TlsServer::bind_with(
             options.addr,
             options.cert,
@@ -98,6 +114,8 @@ impl RunningWebhook {
         let admin = tokio::spawn(serve_admin(
             admin_listener,
             admin_router(Arc::new(registry), ready.clone()),
+            connections.admin_limits,
+            admin_metrics,
             admin_shutdown.clone(),
         ));
         let serving = tokio::spawn(tls.serve(admission.router(), shutdown.clone()));

@@ -487,6 +487,7 @@ async fn start_bounded(
         ConnectionOptions {
             limits,
             client_ca: None,
+            ..ConnectionOptions::default()
         },
         admission,
         registry,

@@ -3,7 +3,7 @@
 //! and restarted under the controller and the webhook, hold calls cut off by an apiserver
 //! crash or outliving their deadline in one, and a paused leader. Each test owns its control
 //! plane, and they run one at a time to keep the suite light on CI. The rest of the group:
-//! `faults::compaction`, `faults::webhook_server`, `faults::kueue`, `faults::flood` (`--test it -- faults::`).
+//! `faults::admin_flood`, `faults::compaction`, `faults::webhook_server`, `faults::kueue`, `faults::flood` (`--test it -- faults::`).
 //!
 //! The binaries must be built first (`cargo build -p holdfast-controller -p
 //! holdfast-webhook`; `tests/run.sh` does).

@@ -3,6 +3,7 @@
 //! with `cargo test -p holdfast-tests --test it -- faults:: --test-threads 1` (`tests/run.sh`
 //! runs it so, after the other topics).
 
+mod admin_flood;
 mod compaction;
 mod controller;
 mod flood;
