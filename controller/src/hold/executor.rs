@@ -9,6 +9,7 @@ use holdfast_core::{
         RejectCause, Status, apply, decide, switch,
     },
     mode::Mode,
+    snapshot::OpenGate,
 };
 use jiff::Timestamp;
 use kube::core::params::ListParams;
@@ -310,6 +311,7 @@ impl HoldExecutor {
         let call = call.clone();
         let kind = call.kind();
         let mut pause = self.config.transient_backoff;
+        let (mut snapshot_seen, mut snapshottable) = (false, None);
         loop {
             let read = self.read(reqs, namespace, name).await?;
             if self.events.is_some() {
@@ -355,6 +357,35 @@ impl HoldExecutor {
                     }
                     Err(e) => return Err(e),
                 };
+            // The start gate opens a managed TrainJob only once its runtime snapshot exists.
+            if kind == CallKind::Open && !snapshot_seen {
+                let gate = super::snapshot_gate::gate(
+                    &self.client,
+                    reqs,
+                    namespace,
+                    name,
+                    &read.trainjob,
+                    &mut snapshottable,
+                )
+                .await?;
+                match gate {
+                    OpenGate::Go => snapshot_seen = true,
+                    OpenGate::Wait { why } => {
+                        let pause = self.config.transient_backoff;
+                        reqs.pause(pause.max(Duration::from_millis(200)))
+                            .await
+                            .map_err(|e| {
+                                self.metrics.open_without_snapshot("pending");
+                                HoldError::deadline_passed(format!("{why}; {}", e.body().message))
+                            })?;
+                        continue;
+                    }
+                    OpenGate::Refuse { why, reason } => {
+                        self.metrics.open_without_snapshot(why);
+                        return Err(HoldError::unsupported(reason));
+                    }
+                }
+            }
             // A write decided for the hold in force, carried into that hold's mode.
             let carried = |decision| match decision {
                 Decision::Write(w) => Decision::Write(switch::carried_write(w, self.mode, mode)),

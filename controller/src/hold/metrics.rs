@@ -89,11 +89,18 @@ struct KindLabels {
     call: MetricCall,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WhyLabels {
+    why: &'static str,
+}
+
 /// The hold calls' metrics. Cheap to clone; clones share the series.
 #[derive(Clone, Debug)]
 pub struct CallMetrics {
     calls: Family<CallLabels, Counter>,
     latency: Family<KindLabels, Histogram>,
+    /// Opens of a managed TrainJob that has no runtime snapshot, by why it has none.
+    open_without_snapshot: Family<WhyLabels, Counter>,
 }
 
 impl Default for CallMetrics {
@@ -106,6 +113,7 @@ impl Default for CallMetrics {
                     30.0, 60.0,
                 ])
             }),
+            open_without_snapshot: Family::default(),
         }
     }
 }
@@ -125,7 +133,27 @@ impl CallMetrics {
             "How long hold API calls took, by call",
             Declared(m.latency.clone()),
         );
+        registry.register(
+            "holdfast_open_without_snapshot",
+            "Opens of a managed TrainJob refused or timed out because it has no runtime snapshot, by why (too_large, too_deep, name_taken, pending, ...)",
+            Declared(m.open_without_snapshot.clone()),
+        );
         m
+    }
+
+    /// Records an Open refused (or ended at its deadline, `pending`) because the managed
+    /// TrainJob has no runtime snapshot; `why` is a bounded label.
+    pub fn open_without_snapshot(&self, why: &'static str) {
+        self.open_without_snapshot
+            .get_or_create(&WhyLabels { why })
+            .inc();
+    }
+
+    /// The count of Opens refused for want of a snapshot, by why (for tests).
+    pub fn opens_without_snapshot(&self, why: &'static str) -> u64 {
+        self.open_without_snapshot
+            .get_or_create(&WhyLabels { why })
+            .get()
     }
 
     /// Records a finished hold, release or open.

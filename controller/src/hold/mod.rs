@@ -17,6 +17,7 @@ mod metrics;
 pub mod preflight;
 mod reads;
 mod requests;
+mod snapshot_gate;
 
 pub use config::ExecutorConfig;
 pub use executor::{HoldExecutor, client_without_retry, without_retry};
