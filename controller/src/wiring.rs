@@ -97,7 +97,9 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         executor_config,
     )
     .with_metrics(call_metrics)
-    .with_events(events.clone());
+    .with_events(events.clone())
+    // The snapshot reconciler runs beside the hold API: Open waits for a job's snapshot.
+    .with_snapshot_gate();
     let report = executor.preflight(None).await;
     tracing::info!(preflight = %report.body(), "preflight");
     tasks.spawn(reprobe(

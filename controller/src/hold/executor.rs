@@ -66,6 +66,8 @@ pub struct HoldExecutor {
     held_workloads: Option<HeldWorkloads>,
     /// Where each call's Event goes (none: no Events).
     events: Option<Publisher>,
+    /// Whether Open checks the TrainJob's runtime snapshot first ([`Self::with_snapshot_gate`]).
+    snapshot_gate: bool,
 }
 
 /// What a call read, for its Event: the TrainJob (the Event's object), its Workload, and
@@ -101,7 +103,18 @@ impl HoldExecutor {
             queues,
             held_workloads,
             events: None,
+            snapshot_gate: false,
         }
+    }
+
+    /// Open refuses to open a managed TrainJob that has no runtime snapshot
+    /// (`holdfast_core::snapshot::open_gate`): it waits for one not written yet, within its
+    /// deadline, and answers `Unsupported` when none can be written. The controller turns it
+    /// on, as it runs the snapshot reconciler beside the hold API; an executor of a cluster
+    /// where nothing writes snapshots (some tests) leaves it off.
+    pub fn with_snapshot_gate(mut self) -> Self {
+        self.snapshot_gate = true;
+        self
     }
 
     /// Leaves an Event on the TrainJob of every call that read it (placed, released, opened,
@@ -358,7 +371,7 @@ impl HoldExecutor {
                     Err(e) => return Err(e),
                 };
             // The start gate opens a managed TrainJob only once its runtime snapshot exists.
-            if kind == CallKind::Open && !snapshot_seen {
+            if self.snapshot_gate && kind == CallKind::Open && !snapshot_seen {
                 let gate = super::snapshot_gate::gate(
                     &self.client,
                     reqs,
