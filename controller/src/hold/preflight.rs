@@ -16,8 +16,14 @@
 //! last dry-run hold is itself older than twice the interval, after an idle spell). Every replica probes the same cluster
 //! this way, so replicas agree within one interval, and a refusal is never based on a probe
 //! more than [`REPROBE_AFTER`] old. The one probe that may fail to run without gating
-//! anything is the dry-run hold on a cluster without a TrainJob: a call's own write is its
-//! round trip.
+//! anything is the dry-run hold on a cluster without a TrainJob it can use: a call's own
+//! write is its round trip.
+//!
+//! What one caller or one tenant controls never switches holds off for the replica
+//! ([`next_capability`]): a preflight of a named TrainJob reports on it to its caller and
+//! records nothing, and the untargeted dry-run hold takes a refusal of the chosen object's
+//! own content or state ([`refusal_is_object_specific`]) as no evidence, tries a TrainJob of
+//! another namespace (at most [`ROUND_TRIP_NAMESPACES`]), and else keeps its last pass.
 
 use std::{
     collections::BTreeMap,
@@ -437,7 +443,8 @@ fn reprobe_due(since_consulted: Option<std::time::Duration>, max_age: std::time:
 /// What a preflight probes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Scope<'a> {
-    /// Every probe; the hold round trip on `target` (else on any TrainJob).
+    /// Every probe; the hold round trip on `target` (else on TrainJobs listed, one namespace
+    /// at a time).
     Full { target: Option<(&'a str, &'a str)> },
     /// Every probe but the hold round trip, whose last result is kept: what a call probes
     /// before it acts (its own write is a round trip, and a dry-run write of its own would
