@@ -88,6 +88,7 @@ pub struct ExtraNode<'a> {
 impl NodeCluster {
     /// Start an extra node labelled `POOL_LABEL=pool`; returns once it is Ready.
     pub async fn add_node(&self, pool: &str) -> anyhow::Result<ExtraNode<'_>> {
+        let t0 = std::time::Instant::now();
         let i = self.extra_nodes.fetch_add(1, Ordering::SeqCst);
         if i >= EXTRA_NODES {
             bail!("no identity left for an extra node ({EXTRA_NODES} per cluster)");
@@ -129,7 +130,6 @@ impl NodeCluster {
             cgroup_root: &node.cgroup,
             socket: node.socket.clone(),
             root_dir: node.dir.join("kubelet"),
-            pod_logs: node.pod_logs_dir(),
             healthz_port: 0,
             labels: &[(POOL_LABEL, pool)],
             taints: serde_json::json!([
@@ -137,14 +137,39 @@ impl NodeCluster {
             ]),
         })
         .await?;
+        let rss_kib: u64 = [&node.kubelet, &node.containerd]
+            .iter()
+            .filter_map(|p| self.with_process(p, |p| p.pid()).flatten())
+            .filter_map(rss_kib)
+            .sum();
+        eprintln!(
+            "extra node {} Ready in {:.1?}; its kubelet and containerd use {} MiB",
+            node.name,
+            t0.elapsed(),
+            rss_kib / 1024
+        );
         Ok(node)
     }
 }
 
+/// A process's resident memory (`VmRSS` of `/proc/<pid>/status`), in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 impl ExtraNode<'_> {
-    /// Where containerd writes this node's pods' CRI logs.
+    /// Where containerd writes this node's pods' CRI logs (every node's kubelet has them
+    /// under `/var/log/pods` of the cluster's mount namespace; pods' directories are named by
+    /// their uid).
     pub fn pod_logs_dir(&self) -> PathBuf {
-        self.dir.join("pod-logs")
+        self.cluster.pod_logs_dir()
     }
 
     /// Lose the node: freeze its kubelet. Its containers run on.
@@ -320,7 +345,19 @@ pub fn cri_lines(
 ) -> anyhow::Result<Vec<CriLine>> {
     let cdir = dir.join(format!("{ns}_{pod}_{uid}")).join(container);
     let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(&cdir)
-        .with_context(|| format!("reading {}", cdir.display()))?
+        .with_context(|| {
+            let near: Vec<String> = std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            format!(
+                "reading {} (in {}: {near:?})",
+                cdir.display(),
+                dir.display()
+            )
+        })?
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();

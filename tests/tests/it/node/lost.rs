@@ -116,11 +116,17 @@ impl<'a> Scene<'a> {
             .expect("create trainjob");
     }
 
-    /// The execution's one pod, Running on `node`.
+    /// The execution's one new pod (none of `old`), Running on `node`; the old ones may
+    /// still be there, Terminating.
     async fn running_on(&self, node: &str, old: &[String], what: &str) -> Pod {
-        let ps = next_execution(&self.pods, "tj", old, what, Duration::from_secs(120)).await;
-        assert_eq!(ps.len(), 1, "one pod (one node, one rank): {ps:?}");
-        let p = ps.into_iter().next().expect("a pod");
+        let new = wait_for(what, Duration::from_secs(120), || async {
+            let ps = running_pods(&self.pods, "tj").await;
+            let new: Vec<Pod> = ps.into_iter().filter(|p| !old.contains(&uid(p))).collect();
+            (!new.is_empty() && new.iter().all(is_running)).then_some(new)
+        })
+        .await;
+        assert_eq!(new.len(), 1, "one new pod (one node, one rank): {new:?}");
+        let p = new.into_iter().next().expect("a pod");
         assert_eq!(
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
             Some(node),
@@ -282,14 +288,18 @@ async fn without_holdfast_a_lost_nodes_rank_is_replaced_beside_its_running_proce
         evicted.metadata.deletion_timestamp.is_some(),
         "taint eviction made it Terminating"
     );
-    // Both are rank 0.
-    for p in [&lost, &replacement] {
-        let config = config_of(
-            &scene.pods,
-            p.metadata.name.as_deref().expect("name"),
-            "node",
-        )
-        .await;
+    // Both are rank 0, by what each container printed at its start (read from containerd's
+    // files: a frozen kubelet serves no logs).
+    for (p, dir) in [
+        (&lost, scene.node.pod_logs_dir()),
+        (&replacement, cluster.pod_logs_dir()),
+    ] {
+        let lines = scene.cri(p, &dir);
+        let config: serde_json::Value = lines
+            .iter()
+            .find_map(|l| l.text.strip_prefix("workload: config "))
+            .and_then(|c| serde_json::from_str(c).ok())
+            .expect("the workload's config line");
         assert_eq!(config["env"]["JOB_COMPLETION_INDEX"], "0", "{config}");
     }
     let beat = scene.still_beating(&lost);
