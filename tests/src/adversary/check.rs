@@ -535,6 +535,25 @@ impl State {
         }
     }
 
+    /// The hold in force on TrainJob `uid` by SPEC's ownership alone (Kueue: the newest
+    /// instance its owned Workloads carry; plain: [`State::hold`]). During an orphaning
+    /// delete the garbage collector detaches the Workload while its label still names the
+    /// TrainJob: the hold API, deciding by ownership, then truly says no hold.
+    fn hold_by_ownership(&self, mode: Mode, uid: &str) -> Option<Option<u64>> {
+        match mode {
+            Mode::Plain => self.hold(mode, uid),
+            Mode::Kueue => {
+                let holds: Vec<Option<u64>> =
+                    self.owned_workloads(uid).filter_map(hold_of).collect();
+                if holds.is_empty() {
+                    None
+                } else {
+                    Some(holds.iter().flatten().max().copied())
+                }
+            }
+        }
+    }
+
     fn workloads_of<'a>(&'a self, uid: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
         self.wl.values().filter(move |w| workload_of(w, uid))
     }
@@ -1119,7 +1138,8 @@ impl Checker<'_> {
             (CallKind::Status, Answer::Status(s)) => {
                 let want = s.hold.as_ref().map(|h| h.instance);
                 let opened = tj.is_some_and(|(_, t)| object::opened(t));
-                hold == want && opened == s.opened
+                let owned = tj.and_then(|(uid, _)| self.state.hold_by_ownership(mode, uid));
+                (hold == want || owned == want) && opened == s.opened
             }
             _ => return None,
         })
@@ -1546,5 +1566,46 @@ mod tests {
             restarted_with(terminating, &[pods_remain]),
             Vec::<Invariant>::new()
         );
+    }
+
+    #[test]
+    fn a_status_that_says_no_hold_while_an_orphaning_delete_detached_the_held_workload_is_true() {
+        let mut tj_opened = tj(10, true, json!({"holdfast.dev/opened": "true"}));
+        tj_opened.obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = json!("main");
+        let workload = |rv: u64, owned: bool| {
+            let mut w = json!({"metadata": {"name": "w", "uid": "w1",
+                "resourceVersion": rv.to_string(), "labels": {JOB_UID_LABEL: "u1"},
+                "annotations": {ANN_HOLD_INSTANCE: "1"}}, "spec": {"active": false}});
+            if owned {
+                w["metadata"]["ownerReferences"] = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob", "name": JOB, "uid": "u1", "controller": true}]);
+            }
+            Event {
+                rv,
+                kind: Kind::Workload,
+                deleted: false,
+                obj: w,
+                seen: Instant::now(),
+            }
+        };
+        let events = [tj_opened.clone(), workload(11, true), workload(12, false)];
+        let open = call(
+            CallKind::Open,
+            1,
+            10,
+            Answer::Outcome(Outcome::Opened { started: false }),
+        );
+        let hold = call(CallKind::Hold(1), 10, 11, Answer::Outcome(Outcome::Held));
+        let status = |answer| call(CallKind::Status, 12, 13, answer);
+        let no_hold = Status::read(Mode::Kueue, &tj_opened.obj, None).expect("status");
+        assert!(no_hold.hold.is_none() && no_hold.opened);
+        let found = check(&Check {
+            mode: Mode::Kueue,
+            events: &events,
+            calls: &[open, hold, status(Answer::Status(Box::new(no_hold)))],
+            upto: u64::MAX,
+            last: false,
+        });
+        assert_eq!(found, Vec::new(), "by ownership no hold is in force");
     }
 }
