@@ -1518,3 +1518,229 @@ mod trainer {
         serde_json::from_slice(&output.stdout).expect("trainer-snapshot prints JSON")
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Hostile or oversized input
+// ---------------------------------------------------------------------------------------
+
+/// A managed TrainJob (`holdfast.dev/managed: "true"`), created at its closed start gate.
+async fn create_managed_trainjob(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    runtime_ref: Value,
+) -> DynamicObject {
+    let job = json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": {names::LABEL_MANAGED: "true"}},
+        "spec": {"runtimeRef": runtime_ref, "suspend": true}
+    });
+    create_dynamic(client, &tj(), Some(ns), job).await
+}
+
+/// The executor as the controller wires it: Open checks the job's snapshot first.
+async fn gated_executor(cp: &ControlPlane) -> holdfast_controller::hold::HoldExecutor {
+    holdfast_tests::hold_support::executor(cp)
+        .await
+        .with_snapshot_gate()
+}
+
+fn open_meta(within: Duration) -> holdfast_core::hold::CallMeta {
+    holdfast_tests::hold_support::meta(None, within)
+}
+
+async fn job_json(admin: &kube::Client, ns: &str, name: &str) -> Value {
+    serde_json::to_value(
+        Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &tj())
+            .get(name)
+            .await
+            .expect("get TrainJob"),
+    )
+    .expect("json")
+}
+
+fn opened(job: &Value) -> bool {
+    job.pointer("/metadata/annotations")
+        .and_then(|a| a.get(names::ANN_OPENED))
+        .is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_refuses_a_managed_job_whose_runtime_is_too_large_to_snapshot() {
+    let Scene { cp, ns, admin } = Scene::new("snap-open-large").await;
+    let name = format!("huge-{ns}");
+    let mut big = runtime_json(&name, "pytorch/pytorch:2.10.0");
+    big["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ["containers"][0]["env"] = json!([{"name": "BLOB", "value": "x".repeat(1_100_000)}]);
+    let runtime = create_dynamic(&admin, &ctr(), None, big).await;
+    let r = start(cp, &ns).await;
+    create_managed_trainjob(&admin, &ns, "too-big", ctr_ref(&runtime)).await;
+    wait_warning(&admin, &ns, "too-big", "SnapshotTooLarge").await;
+
+    let exec = gated_executor(cp).await;
+    let started = std::time::Instant::now();
+    let answer = exec
+        .open(&ns, "too-big", open_meta(Duration::from_secs(20)))
+        .await;
+    let Err(holdfast_core::hold::HoldError::Unsupported { reason }) = &answer else {
+        panic!("Open must not open a managed job without a snapshot: {answer:?}");
+    };
+    assert!(
+        reason.contains("SnapshotTooLarge")
+            && reason.contains("1048576")
+            && reason.contains("live runtime"),
+        "{reason}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once, not at the deadline: {:?}",
+        started.elapsed()
+    );
+    let job = job_json(&admin, &ns, "too-big").await;
+    assert_eq!(job["spec"]["suspend"], true, "still at its start gate");
+    assert!(!opened(&job), "no opened mark: {job:#}");
+    assert_eq!(exec.metrics().opens_without_snapshot("too_large"), 1);
+    assert!(snapshot_cm(&admin, &ns, "too-big").await.is_none());
+    r.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_of_a_job_whose_snapshot_is_not_written_yet_fails_and_a_later_open_succeeds() {
+    let Scene { cp, ns, admin } = Scene::new("snap-open-later").await;
+    let runtime = torch_runtime(&admin, &ns).await;
+    create_managed_trainjob(&admin, &ns, "mnist", ctr_ref(&runtime)).await;
+    let exec = gated_executor(cp).await;
+
+    // No reconciler yet: the snapshot is a moment behind. Open waits for it within its
+    // deadline, then fails saying so, having written nothing.
+    let answer = exec
+        .open(&ns, "mnist", open_meta(Duration::from_secs(2)))
+        .await;
+    let Err(error) = &answer else {
+        panic!("Open must wait for the snapshot: {answer:?}");
+    };
+    assert_eq!(
+        error.cause(),
+        Some(holdfast_core::hold::RejectCause::DeadlinePassed),
+        "{error:?}"
+    );
+    assert!(
+        error.body().message.contains("no runtime snapshot yet"),
+        "{error:?}"
+    );
+    let job = job_json(&admin, &ns, "mnist").await;
+    assert_eq!(job["spec"]["suspend"], true);
+    assert!(!opened(&job));
+    assert_eq!(exec.metrics().opens_without_snapshot("pending"), 1);
+
+    // The reconciler catches up: a later Open opens it, from its snapshot.
+    let r = start(cp, &ns).await;
+    let opening = exec.open(&ns, "mnist", open_meta(Duration::from_secs(30)));
+    let answer = opening.await;
+    assert_eq!(
+        answer,
+        Ok(holdfast_core::hold::Outcome::Opened { started: true })
+    );
+    assert!(snapshot_cm(&admin, &ns, "mnist").await.is_some());
+    r.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_nested_deeper_than_a_snapshot_may_be_read_gets_a_warning_once() {
+    let cp = ControlPlane::shared();
+    install_slurm_runtimes(cp).await;
+    let ns = cp.namespace("snap-deep").await.expect("namespace");
+    let admin = admin(cp).await;
+    // 100 levels: past what a snapshot may hold (64), within what the apiserver and the
+    // controller's JSON decoding accept.
+    let mut deep = json!("bottom");
+    for _ in 0..100 {
+        deep = json!({ "x": deep });
+    }
+    create_dynamic(
+        &admin,
+        &slurm(),
+        Some(&ns),
+        json!({
+            "apiVersion": "hpc.example.com/v1beta1",
+            "kind": "SlurmRuntime",
+            "metadata": {"name": "deep"},
+            "spec": {"partition": "gpu", "deep": deep},
+        }),
+    )
+    .await;
+    let r = start(cp, &ns).await;
+    create_trainjob(
+        &admin,
+        &ns,
+        "on-deep",
+        json!({"apiGroup": "hpc.example.com", "kind": "SlurmRuntime", "name": "deep"}),
+        None,
+    )
+    .await;
+    let event = wait_warning(&admin, &ns, "on-deep", "SnapshotTooDeep").await;
+    let note = event.note.clone().unwrap_or_default();
+    assert!(note.contains("64 levels"), "{note}");
+    assert!(note.len() < 1024, "a bounded note: {note}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(snapshot_cm(&admin, &ns, "on-deep").await.is_none());
+    // Said once, not retried in a loop.
+    let events = warnings(&admin, &ns, "on-deep").await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert!(events[0].series.is_none(), "{:?}", events[0].series);
+    assert!(!r.task.is_finished());
+    r.stop().await;
+}
+
+/// A billion laughs: `levels` anchors, each a sequence of `fan` aliases of the one before.
+fn alias_bomb(levels: usize, fan: usize) -> String {
+    let mut yaml = String::from("a0: &a0 [\"lol\"]\n");
+    for level in 1..=levels {
+        let refs = vec![format!("*a{}", level - 1); fan].join(", ");
+        yaml.push_str(&format!("a{level}: &a{level} [{refs}]\n"));
+    }
+    yaml
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_alias_bombs_in_snapshot_named_configmaps_leave_the_controller_leading_and_ready() {
+    let Scene { cp, ns, admin } = Scene::new("snap-bombs").await;
+    let runtime = torch_runtime(&admin, &ns).await;
+    // Planted where the webhook did not see them: each controlled by its TrainJob, as a
+    // snapshot Trainer wrote would be, so the controller reads it in full.
+    let jobs: Vec<String> = (1..=8).map(|i| format!("bombed-{i}")).collect();
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    for job in &jobs {
+        let created = create_trainjob(&admin, &ns, job, ctr_ref(&runtime), None).await;
+        let bomb: ConfigMap = serde_json::from_value(json!({
+            "metadata": {
+                "name": names::snapshot_name(job),
+                "ownerReferences": [{
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "name": job, "uid": created.metadata.uid, "controller": true
+                }]
+            },
+            "data": {"runtime": alias_bomb(9, 9)}
+        }))
+        .expect("configmap");
+        cms.create(&PostParams::default(), &bomb)
+            .await
+            .expect("plant the bomb");
+    }
+    let lease = LeaseConfig::new(&ns, "holdfast-controller", "replica-a")
+        .with_lease_duration(Duration::from_secs(6));
+    let r = start_replica(cp, &ns, Identity::Controller, lease).await;
+    for job in &jobs {
+        let event = wait_warning(&admin, &ns, job, "SnapshotInvalid").await;
+        let note = event.note.unwrap_or_default();
+        assert!(note.contains("alias"), "{note}");
+        assert!(note.len() < 2048, "a bounded note: {note}");
+    }
+    // Still leading, still ready, a Lease renewal later.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(!r.task.is_finished(), "the replica still runs");
+    assert_eq!(lease_holder(&admin, &ns).await, "replica-a");
+    assert!(r.readiness.get(), "still ready");
+    r.stop().await;
+}
