@@ -680,6 +680,46 @@ async fn write_check(f: &Fixture, client: &kube::Client, wl: &Value, state: &str
     }
 }
 
+/// Kueue mode: a preflight of a TrainJob that has no Workload (yet: Kueue makes one only for a
+/// queued job, moments after its creation; this one is not queued) tells its caller so, and
+/// changes nothing Hold and Release of every other job consult.
+#[tokio::test]
+async fn a_targeted_preflight_of_a_job_without_a_workload_leaves_everyone_elses_holds_working() {
+    use holdfast_controller::hold::preflight::{CheckResult, Probe};
+    let f = Fixture::start("kq-preflight-target").await;
+    f.create_job("job", json!({})).await;
+    f.open_and_run("job").await;
+    let bare: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "bare"},
+        "spec": {"runtimeRef": {"name": f.runtime}, "suspend": true}
+    }))
+    .expect("trainjob");
+    f.trainjobs(&f.admin)
+        .create(&PostParams::default(), &bare)
+        .await
+        .expect("create the unqueued TrainJob");
+
+    let report = f.exec.preflight(Some((&f.ns, "bare"))).await;
+    let round_trip = report
+        .checks
+        .iter()
+        .find(|c| c.probe == Probe::HoldRoundTrip)
+        .expect("round trip");
+    assert_eq!(round_trip.result, CheckResult::NotChecked, "{round_trip:?}");
+    assert!(
+        round_trip
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("no Kueue Workload")),
+        "{round_trip:?}"
+    );
+
+    let held = f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await;
+    assert_eq!(held, Ok(Outcome::Held), "{held:?}");
+    f.finish().await;
+}
+
 #[tokio::test]
 async fn kueue_preflight_probes_workload_updates_and_the_readmission_check() {
     let f = Fixture::start("kq-preflight").await;
