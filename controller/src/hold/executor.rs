@@ -505,6 +505,23 @@ impl HoldExecutor {
             status.remaining_pods = self.remaining_pods(&mut reqs, namespace, name).await?;
             self.read_node_states(&mut reqs, &mut status.remaining_pods)
                 .await?;
+            if self.snapshot_gate {
+                // What an Open would answer about the snapshot, for a job at its start gate.
+                let gate = super::snapshot_gate::gate(
+                    &self.client,
+                    &mut reqs,
+                    namespace,
+                    name,
+                    &read.trainjob,
+                    &mut None,
+                )
+                .await?;
+                status.start_blocked = match gate {
+                    OpenGate::Go => None,
+                    OpenGate::Wait { why } => Some(why),
+                    OpenGate::Refuse { reason, .. } => Some(reason),
+                };
+            }
             Ok(status)
         }
         .await;

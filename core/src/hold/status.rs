@@ -42,6 +42,10 @@ pub struct Status {
     /// says: while any remains, a Release or the gate waits. Empty when none does.
     #[serde(default)]
     pub remaining_pods: Vec<RemainingPod>,
+    /// Why the start gate will not open this managed TrainJob, and what to fix: it has no
+    /// runtime snapshot (`holdfast_core::snapshot::open_gate`). Absent when nothing blocks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_blocked: Option<String>,
 }
 
 impl Status {
@@ -91,6 +95,7 @@ impl Status {
             attempt: object::attempt(trainjob)?,
             state,
             remaining_pods: Vec::new(),
+            start_blocked: None,
         })
     }
 

@@ -1578,7 +1578,12 @@ async fn open_refuses_a_managed_job_whose_runtime_is_too_large_to_snapshot() {
     create_managed_trainjob(&admin, &ns, "too-big", ctr_ref(&runtime)).await;
     wait_warning(&admin, &ns, "too-big", "SnapshotTooLarge").await;
 
-    let exec = gated_executor(cp).await;
+    let events = holdfast_controller::events::Publisher::start(
+        cp.client(Identity::Controller).await.expect("client"),
+        holdfast_controller::events::PublisherConfig::default(),
+        holdfast_controller::events::EventMetrics::default(),
+    );
+    let exec = gated_executor(cp).await.with_events(events);
     let started = std::time::Instant::now();
     let answer = exec
         .open(&ns, "too-big", open_meta(Duration::from_secs(20)))
@@ -1602,6 +1607,24 @@ async fn open_refuses_a_managed_job_whose_runtime_is_too_large_to_snapshot() {
     assert!(!opened(&job), "no opened mark: {job:#}");
     assert_eq!(exec.metrics().opens_without_snapshot("too_large"), 1);
     assert!(snapshot_cm(&admin, &ns, "too-big").await.is_none());
+    let event = wait_warning(&admin, &ns, "too-big", "OpenRefused").await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains("Unsupported") && note.contains("SnapshotTooLarge"),
+        "{note}"
+    );
+    // Status says what blocks the start too.
+    let status = exec.status(&ns, "too-big").await.expect("status");
+    let blocked = status.start_blocked.clone().unwrap_or_default();
+    assert!(
+        blocked.contains("SnapshotTooLarge") && blocked.contains("make the runtime fit"),
+        "{status:?}"
+    );
+    assert!(
+        status.body()["startBlocked"]
+            .as_str()
+            .is_some_and(|s| s == blocked)
+    );
     r.stop().await;
 }
 
@@ -1633,6 +1656,14 @@ async fn open_of_a_job_whose_snapshot_is_not_written_yet_fails_and_a_later_open_
     assert_eq!(job["spec"]["suspend"], true);
     assert!(!opened(&job));
     assert_eq!(exec.metrics().opens_without_snapshot("pending"), 1);
+    let status = exec.status(&ns, "mnist").await.expect("status");
+    assert!(
+        status
+            .start_blocked
+            .as_deref()
+            .is_some_and(|b| b.contains("no runtime snapshot yet")),
+        "{status:?}"
+    );
 
     // The reconciler catches up: a later Open opens it, from its snapshot.
     let r = start(cp, &ns).await;
@@ -1643,6 +1674,8 @@ async fn open_of_a_job_whose_snapshot_is_not_written_yet_fails_and_a_later_open_
         Ok(holdfast_core::hold::Outcome::Opened { started: true })
     );
     assert!(snapshot_cm(&admin, &ns, "mnist").await.is_some());
+    let status = exec.status(&ns, "mnist").await.expect("status");
+    assert_eq!(status.start_blocked, None, "{status:?}");
     r.stop().await;
 }
 
