@@ -8,6 +8,7 @@ mod compaction;
 mod controller;
 mod flood;
 mod kueue;
+mod snapshot_bombs;
 mod webhook_server;
 
 /// One fault test at a time, across the group: each owns a control plane (or restarts the
