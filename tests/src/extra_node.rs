@@ -94,6 +94,12 @@ impl NodeCluster {
             bail!("no identity left for an extra node ({EXTRA_NODES} per cluster)");
         }
         let name = name(i);
+        // An earlier extra node whose test ended without deleting it (a failed test) would
+        // stay NotReady: with several, the node lifecycle controller sees a disrupted zone and
+        // stops evicting. Nothing of those runs any more (each was fenced when dropped).
+        for earlier in 0..i {
+            delete_node(self, &self::name(earlier)).await?;
+        }
         let ip = format!("10.10.0.{}", i + 2);
         let ns = self.netns().context("tier 3 runs in a namespace")?;
         let out = Command::new("nsenter")
@@ -130,6 +136,7 @@ impl NodeCluster {
             cgroup_root: &node.cgroup,
             socket: node.socket.clone(),
             root_dir: node.dir.join("kubelet"),
+            pod_logs: node.pod_logs_dir(),
             healthz_port: 0,
             labels: &[(POOL_LABEL, pool)],
             taints: serde_json::json!([
@@ -165,11 +172,9 @@ fn rss_kib(pid: u32) -> Option<u64> {
 }
 
 impl ExtraNode<'_> {
-    /// Where containerd writes this node's pods' CRI logs (every node's kubelet has them
-    /// under `/var/log/pods` of the cluster's mount namespace; pods' directories are named by
-    /// their uid).
+    /// Where containerd writes this node's pods' CRI logs.
     pub fn pod_logs_dir(&self) -> PathBuf {
-        self.cluster.pod_logs_dir()
+        self.dir.join("pod-logs")
     }
 
     /// Lose the node: freeze its kubelet. Its containers run on.
@@ -229,13 +234,7 @@ impl ExtraNode<'_> {
 
     /// Delete the Node object (after a fence: nothing answers for it any more).
     pub async fn delete_node(&self) -> anyhow::Result<()> {
-        let admin = self.cluster.client(Identity::Admin).await?;
-        let nodes: Api<Node> = Api::all(admin);
-        match nodes.delete(&self.name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        delete_node(self.cluster, &self.name).await
     }
 
     /// The kubelet's log, for failures.
@@ -252,6 +251,17 @@ impl Drop for ExtraNode<'_> {
         {
             eprintln!("fencing {} on drop: {e:#}", self.name);
         }
+    }
+}
+
+/// Delete Node `name` if it exists.
+async fn delete_node(cluster: &NodeCluster, name: &str) -> anyhow::Result<()> {
+    let admin = cluster.client(Identity::Admin).await?;
+    let nodes: Api<Node> = Api::all(admin);
+    match nodes.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

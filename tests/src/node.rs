@@ -68,6 +68,9 @@ pub(crate) struct KubeletSpec<'a> {
     /// Its containerd's socket.
     pub socket: PathBuf,
     pub root_dir: PathBuf,
+    /// Where it has containerd write its pods' logs (`podLogsDir`): a directory of its own,
+    /// since a kubelet removes the log directories of pods it does not know.
+    pub pod_logs: PathBuf,
     /// 0: none.
     pub healthz_port: u16,
     pub labels: &'a [(&'a str, &'a str)],
@@ -419,14 +422,10 @@ impl NodeCluster {
         self.cp.stop();
     }
 
-    /// Where containerd writes every node's CRI log files (`{ns}_{pod}_{uid}/{container}/N.log`):
-    /// `/var/log/pods` inside the cluster's mount namespace (a tmpfs of its own), seen from the
-    /// host through the namespace holder's `/proc/<pid>/root`.
+    /// The main node's pods' CRI log files (`{ns}_{pod}_{uid}/{container}/N.log`), written by
+    /// its containerd.
     pub fn pod_logs_dir(&self) -> PathBuf {
-        match self.cp.netns() {
-            Some(ns) => PathBuf::from(format!("/proc/{}/root/var/log/pods", ns.pid())),
-            None => PathBuf::from("/var/log/pods"),
-        }
+        self.cp.dir().join("pod-logs")
     }
 
     /// The cgroup root of the main node's kubelet (relative); extra nodes' roots are below it,
@@ -634,6 +633,7 @@ state = "{state}"
             cgroup_root: &self.cgroup_root,
             socket: self.containerd_socket(),
             root_dir: dir.join("kubelet"),
+            pod_logs: dir.join("pod-logs"),
             healthz_port: 10248,
             labels: &[],
             taints: serde_json::json!([]),
@@ -736,6 +736,7 @@ state = "{state}"
             "imageGCLowThresholdPercent": 99,
             "resolvConf": dir.join("resolv.conf"),
             "clusterDomain": "cluster.local",
+            "podLogsDir": spec.pod_logs,
             "volumePluginDir": kd.join("volume-plugins"),
             "localStorageCapacityIsolation": false,
             "serializeImagePulls": false,

@@ -61,16 +61,25 @@ struct Scene<'a> {
     admin: kube::Client,
     pods: Api<Pod>,
     trainjobs: Api<DynamicObject>,
-    node: ExtraNode<'a>,
+    /// The node to lose (`None`: the scene runs on the main node only).
+    extra: Option<ExtraNode<'a>>,
     pool: String,
 }
 
 impl<'a> Scene<'a> {
-    async fn start(cluster: &'a NodeCluster, prefix: &str, backoff_limit: Option<u32>) -> Self {
+    async fn start(
+        cluster: &'a NodeCluster,
+        prefix: &str,
+        with_extra_node: bool,
+        backoff_limit: Option<u32>,
+    ) -> Self {
         let ns = cluster.namespace(prefix).await.expect("namespace");
         let admin = cluster.client(Identity::Admin).await.expect("client");
         let pool = ns.clone();
-        let node = cluster.add_node(&pool).await.expect("an extra node");
+        let extra = match with_extra_node {
+            true => Some(cluster.add_node(&pool).await.expect("an extra node")),
+            false => None,
+        };
         let rt: DynamicObject = serde_json::from_value(lost_node_runtime(
             "workload",
             cluster.workload_image(),
@@ -96,7 +105,7 @@ impl<'a> Scene<'a> {
             ),
             ns,
             admin,
-            node,
+            extra,
             pool,
         }
     }
@@ -145,9 +154,9 @@ impl<'a> Scene<'a> {
     /// Lose the extra node and wait until the node lifecycle controller sees it
     /// (`Ready: Unknown`).
     async fn lose_node(&mut self) {
-        self.node.lose().expect("freeze the kubelet");
+        self.node_mut().lose().expect("freeze the kubelet");
         let nodes: Api<Node> = Api::all(self.admin.clone());
-        let name = self.node.name.clone();
+        let name = self.node().name.clone();
         wait_for(
             "the lost node's Ready condition Unknown",
             NODE_MONITOR_GRACE + MINUTE,
@@ -172,11 +181,11 @@ impl<'a> Scene<'a> {
 
     /// The lost pod's heartbeats go on (its process runs), read twice 1.5 s apart.
     fn still_beating(&self, lost: &Pod) -> jiff::Timestamp {
-        let before = ran(&self.cri(lost, &self.node.pod_logs_dir()))
+        let before = ran(&self.cri(lost, &self.node().pod_logs_dir()))
             .expect("the lost pod's lines")
             .last;
         std::thread::sleep(Duration::from_millis(1500));
-        let after = ran(&self.cri(lost, &self.node.pod_logs_dir()))
+        let after = ran(&self.cri(lost, &self.node().pod_logs_dir()))
             .expect("the lost pod's lines")
             .last;
         assert!(
@@ -189,12 +198,12 @@ impl<'a> Scene<'a> {
     /// From containerd's records on both nodes: the lost pod's container wrote its last line
     /// before the replacement's container wrote its first. Returns (last, first).
     fn no_overlap(&self, lost: &Pod, next: &Pod) -> (jiff::Timestamp, jiff::Timestamp) {
-        let old = ran(&self.cri(lost, &self.node.pod_logs_dir())).expect("the lost pod's lines");
+        let old = ran(&self.cri(lost, &self.node().pod_logs_dir())).expect("the lost pod's lines");
         let new = ran(&self.cri(next, &self.cluster.pod_logs_dir())).expect("the new pod's lines");
         assert!(
             old.last < new.first,
             "execution N's container on {} wrote until {}, and execution N+1's on {NODE_NAME} started writing at {}: they overlapped",
-            self.node.name,
+            self.node().name,
             old.last,
             new.first
         );
@@ -206,9 +215,20 @@ impl<'a> Scene<'a> {
         running_pods(&self.pods, "tj").await
     }
 
+    /// The extra node.
+    fn node(&self) -> &ExtraNode<'a> {
+        self.extra.as_ref().expect("a scene with an extra node")
+    }
+
+    fn node_mut(&mut self) -> &mut ExtraNode<'a> {
+        self.extra.as_mut().expect("a scene with an extra node")
+    }
+
     async fn finish(mut self) {
-        let _ = self.node.fence();
-        let _ = self.node.delete_node().await;
+        if let Some(node) = self.extra.as_mut() {
+            let _ = node.fence();
+            let _ = node.delete_node().await;
+        }
         let _ = label_main_node(self.cluster, None).await;
         let _ = self.trainjobs.delete("tj", &DeleteParams::default()).await;
     }
@@ -247,11 +267,11 @@ async fn without_holdfast_a_lost_nodes_rank_is_replaced_beside_its_running_proce
         "the control run needs holdfast absent: {holdfast:?}"
     );
 
-    let mut scene = Scene::start(cluster, "lost-control", None).await;
+    let mut scene = Scene::start(cluster, "lost-control", true, None).await;
     scene.create_trainjob(serde_json::json!({})).await;
     let lost = scene
         .running_on(
-            &scene.node.name.clone(),
+            &scene.node().name.clone(),
             &[],
             "rank 0 Running on the extra node",
         )
@@ -291,7 +311,7 @@ async fn without_holdfast_a_lost_nodes_rank_is_replaced_beside_its_running_proce
     // Both are rank 0, by what each container printed at its start (read from containerd's
     // files: a frozen kubelet serves no logs).
     for (p, dir) in [
-        (&lost, scene.node.pod_logs_dir()),
+        (&lost, scene.node().pod_logs_dir()),
         (&replacement, cluster.pod_logs_dir()),
     ] {
         let lines = scene.cri(p, &dir);
@@ -311,7 +331,8 @@ async fn without_holdfast_a_lost_nodes_rank_is_replaced_beside_its_running_proce
     );
     eprintln!(
         "control run: rank 0 replaced on {NODE_NAME} at {} while still running on {} (heartbeat at {beat})",
-        new.first, scene.node.name
+        new.first,
+        scene.node().name
     );
     scene.finish().await;
 }
@@ -344,9 +365,9 @@ async fn holdfast_for(
 /// Fences the lost node for real (its processes killed, as by a BMC) and then tells holdfast
 /// (`POST /v1/nodes/{node}/fence`, as the admin).
 async fn fence_for_real(scene: &mut Scene<'_>, api: &ServiceHoldApi) -> jiff::Timestamp {
-    let off = scene.node.fence().expect("power the node off");
+    let off = scene.node_mut().fence().expect("power the node off");
     let admin = scene.cluster.token(Identity::Admin).to_owned();
-    let (status, answer) = api.fence(&admin, &scene.node.name).await;
+    let (status, answer) = api.fence(&admin, &scene.node().name).await;
     assert_eq!(status, 200, "fence: {answer}");
     off
 }
@@ -380,12 +401,12 @@ async fn remaining(
 #[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
 async fn with_holdfast_a_lost_nodes_rank_is_not_replaced_until_the_node_is_fenced() {
     let cluster = NodeCluster::shared();
-    let mut scene = Scene::start(cluster, "lost-window", None).await;
+    let mut scene = Scene::start(cluster, "lost-window", true, None).await;
     let (chart, api) = holdfast_for(&scene, "hfw", "plain").await;
     scene.create_trainjob(serde_json::json!({})).await;
     let lost = scene
         .running_on(
-            &scene.node.name.clone(),
+            &scene.node().name.clone(),
             &[],
             "rank 0 Running on the extra node",
         )
@@ -433,7 +454,7 @@ async fn with_holdfast_a_lost_nodes_rank_is_not_replaced_until_the_node_is_fence
     fence_for_real(&mut scene, &api).await;
     Api::<Node>::all(scene.admin.clone())
         .patch(
-            &scene.node.name,
+            &scene.node().name,
             &PatchParams::default(),
             &Patch::Merge(serde_json::json!({"spec": {"taints": [
                 {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"},
@@ -467,7 +488,7 @@ async fn with_holdfast_a_lost_nodes_rank_is_not_replaced_until_the_node_is_fence
 #[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
 async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fenced() {
     let cluster = NodeCluster::shared();
-    let mut scene = Scene::start(cluster, "lost-plain", None).await;
+    let mut scene = Scene::start(cluster, "lost-plain", true, None).await;
     let (chart, api) = holdfast_for(&scene, "hfl", "plain").await;
     let alice = cluster.token(Identity::User).to_owned();
     scene
@@ -477,7 +498,7 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
     assert_eq!(status, 200, "open: {answer}");
     let lost = scene
         .running_on(
-            &scene.node.name.clone(),
+            &scene.node().name.clone(),
             &[],
             "the first execution on the extra node",
         )
@@ -512,7 +533,7 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
     assert_eq!(rest.len(), 1, "{rest:?}");
     assert_eq!(
         (rest[0].0.as_str(), rest[0].1.as_str()),
-        (name.as_str(), scene.node.name.as_str())
+        (name.as_str(), scene.node().name.as_str())
     );
     assert_eq!(rest[0].2, "notReady", "{rest:?}");
 
@@ -548,7 +569,7 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
         "an editor removed the JobSet label: {relabel:?}"
     );
     // An admin deletes the Node without fencing: pod GC acts on the pod, which still counts.
-    scene.node.delete_node().await.expect("delete the Node");
+    scene.node().delete_node().await.expect("delete the Node");
     tokio::time::sleep(Duration::from_secs(5)).await;
     scene
         .pods
@@ -617,7 +638,7 @@ async fn gate_state(admin: &kube::Client, ns: &str, check: &str) -> Option<(Stri
 async fn kueue_a_held_job_on_a_lost_node_is_readmitted_only_after_the_node_is_fenced() {
     let cluster = NodeCluster::shared();
     cluster.start_kueue().await.expect("kueue starts");
-    let mut scene = Scene::start(cluster, "lost-kueue", None).await;
+    let mut scene = Scene::start(cluster, "lost-kueue", true, None).await;
     let (chart, api) = holdfast_for(&scene, "hflq", "kueue").await;
     let check = format!("{}-readmission", chart.fullname());
     holdfast_tests::kueue::create_queues(&scene.admin, &scene.ns, "main", &[check.as_str()])
@@ -638,7 +659,7 @@ async fn kueue_a_held_job_on_a_lost_node_is_readmitted_only_after_the_node_is_fe
     assert_eq!(status, 200, "open: {answer}");
     let lost = scene
         .running_on(
-            &scene.node.name.clone(),
+            &scene.node().name.clone(),
             &[],
             "the first execution on the extra node",
         )
@@ -717,8 +738,8 @@ async fn kueue_a_held_job_on_a_lost_node_is_readmitted_only_after_the_node_is_fe
 async fn holds_never_fail_a_job_held_and_released_backoff_limit_plus_two_times() {
     const BACKOFF_LIMIT: u32 = 1;
     let cluster = NodeCluster::shared();
-    let scene = Scene::start(cluster, "lost-backoff", Some(BACKOFF_LIMIT)).await;
-    // This one runs on the main node only.
+    let scene = Scene::start(cluster, "lost-backoff", false, Some(BACKOFF_LIMIT)).await;
+    // This one runs on the main node only: no extra node, the main node in the pool.
     scene.survivor_joins().await;
     let (chart, api) = holdfast_for(&scene, "hfb", "plain").await;
     let alice = cluster.token(Identity::User).to_owned();
