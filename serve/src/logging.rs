@@ -1,5 +1,23 @@
 //! How both binaries log: one format for the product, chosen by the same flag on each.
 
+/// Added to the log filter (`RUST_LOG`, default `info`) unless it names `kube_client`
+/// itself. On a response it cannot decode (a runtime nested deeper than serde_json's 128
+/// levels, in a list of every runtime of its kind) kube's client logs the whole response
+/// body at `warn`, again on every retry: megabytes per line. The failure is still logged,
+/// bounded, by whoever made the request (the runtime watch: "watch failed; retrying with
+/// backoff").
+pub const KUBE_CLIENT_DIRECTIVE: &str = "kube_client::client=error";
+
+/// The filter for a `RUST_LOG` value (`None`: unset).
+pub fn filter_spec(rust_log: Option<&str>) -> String {
+    let base = rust_log.filter(|s| !s.trim().is_empty()).unwrap_or("info");
+    if base.contains("kube_client") {
+        base.to_owned()
+    } else {
+        format!("{base},{KUBE_CLIENT_DIRECTIVE}")
+    }
+}
+
 /// The log line format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -23,8 +41,9 @@ impl LogArgs {
     /// Logs to stderr in the chosen format, filtered by `RUST_LOG` (default `info`).
     /// A second call does nothing.
     pub fn init(&self) {
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let rust_log = std::env::var("RUST_LOG").ok();
+        let filter = tracing_subscriber::EnvFilter::try_new(filter_spec(rust_log.as_deref()))
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter_spec(None)));
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr);
@@ -44,6 +63,20 @@ mod tests {
     struct Flags {
         #[command(flatten)]
         log: LogArgs,
+    }
+
+    #[test]
+    fn kubes_whole_body_warning_is_off_unless_asked_for() {
+        assert_eq!(filter_spec(None), "info,kube_client::client=error");
+        assert_eq!(
+            filter_spec(Some("debug")),
+            "debug,kube_client::client=error"
+        );
+        assert_eq!(
+            filter_spec(Some("info,kube_client=debug")),
+            "info,kube_client=debug"
+        );
+        assert!(tracing_subscriber::EnvFilter::try_new(filter_spec(Some("warn"))).is_ok());
     }
 
     #[test]

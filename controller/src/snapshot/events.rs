@@ -31,6 +31,12 @@ pub enum SnapshotWarning<'a> {
     RuntimeNotFound { runtime: &'a RuntimeRef },
     /// The cluster serves no such runtime kind.
     KindNotServed { runtime: &'a RuntimeRef },
+    /// The runtimes of the kind cannot be read: their watch does not list (an object of the
+    /// kind that does not decode, such as one nested past 128 levels).
+    RuntimeUnreadable {
+        runtime: &'a RuntimeRef,
+        why: &'a str,
+    },
     /// The runtimeRef names a kind that is not a runtime holdfast reads.
     NotARuntime {
         runtime: &'a RuntimeRef,
@@ -55,6 +61,7 @@ impl SnapshotWarning<'_> {
             SnapshotWarning::Altered { .. } => "SnapshotAltered",
             SnapshotWarning::RuntimeNotFound { .. } => "RuntimeNotFound",
             SnapshotWarning::KindNotServed { .. } => "RuntimeKindNotServed",
+            SnapshotWarning::RuntimeUnreadable { .. } => "RuntimeUnreadable",
             SnapshotWarning::NotARuntime { .. } => "NotARuntimeKind",
             SnapshotWarning::Unsnapshottable {
                 error: SnapshotError::TooLarge { .. },
@@ -94,6 +101,11 @@ impl SnapshotWarning<'_> {
             SnapshotWarning::NotARuntime { runtime, why } => {
                 format!("runtimeRef {runtime} is not snapshotted: {why}.")
             }
+            SnapshotWarning::RuntimeUnreadable { runtime, why } => format!(
+                "The runtime {runtime} cannot be read, so no snapshot is taken: {why}. An \
+                 object of its kind that does not decode (one nested deeper than 128 levels) \
+                 stops the whole kind's watch; fix or delete it. Retrying with backoff."
+            ),
             SnapshotWarning::Unsnapshottable { error } => format!(
                 "The runtime cannot be snapshotted: {error}. Nothing was written; the \
                  TrainJob is reconciled again when the runtime changes."

@@ -408,6 +408,18 @@ impl Context {
                 );
                 return Err(e);
             }
+            Err(e @ Error::NotSynced { .. }) => {
+                let why = e.to_string();
+                warn(
+                    &self.events,
+                    &job.reference(),
+                    SnapshotWarning::RuntimeUnreadable {
+                        runtime: runtime_ref,
+                        why: &why,
+                    },
+                );
+                return Err(e);
+            }
             Err(e @ Error::NotARuntime { .. }) => {
                 warn(
                     &self.events,

@@ -69,9 +69,20 @@ pub struct KindWatch {
     /// True once the initial list is in. (Not `Store::wait_until_ready`: its one-shot
     /// channel wakes a single waiter, and many reconciliations wait at once.)
     synced: watch::Receiver<bool>,
+    /// The watch's last failure, bounded ([`MAX_ERROR_CHARS`]); cleared once it lists.
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
+/// The most characters of a watch failure kept for a Warning Event: the message of a list
+/// that does not decode names the position, never the object.
+const MAX_ERROR_CHARS: usize = 512;
+
 impl KindWatch {
+    /// Why the watch has not listed, if it failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok()?.clone()
+    }
+
     /// The runtime from the store.
     pub fn get(&self, key: &RuntimeKey) -> Option<Arc<DynamicObject>> {
         let mut r = ObjectRef::new_with(&key.name, self.kind.resource.clone());
@@ -199,10 +210,16 @@ impl RuntimeIndex {
             Ok(Ok(_)) => Ok(kind_watch),
             Ok(Err(_closed)) => Err(Error::NotRunning),
             Err(_elapsed) => Err(Error::NotSynced {
-                what: format!(
-                    "{}.{}",
-                    kind_watch.kind.resource.plural, kind_watch.kind.resource.group
-                ),
+                what: match kind_watch.last_error() {
+                    Some(why) => format!(
+                        "{}.{} (its list failed: {why})",
+                        kind_watch.kind.resource.plural, kind_watch.kind.resource.group
+                    ),
+                    None => format!(
+                        "{}.{}",
+                        kind_watch.kind.resource.plural, kind_watch.kind.resource.group
+                    ),
+                },
                 seconds: SYNC_TIMEOUT.as_secs(),
             }),
         }
@@ -225,6 +242,8 @@ impl RuntimeIndex {
         let retrigger = self.retrigger.clone();
         let changed = self.changed.clone();
         let (synced_tx, synced) = watch::channel(false);
+        let last_error: Arc<Mutex<Option<String>>> = Arc::default();
+        let failed = last_error.clone();
         let events = watcher(api, watcher::Config::default().any_semantic())
             .modify(|o| o.metadata.managed_fields = None)
             .default_backoff()
@@ -242,6 +261,9 @@ impl RuntimeIndex {
                     changed.notify_one();
                 }
                 Ok(watcher::Event::InitDone) => {
+                    if let Ok(mut f) = failed.lock() {
+                        *f = None;
+                    }
                     synced_tx.send_replace(true);
                     changed.notify_one();
                 }
@@ -256,6 +278,9 @@ impl RuntimeIndex {
                         // again on the next use. The watch keeps retrying meanwhile.
                         kinds.forget(&group);
                     }
+                    if let Ok(mut f) = failed.lock() {
+                        *f = Some(e.to_string().chars().take(MAX_ERROR_CHARS).collect());
+                    }
                     health.optional_error(WATCH, e);
                 }
             }
@@ -268,6 +293,7 @@ impl RuntimeIndex {
             kind,
             store,
             synced,
+            last_error,
         })
     }
 }

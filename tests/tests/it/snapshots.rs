@@ -1777,3 +1777,62 @@ async fn eight_alias_bombs_in_snapshot_named_configmaps_leave_the_controller_lea
     assert!(r.readiness.get(), "still ready");
     r.stop().await;
 }
+
+/// 300 levels: past serde_json's 128, so the controller cannot even decode the runtime (nor
+/// list its kind). It says so on the TrainJob, bounded, and retries with backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_nested_300_levels_deep_gets_a_warning_naming_why() {
+    let cp = ControlPlane::shared();
+    install_slurm_runtimes(cp).await;
+    let ns = cp.namespace("snap-deeper").await.expect("namespace");
+    let admin = admin(cp).await;
+    let mut deep = json!("bottom");
+    for _ in 0..300 {
+        deep = json!({ "x": deep });
+    }
+    // The apiserver stores it; the test's own client cannot decode the answer either.
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "hpc.example.com/v1beta1",
+        "kind": "SlurmRuntime",
+        "metadata": {"name": "deeper"},
+        "spec": {"partition": "gpu", "deep": deep},
+    }))
+    .expect("object");
+    match Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &slurm())
+        .create(&PostParams::default(), &object)
+        .await
+    {
+        Ok(_) | Err(kube::Error::SerdeError(_)) => {}
+        Err(e) => panic!("create: {e}"),
+    }
+    let r = start(cp, &ns).await;
+    create_trainjob(
+        &admin,
+        &ns,
+        "on-deeper",
+        json!({"apiGroup": "hpc.example.com", "kind": "SlurmRuntime", "name": "deeper"}),
+        None,
+    )
+    .await;
+    let event = wait_for(
+        "a RuntimeUnreadable Warning",
+        Duration::from_secs(90),
+        || async {
+            warnings(&admin, &ns, "on-deeper")
+                .await
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("RuntimeUnreadable"))
+        },
+    )
+    .await;
+    let note = event.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("recursion limit") && note.contains("128 levels"),
+        "{note}"
+    );
+    assert!(note.len() < 1024, "a bounded note: {note}");
+    assert!(!note.contains("bottom"), "no object quoted: {note}");
+    assert!(snapshot_cm(&admin, &ns, "on-deeper").await.is_none());
+    assert!(!r.task.is_finished());
+    r.stop().await;
+}
