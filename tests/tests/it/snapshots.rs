@@ -1836,3 +1836,57 @@ async fn a_runtime_nested_300_levels_deep_gets_a_warning_naming_why() {
     assert!(!r.task.is_finished());
     r.stop().await;
 }
+
+/// Kueue mode: Open of a managed job without its snapshot writes no opened mark, so the
+/// readmission gate keeps its Workload at the start gate; once the snapshot is written a
+/// later Open lets it through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_mode_open_waits_for_the_snapshot_and_the_gate_keeps_the_job_until_then() {
+    use holdfast_tests::kueue_support::{Fixture, check, condition};
+    let mut f = Fixture::start("snap-kq-open").await;
+    f.exec = f.exec.clone().with_snapshot_gate();
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "the Workload has quota and waits at the gate", |w| {
+        check(w).0 == "Pending" && condition(w, "QuotaReserved")
+    })
+    .await;
+
+    let answer = f
+        .exec
+        .open(&f.ns, "job", open_meta(Duration::from_secs(3)))
+        .await;
+    let Err(error) = &answer else {
+        panic!("Open must wait for the snapshot: {answer:?}");
+    };
+    assert_eq!(
+        error.cause(),
+        Some(holdfast_core::hold::RejectCause::DeadlinePassed),
+        "{error:?}"
+    );
+    let job = f.trainjob("job").await;
+    assert!(!opened(&job), "no opened mark: {job:#}");
+    // The gate keeps it: still pending at the check, not admitted, suspended.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let workloads = f.workloads("job").await;
+    assert!(
+        workloads
+            .iter()
+            .all(|w| check(w).0 == "Pending" && !condition(w, "Admitted")),
+        "{workloads:#?}"
+    );
+    assert_eq!(f.trainjob("job").await["spec"]["suspend"], true);
+
+    // The snapshot is written; a later Open opens the gate and the job runs.
+    let r = start(f.cp, &f.ns).await;
+    wait_snapshot(&f.admin, &f.ns, "job").await;
+    assert_eq!(
+        f.exec
+            .open(&f.ns, "job", open_meta(Duration::from_secs(30)))
+            .await,
+        Ok(holdfast_core::hold::Outcome::Opened { started: false })
+    );
+    f.job_when("job", "the job runs", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    r.stop().await;
+    f.finish().await;
+}
