@@ -264,7 +264,7 @@ async fn an_editor_may_neither_remove_the_execution_finalizer_nor_the_jobset_lab
 }
 
 #[tokio::test]
-async fn a_pod_carrying_the_execution_finalizer_still_counts_after_an_editor_reowns_it() {
+async fn a_pod_carrying_the_execution_finalizer_may_not_be_reowned_and_still_counts() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("reown").await.expect("namespace");
     register_policy(cp, &ns).await;
@@ -274,17 +274,23 @@ async fn a_pod_carrying_the_execution_finalizer_still_counts_after_an_editor_reo
         keeper: _keeper,
         ..
     } = held_on_a_lost_node(cp, &ns, "reown").await;
-    // An editor takes the running pod away from its Job (as the Job controller does when
-    // its selector no longer matches): by ownership it would be nobody's.
+    // An editor tries to take the running pod away from its Job (as the Job controller does
+    // when its selector no longer matches): by ownership it would be nobody's.
     let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
-    alice
+    let refused = alice
         .patch(
             "mnist-node-0-0",
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
         )
         .await
-        .expect("alice may re-own a pod");
+        .expect_err("only the garbage collector changes the owners of an execution's pod");
+    assert!(
+        refused
+            .to_string()
+            .contains("metadata.ownerReferences of pod"),
+        "{refused}"
+    );
     assert_eq!(
         exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
         Err(HoldError::PodsRemain),
@@ -357,17 +363,16 @@ async fn only_a_fencer_may_fence_a_node_through_the_hold_api() {
     let _ = binding.delete(&fencer, &DeleteParams::default()).await;
 }
 
-/// Found while teaching the adversary lost-node attacks on pods, and not fixed here: a pod
-/// of an execution that is bound and running but does not carry the execution finalizer yet
-/// — bound while no keeper runs (a leader failover, a controller outage), or in the moment
-/// before the keeper reacts — and that an editor re-owns (its ownerReferences and the Job
-/// controller's `controller-uid` label stripped, which the chart's policy allows on a pod
-/// without the finalizer) is nobody's by ownership from then on: the keeper, once back, never
-/// puts the finalizer on it, and neither Release nor the readmission gate counts it. The Job
-/// no longer manages it either, so a hold leaves it running. The release then starts the
-/// next execution while its process runs (here on a lost node, where nobody reports it).
+/// Found while teaching the adversary lost-node attacks on pods: a pod of an execution that
+/// is bound and running but does not carry the execution finalizer yet — bound while no
+/// keeper runs (a leader failover, a controller outage), or in the moment before the keeper
+/// reacts — was re-owned by an editor (its ownerReferences and the Job controller's
+/// `controller-uid` label stripped), and was nobody's by ownership from then on: the keeper
+/// never put the finalizer on it, neither Release nor the readmission gate counted it, and a
+/// hold left it running. The chart's execution policy now keeps a pod's owners and those
+/// labels while it carries the JobSet label, finalizer or not: the re-own is refused, the
+/// keeper puts the finalizer on the pod once back, and the release waits for it.
 #[tokio::test]
-#[ignore = "a hole, not fixed: a running pod re-owned before the keeper put the execution finalizer on it is never counted (see the test's doc)"]
 async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("reownearly").await.expect("namespace");
@@ -422,17 +427,44 @@ async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
     )
     .await
     .expect("pod status");
-    // An editor takes it away from its Job before any keeper saw it.
+    // An editor tries to take it away from its Job before any keeper saw it: the owners, the
+    // Job controller's label, or both.
     let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
+    for (edit, what) in [
+        (
+            json!({"metadata": {"ownerReferences": null, "labels": {
+                holdfast_core::execution::JOB_CONTROLLER_UID_LABEL: null}}}),
+            "metadata.ownerReferences of pod",
+        ),
+        (
+            json!({"metadata": {"labels": {
+                holdfast_core::execution::JOB_CONTROLLER_UID_LABEL: "another"}}}),
+            "metadata.labels of pod",
+        ),
+        (
+            json!({"metadata": {"labels": {execution_owners::JOBSET_NAME_LABEL: null}}}),
+            "metadata.labels of pod",
+        ),
+    ] {
+        let refused = alice
+            .patch(name, &PatchParams::default(), &Patch::Merge(edit))
+            .await
+            .expect_err("refused, finalizer or not");
+        let message = refused.to_string();
+        assert!(
+            message.contains(what) && message.contains("kubectl holdfast hold"),
+            "{message}"
+        );
+    }
+    // Other labels are hers to change.
     alice
         .patch(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"ownerReferences": null, "labels": {
-                holdfast_core::execution::JOB_CONTROLLER_UID_LABEL: null}}})),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
         )
         .await
-        .expect("alice may re-own a pod that carries no execution finalizer");
+        .expect("another label");
     // The keeper comes back, and dispatch holds the job; the node is lost, nothing reports.
     let _keeper = keeper(cp, &ns).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -442,10 +474,200 @@ async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
     let kept = carries(&pods.get(name).await.expect("the pod runs on"));
     let release = exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await;
     let _ = pods.delete(name, &force()).await;
+    drop_finalizer(cp, &ns, name).await;
     assert_eq!(
         (kept, release),
         (true, Err(HoldError::PodsRemain)),
-        "a running pod of the held execution, re-owned by an editor, carries the execution \
-         finalizer and still counts"
+        "a running pod of the held execution, which an editor could not re-own, carries the \
+         execution finalizer and still counts"
     );
+}
+
+/// The other side of the policy that keeps an execution's owners: Kubernetes' garbage
+/// collector still strips them in an orphaning delete of the Job (`kubectl delete job
+/// --cascade=orphan`), the Job goes, and the orphan — its JobSet label and the Job
+/// controller's `controller-uid` label kept, and no longer changeable — still counts until
+/// it ends. Here it runs without the execution finalizer (bound while no keeper ran).
+#[tokio::test]
+async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still_counts() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("orphanjob").await.expect("namespace");
+    register_policy(cp, &ns).await;
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let node = format!("orphan-{ns}");
+    lost_node(&admin, &node).await;
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let exec = executor(cp).await;
+    exec.open(&ns, "mnist", meta(None, MINUTE))
+        .await
+        .expect("open");
+    let uid = Api::<kube::api::DynamicObject>::namespaced_with(
+        admin.clone(),
+        &ns,
+        &holdfast_tests::objects::trainjob_resource(),
+    )
+    .get("mnist")
+    .await
+    .expect("the TrainJob")
+    .metadata
+    .uid
+    .expect("uid");
+    let owners = execution_owners::ensure(&admin, &ns, "mnist", &uid)
+        .await
+        .expect("owners");
+    let job_name = owners[0]["name"].as_str().expect("the Job").to_owned();
+    let job_uid = owners[0]["uid"].as_str().expect("the Job's uid").to_owned();
+    let name = "mnist-node-0-0";
+    let mut pod = execution_owners::pod(
+        name,
+        "mnist",
+        &owners,
+        json!({"labels": {holdfast_core::execution::JOB_CONTROLLER_UID_LABEL: job_uid}}),
+    );
+    pod["spec"]["nodeName"] = json!(node);
+    pod["spec"]["restartPolicy"] = json!("Never");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    pods.create(
+        &kube::api::PostParams::default(),
+        &serde_json::from_value(pod).expect("pod"),
+    )
+    .await
+    .expect("pod");
+    pods.patch_status(
+        name,
+        &as_kubelet(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [
+            {"name": "node", "image": "pytorch/pytorch:2.10.0", "imageID": "", "ready": true,
+             "restartCount": 0, "state": {"running": {"startedAt": "2026-12-03T10:00:00Z"}}}]}})),
+    )
+    .await
+    .expect("pod status");
+    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("hold");
+
+    // `kubectl delete job --cascade=orphan` (by whoever may delete Jobs).
+    let jobs = Api::<kube::api::DynamicObject>::namespaced_with(
+        admin.clone(),
+        &ns,
+        &execution_owners::job_resource(),
+    );
+    // Before it, nobody but the garbage collector (not even an admin) unlinks the Job from
+    // its JobSet or the JobSet from its TrainJob: either would hide the pod's chain.
+    let jobsets = Api::<kube::api::DynamicObject>::namespaced_with(
+        admin.clone(),
+        &ns,
+        &execution_owners::jobset_resource(),
+    );
+    let jobset_name = job_name.trim_end_matches("-node-0").to_owned();
+    for (api, object, edit, what) in [
+        (
+            &jobs,
+            &job_name,
+            json!({"metadata": {"ownerReferences": null}}),
+            "metadata.ownerReferences of Job",
+        ),
+        (
+            &jobs,
+            &job_name,
+            json!({"metadata": {"labels": {execution_owners::JOBSET_NAME_LABEL: "other"}}}),
+            "metadata.labels of Job",
+        ),
+        (
+            &jobsets,
+            &jobset_name,
+            json!({"metadata": {"ownerReferences": null}}),
+            "metadata.ownerReferences of JobSet",
+        ),
+    ] {
+        let refused = api
+            .patch(object, &PatchParams::default(), &Patch::Merge(edit))
+            .await
+            .expect_err("refused");
+        assert!(refused.to_string().contains(what), "{refused}");
+    }
+    jobs.delete(&job_name, &DeleteParams::orphan())
+        .await
+        .expect("an orphaning delete of the Job");
+    wait_for(
+        "the garbage collector strips the pod's owners and the Job goes",
+        MINUTE,
+        || async {
+            let p = pods.get(name).await.ok()?;
+            let stripped = p
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_none_or(Vec::is_empty);
+            let job_gone = jobs.get_opt(&job_name).await.ok()?.is_none();
+            (stripped && job_gone).then_some(())
+        },
+    )
+    .await;
+    let orphan = pods.get(name).await.expect("the orphan runs on");
+    let labels = orphan.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get(execution_owners::JOBSET_NAME_LABEL)
+            .map(String::as_str),
+        Some("mnist")
+    );
+    assert_eq!(
+        labels
+            .get(holdfast_core::execution::JOB_CONTROLLER_UID_LABEL)
+            .map(String::as_str),
+        Some(job_uid.as_str())
+    );
+    // Nor may an editor then relabel the orphan, or give it an owner that is no Job.
+    let alice = cp.client(Identity::User).await.expect("alice");
+    let alice_pods: Api<Pod> = Api::namespaced(alice, &ns);
+    for (edit, what) in [
+        (
+            json!({"metadata": {"labels": {
+                holdfast_core::execution::JOB_CONTROLLER_UID_LABEL: null}}}),
+            "metadata.labels of pod",
+        ),
+        (
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "name": "mine", "uid": "00000000-0000-0000-0000-000000000001",
+                "controller": true}]}}),
+            "metadata.ownerReferences of pod",
+        ),
+    ] {
+        let refused = alice_pods
+            .patch(name, &PatchParams::default(), &Patch::Merge(edit))
+            .await
+            .expect_err("refused");
+        assert!(refused.to_string().contains(what), "{refused}");
+    }
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Err(HoldError::PodsRemain),
+        "the orphan carries JobSet's label and the Job controller's: it counts"
+    );
+    let status = exec.status(&ns, "mnist").await.expect("status");
+    assert_eq!(
+        status
+            .remaining_pods
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>(),
+        [name]
+    );
+    // Its kubelet reports it ended: the release goes through.
+    pods.patch_status(
+        name,
+        &as_kubelet(),
+        &Patch::Merge(json!({"status": {"phase": "Failed", "containerStatuses": [
+            {"name": "node", "image": "pytorch/pytorch:2.10.0", "imageID": "", "ready": false,
+             "restartCount": 0, "state": {"terminated": {"exitCode": 143, "reason": "Error",
+                "startedAt": "2026-12-03T10:00:00Z", "finishedAt": "2026-12-03T10:05:00Z"}}}]}})),
+    )
+    .await
+    .expect("the kubelet's report");
+    assert_eq!(
+        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    let _ = pods.delete(name, &force()).await;
 }
