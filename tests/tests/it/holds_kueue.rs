@@ -1247,3 +1247,74 @@ async fn kueue_mode_counts_held_workloads_from_the_gates_store() {
     .await;
     assert_eq!(count.oldest_placed, Some(placed));
 }
+
+/// Open of a managed job without its runtime snapshot writes no opened mark, so the
+/// readmission gate keeps its Workload at the start gate; once the snapshot is written, a
+/// later Open lets it through. (The executor as the controller wires it: snapshot gate on.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_mode_open_waits_for_the_snapshot_and_the_gate_keeps_the_job_until_then() {
+    use holdfast_controller::snapshot::{Config, SnapshotMetrics, Snapshotter};
+    let mut f = Fixture::start("kq-nosnap").await;
+    f.exec = f.exec.clone().with_snapshot_gate();
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "the Workload has quota and waits at the gate", |w| {
+        check(w).0 == "Pending" && condition(w, "QuotaReserved")
+    })
+    .await;
+
+    // No snapshot reconciler yet: Open waits for the snapshot within its deadline.
+    let answer = f
+        .exec
+        .open(&f.ns, "job", meta(None, Duration::from_secs(3)))
+        .await;
+    let Err(error) = &answer else {
+        panic!("Open must wait for the snapshot: {answer:?}");
+    };
+    assert_eq!(
+        error.cause(),
+        Some(RejectCause::DeadlinePassed),
+        "{error:?}"
+    );
+    assert!(
+        error.body().message.contains("no runtime snapshot yet"),
+        "{error:?}"
+    );
+    let job = f.trainjob("job").await;
+    assert_eq!(annotation(&job, holdfast_core::names::ANN_OPENED), None);
+    // The gate keeps it at the start gate.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let workloads = f.workloads("job").await;
+    assert!(
+        workloads
+            .iter()
+            .all(|w| check(w).0 == "Pending" && !condition(w, "Admitted")),
+        "{workloads:#?}"
+    );
+    assert_eq!(f.trainjob("job").await["spec"]["suspend"], true);
+
+    // The snapshot is written: a later Open opens the gate, and the job runs.
+    let controller = f.cp.client(Identity::Controller).await.expect("controller");
+    let snapshotter = Snapshotter::new(
+        controller,
+        Config {
+            namespace: Some(f.ns.clone()),
+            ..Config::default()
+        },
+        SnapshotMetrics::default(),
+        holdfast_serve::Readiness::default(),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { snapshotter.run(stop).await }
+    });
+    assert_eq!(
+        f.exec.open(&f.ns, "job", meta(None, MINUTE)).await,
+        Ok(Outcome::Opened { started: false })
+    );
+    f.job_when("job", "the job runs", |tj| tj["spec"]["suspend"] == false)
+        .await;
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+    f.finish().await;
+}
