@@ -160,7 +160,12 @@ async fn eight_alias_bombs_in_snapshot_named_configmaps_leave_the_controller_lea
         },
     )
     .await;
-    for e in events.list(&ListParams::default()).await.expect("events").items {
+    for e in events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+    {
         if e.reason.as_deref() == Some("SnapshotInvalid") {
             let note = e.note.unwrap_or_default();
             assert!(note.contains("alias") && note.len() < 2048, "{note}");
@@ -206,8 +211,15 @@ async fn eight_alias_bombs_in_snapshot_named_configmaps_leave_the_controller_lea
         trainjob("after", &runtime),
     )
     .await;
-    wait_for("the snapshot of a new job", Duration::from_secs(30), || async {
-        cms.get_opt(&names::snapshot_name("after")).await.ok().flatten()
-    })
+    wait_for(
+        "the snapshot of a new job",
+        Duration::from_secs(30),
+        || async {
+            cms.get_opt(&names::snapshot_name("after"))
+                .await
+                .ok()
+                .flatten()
+        },
+    )
     .await;
 }
