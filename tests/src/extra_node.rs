@@ -31,36 +31,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
 
-/// How many extra nodes one cluster may add (each has an identity in the token file, made at
-/// start; names are never reused).
-pub const EXTRA_NODES: usize = 8;
+pub use crate::node::{EXTRA_NODES, extra_node_identities as identities, extra_node_name as name};
 /// The taint an extra node registers with.
 pub const EXTRA_NODE_TAINT: &str = "holdfast.dev/extra-node";
 /// The label that places a lost-node test's pods (`In [pool]`, required).
 pub const POOL_LABEL: &str = "holdfast.dev/test-pool";
 
-/// The `i`th extra node's name.
-pub fn name(i: usize) -> String {
-    format!("{NODE_NAME}-{}", i + 2)
-}
-
 fn slug(i: usize) -> String {
     format!("node-{}", name(i))
-}
-
-/// The identities of the extra nodes' kubelets (`system:node:<name>`, group `system:nodes`:
-/// the Node authorizer and NodeRestriction judge them as any kubelet), for the control plane's
-/// token file.
-pub fn identities() -> Vec<(String, String, Vec<String>)> {
-    (0..EXTRA_NODES)
-        .map(|i| {
-            (
-                slug(i),
-                format!("system:node:{}", name(i)),
-                vec!["system:nodes".to_owned(), "system:authenticated".to_owned()],
-            )
-        })
-        .collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +61,8 @@ pub struct ExtraNode<'a> {
     kubelet: String,
     containerd: String,
     state: State,
+    /// How many processes of the node's containers the fence killed.
+    killed: usize,
 }
 
 impl NodeCluster {
@@ -126,6 +106,7 @@ impl NodeCluster {
             cgroup,
             socket,
             state: State::Running,
+            killed: 0,
         };
         self.start_containerd(&node.containerd, &node.dir.join("containerd"), &node.socket)?;
         self.run_kubelet(&KubeletSpec {
@@ -196,8 +177,11 @@ impl ExtraNode<'_> {
     /// Returns the moment after which nothing of the node ran.
     pub fn fence(&mut self) -> anyhow::Result<jiff::Timestamp> {
         self.cluster.with_process(&self.kubelet, |p| p.kill());
+        let mut killed = std::collections::BTreeSet::new();
         for _ in 0..100 {
-            let mut pids = self.cgroup_pids();
+            let containers = self.cgroup_pids();
+            killed.extend(containers.iter().copied());
+            let mut pids = containers;
             pids.extend(shims_of(&self.socket));
             if pids.is_empty() {
                 break;
@@ -215,7 +199,14 @@ impl ExtraNode<'_> {
             bail!("processes of {} left after the fence: {left:?}", self.name);
         }
         self.state = State::Fenced;
+        self.killed = killed.len();
         Ok(jiff::Timestamp::now())
+    }
+
+    /// How many processes in the node's cgroups (its containers, their pause processes) the
+    /// fence killed: a fence of a node that ran pods kills some.
+    pub fn killed_processes(&self) -> usize {
+        self.killed
     }
 
     /// Every pid in the node's cgroups (each v1 hierarchy, recursively).

@@ -54,6 +54,30 @@ const JOBSET_WEBHOOK_PORT: u16 = 9444;
 const TRAINER_HEALTH_PORT: u16 = 8081;
 const JOBSET_HEALTH_PORT: u16 = 8082;
 
+/// How many extra nodes one cluster may add ([`crate::extra_node`]): each has an identity in
+/// the token file, made at start, and names are never reused.
+pub const EXTRA_NODES: usize = 8;
+
+/// The `i`th extra node's name.
+pub fn extra_node_name(i: usize) -> String {
+    format!("{NODE_NAME}-{}", i + 2)
+}
+
+/// The identities of the extra nodes' kubelets (`system:node:<name>`, group `system:nodes`:
+/// the Node authorizer and NodeRestriction judge them as any kubelet), for the control plane's
+/// token file: (slug, user, groups).
+pub fn extra_node_identities() -> Vec<(String, String, Vec<String>)> {
+    (0..EXTRA_NODES)
+        .map(|i| {
+            (
+                format!("node-{}", extra_node_name(i)),
+                format!("system:node:{}", extra_node_name(i)),
+                vec![s("system:nodes"), s("system:authenticated")],
+            )
+        })
+        .collect()
+}
+
 /// What differs between two kubelets of the cluster ([`NodeCluster::run_kubelet`]).
 pub(crate) struct KubeletSpec<'a> {
     /// The process's name (its log: `{name}.log`).
@@ -286,7 +310,7 @@ impl NodeCluster {
                 ),
             ]
             .into_iter()
-            .chain(crate::extra_node::identities())
+            .chain(extra_node_identities())
             .chain([(
                 s("jobset"),
                 crate::rbac::service_account_user("jobset-system", "jobset-controller-manager"),

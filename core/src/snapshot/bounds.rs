@@ -13,7 +13,9 @@
 //! anchor or an alias, and both copy an object the apiserver stored; so no snapshot either
 //! wrote comes near any of these bounds.
 
-use super::MAX_CONFIGMAP_DATA_BYTES;
+/// The most a ConfigMap's data may hold: the apiserver sums the lengths of the values of
+/// `data` and `binaryData` and refuses more than 1 MiB (`core.MaxSecretSize`).
+pub const MAX_CONFIGMAP_DATA_BYTES: usize = 1024 * 1024;
 
 /// The most bytes of `data.runtime` read. The apiserver refuses a ConfigMap whose data
 /// exceeds 1 MiB, so a longer value cannot come from the apiserver at all; it is refused

@@ -7,9 +7,7 @@ use super::{
 };
 use crate::names;
 
-/// The most a ConfigMap's data may hold: the apiserver sums the lengths of the values of
-/// `data` and `binaryData` and refuses more than 1 MiB (`core.MaxSecretSize`).
-pub const MAX_CONFIGMAP_DATA_BYTES: usize = 1024 * 1024;
+use super::bounds::MAX_CONFIGMAP_DATA_BYTES;
 
 /// The snapshot ConfigMap to create for a TrainJob, as JSON.
 ///

@@ -35,7 +35,8 @@ mod render;
 #[cfg(test)]
 mod tests;
 
-pub use configmap::{MAX_CONFIGMAP_DATA_BYTES, snapshot_configmap};
+pub use bounds::MAX_CONFIGMAP_DATA_BYTES;
+pub use configmap::snapshot_configmap;
 pub use drift::{Drift, MAX_DRIFT_PATHS, admission_race, drift, drifted};
 pub use error::{RefField, SnapshotError, SnapshotFault};
 pub use kinds::RuntimeResources;

@@ -671,3 +671,64 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
     );
     let _ = pods.delete(name, &force()).await;
 }
+
+/// A Job of a TrainJob's execution keeps `podReplacementPolicy: Failed`, which holdfast's
+/// JobSet mutation gave it: switched back to `TerminatingOrFailed`, the Job controller would
+/// replace a lost node's Terminating pod beside its running process. Nobody changes it — not an
+/// editor, not a cluster admin — while a Job without it (made before holdfast) stays editable.
+#[tokio::test]
+async fn nobody_switches_a_trainjobs_job_back_to_terminating_or_failed() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("keepfailed").await.expect("namespace");
+    register_policy(cp, &ns).await;
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let jobs: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &execution_owners::job_resource());
+    let job = |name: &str, policy: &str| {
+        serde_json::from_value::<kube::api::DynamicObject>(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "labels": {"jobset.sigs.k8s.io/jobset-name": "mnist"}},
+            "spec": {"suspend": true, "podReplacementPolicy": policy,
+                "template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}
+        }))
+        .expect("job")
+    };
+    let pp = kube::api::PostParams::default();
+    jobs.create(&pp, &job("kept", "Failed"))
+        .await
+        .expect("a Job created with Failed");
+    jobs.create(&pp, &job("before", "TerminatingOrFailed"))
+        .await
+        .expect("a Job made before holdfast");
+    let switch = |to: &'static str| Patch::Merge(json!({"spec": {"podReplacementPolicy": to}}));
+    match jobs
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &switch("TerminatingOrFailed"),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message.contains("spec.podReplacementPolicy of Job")
+                && s.message.contains("keeps Failed"),
+            "refused by the execution policy, saying why: {}",
+            s.message
+        ),
+        other => panic!("a TrainJob's Job was switched back to TerminatingOrFailed: {other:?}"),
+    }
+    let kept = jobs.get("kept").await.expect("the Job");
+    assert_eq!(kept.data["spec"]["podReplacementPolicy"], "Failed");
+    // Other edits of it go on, and a Job that never had Failed is not bound by the rule.
+    jobs.patch(
+        "kept",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+    )
+    .await
+    .expect("another edit of the Job");
+    jobs.patch("before", &PatchParams::default(), &switch("Failed"))
+        .await
+        .expect("a Job without Failed may be given it");
+}

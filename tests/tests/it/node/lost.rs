@@ -366,6 +366,10 @@ async fn holdfast_for(
 /// (`POST /v1/nodes/{node}/fence`, as the admin).
 async fn fence_for_real(scene: &mut Scene<'_>, api: &ServiceHoldApi) -> jiff::Timestamp {
     let off = scene.node_mut().fence().expect("power the node off");
+    assert!(
+        scene.node().killed_processes() > 0,
+        "the fence killed the lost node's running containers"
+    );
     let admin = scene.cluster.token(Identity::Admin).to_owned();
     let (status, answer) = api.fence(&admin, &scene.node().name).await;
     assert_eq!(status, 200, "fence: {answer}");
@@ -478,9 +482,10 @@ async fn with_holdfast_a_lost_nodes_rank_is_not_replaced_until_the_node_is_fence
 
 /// The seed's story in plain mode, on two real nodes: a job runs on the extra node; the node is
 /// lost; dispatch holds the job, and its pod stays Terminating there. Release answers
-/// `PodsRemain`, and Status lists the pod with its node `notReady`. An editor then
-/// force-deletes the pod, tries to remove its JobSet label (refused), and an admin deletes the
-/// Node without fencing: the pod still counts and Release still answers `PodsRemain`. Once the
+/// `PodsRemain`, and Status lists the pod with its node `notReady`. An admin then deletes the
+/// Node without fencing (pod GC marks the pod Failed and deletes it for good), an editor
+/// force-deletes it and tries to remove its JobSet label (refused): the pod still counts and
+/// Release still answers `PodsRemain`. Once the
 /// node is fenced for real, the pod goes, Release resumes the job, and its next execution runs
 /// on the surviving node only — and by containerd's records on both nodes, after the last line
 /// of the old one.
@@ -537,6 +542,29 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
     );
     assert_eq!(rest[0].2, "notReady", "{rest:?}");
 
+    // An admin deletes the Node without fencing: pod GC marks the pod Failed and deletes it
+    // for good (after its 40 s quarantine of a deleted node's pods), and the pod still counts.
+    scene.node().delete_node().await.expect("delete the Node");
+    wait_for(
+        "pod GC marks the pod of the deleted Node Failed",
+        Duration::from_secs(150),
+        || async {
+            let p = scene.pods.get(&name).await.ok()?;
+            let failed = p.status.as_ref()?.phase.as_deref() == Some("Failed");
+            failed.then_some(p)
+        },
+    )
+    .await;
+    let p = scene
+        .pods
+        .get(&name)
+        .await
+        .expect("the pod outlives its Node");
+    assert!(
+        holdfast_tests::lost_node::carries(&p),
+        "held by the execution finalizer"
+    );
+    release("after the Node was deleted and pod GC acted").await;
     // An editor force-deletes the pod: it stays, Terminating, and still counts.
     let editor: Api<Pod> = Api::namespaced(
         cluster.client(Identity::User).await.expect("alice"),
@@ -546,15 +574,11 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
         .delete(&name, &holdfast_tests::lost_node::force())
         .await
         .expect("an editor may force-delete a pod");
-    let p = scene
+    scene
         .pods
         .get(&name)
         .await
         .expect("the force-deleted pod is still there");
-    assert!(
-        holdfast_tests::lost_node::carries(&p),
-        "held by the execution finalizer"
-    );
     release("after a force-delete").await;
     // Removing its JobSet label is refused.
     let relabel = editor
@@ -568,15 +592,7 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
         relabel.is_err(),
         "an editor removed the JobSet label: {relabel:?}"
     );
-    // An admin deletes the Node without fencing: pod GC acts on the pod, which still counts.
-    scene.node().delete_node().await.expect("delete the Node");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    scene
-        .pods
-        .get(&name)
-        .await
-        .expect("the pod outlives its Node");
-    release("after the Node was deleted").await;
+    release("after a refused relabel").await;
     scene.still_beating(&lost);
 
     fence_for_real(&mut scene, &api).await;
