@@ -144,6 +144,33 @@ impl<'a> Scene<'a> {
         p
     }
 
+    /// The seed's scene up to the hold: dispatch opens TrainJob `tj` (as `alice`), its first
+    /// execution runs on the extra node, the survivor joins the pool, the extra node is lost,
+    /// and dispatch holds the job (hold 1): its pod goes Terminating on the lost node and stays
+    /// so. Returns that pod.
+    async fn opened_lost_and_held(&mut self, api: &ServiceHoldApi, alice: &str) -> Pod {
+        let (status, answer) = api.call(alice, &self.ns, "tj", "open", None).await;
+        assert_eq!(status, 200, "open: {answer}");
+        let node = self.node().name.clone();
+        let lost = self
+            .running_on(&node, &[], "the first execution on the extra node")
+            .await;
+        let name = lost.metadata.name.clone().expect("name");
+        self.survivor_joins().await;
+        self.lose_node().await;
+        let (status, answer) = api.call(alice, &self.ns, "tj", "hold", Some(1)).await;
+        assert_eq!(
+            (status, &answer),
+            (200, &serde_json::json!({"result": "Ok", "outcome": "Held"}))
+        );
+        wait_for("the held pod Terminating", MINUTE, || async {
+            let p = self.pods.get(&name).await.ok()?;
+            p.metadata.deletion_timestamp.is_some().then_some(())
+        })
+        .await;
+        lost
+    }
+
     /// The main node joins the pool: a replacement may run there.
     async fn survivor_joins(&self) {
         label_main_node(self.cluster, Some(&self.pool))
@@ -499,29 +526,8 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
     scene
         .create_trainjob(serde_json::json!({"holdfast.dev/managed": "true"}))
         .await;
-    let (status, answer) = api.call(&alice, &scene.ns, "tj", "open", None).await;
-    assert_eq!(status, 200, "open: {answer}");
-    let lost = scene
-        .running_on(
-            &scene.node().name.clone(),
-            &[],
-            "the first execution on the extra node",
-        )
-        .await;
+    let lost = scene.opened_lost_and_held(&api, &alice).await;
     let name = lost.metadata.name.clone().expect("name");
-    scene.survivor_joins().await;
-    scene.lose_node().await;
-
-    let (status, answer) = api.call(&alice, &scene.ns, "tj", "hold", Some(1)).await;
-    assert_eq!(
-        (status, &answer),
-        (200, &serde_json::json!({"result": "Ok", "outcome": "Held"}))
-    );
-    wait_for("the held pod Terminating", MINUTE, || async {
-        let p = scene.pods.get(&name).await.ok()?;
-        p.metadata.deletion_timestamp.is_some().then_some(())
-    })
-    .await;
     let release = |why: &'static str| {
         let (api, alice, ns) = (&api, alice.clone(), scene.ns.clone());
         async move {
@@ -671,29 +677,8 @@ async fn kueue_a_held_job_on_a_lost_node_is_readmitted_only_after_the_node_is_fe
         (state == "Pending" && message.contains("start gate")).then_some(())
     })
     .await;
-    let (status, answer) = api.call(&alice, &scene.ns, "tj", "open", None).await;
-    assert_eq!(status, 200, "open: {answer}");
-    let lost = scene
-        .running_on(
-            &scene.node().name.clone(),
-            &[],
-            "the first execution on the extra node",
-        )
-        .await;
+    let lost = scene.opened_lost_and_held(&api, &alice).await;
     let name = lost.metadata.name.clone().expect("name");
-    scene.survivor_joins().await;
-    scene.lose_node().await;
-
-    let (status, answer) = api.call(&alice, &scene.ns, "tj", "hold", Some(1)).await;
-    assert_eq!(
-        (status, &answer),
-        (200, &serde_json::json!({"result": "Ok", "outcome": "Held"}))
-    );
-    wait_for("the held pod Terminating", MINUTE, || async {
-        let p = scene.pods.get(&name).await.ok()?;
-        p.metadata.deletion_timestamp.is_some().then_some(())
-    })
-    .await;
     let (status, answer) = api.call(&alice, &scene.ns, "tj", "release", Some(1)).await;
     assert_eq!(status, 200, "release: {answer}");
     let pending = |why: &'static str| {
