@@ -1,16 +1,23 @@
-//! Plain mode: which TrainJobs own a Workload that carries a hold's marks, from a
-//! metadata-only watch of every Workload, so that a hold call on a job Kueue never held sends
-//! the apiserver nothing but the TrainJob's GET and its update.
+//! Which TrainJobs own a Workload that carries a hold's marks, from a metadata-only watch of
+//! every Workload. Only the Workloads carrying a mark are kept (the hold-instance annotation or
+//! the hold finalizer; every other Workload is forgotten as it is seen), so the memory grows
+//! with the holds in force, not with the number of jobs.
 //!
-//! A hold placed in kueue mode lives on the job's Workload and is honoured in plain mode after
-//! a switch (`holdfast_core::hold::switch`). Finding it by reading the job's Workloads on
-//! every call cost two LISTs per call (by Kueue's job-uid label, then the namespace, since an
-//! editor may remove the label). Here the marks are watched instead: a Workload's hold is its
-//! `holdfast.dev/hold-instance` annotation and the hold finalizer, both metadata. Only the
-//! Workloads carrying a mark are kept (a switch leaves a few; every other Workload is
-//! forgotten as it is seen), so the memory does not grow with the number of jobs.
+//! Two readers:
 //!
-//! What the watch answers ([`Lookup`]):
+//! - **The controller, in plain mode**, so that a hold call on a job Kueue never held sends
+//!   the apiserver nothing but the TrainJob's GET and its update. A hold placed in kueue mode
+//!   lives on the job's Workload and is honoured in plain mode after a switch
+//!   (`holdfast_core::hold::switch`); reading the job's Workloads on every call cost two LISTs
+//!   per call. It asks [`HeldWorkloads::lookup`], and reads fresh whenever the answer is not
+//!   [`Lookup::Unmarked`].
+//! - **The webhook**, when a TrainJob is being unsuspended and Kueue's `job-uid` label finds
+//!   no Workload the TrainJob owns: ownership decides (an editor may have removed the label
+//!   before holdfast guarded it), and a namespace-wide LIST per review is what a forged review
+//!   could make the webhook send. It asks [`HeldWorkloads::hold_seen`] instead. The labelled
+//!   read stays fresh; only the owner-by-reference fallback is the watch's.
+//!
+//! What [`HeldWorkloads::lookup`] answers:
 //! - [`Lookup::Unmarked`]: no Workload the TrainJob owns carries a mark, as of the watch, or
 //!   the Workload kind is not served (Kueue not installed). The call reads no Workload.
 //! - [`Lookup::Marked`]: one does; the call reads the job's Workloads from the apiserver as
@@ -19,25 +26,33 @@
 //!   failure ends it, and a new one lists afresh: [`keep_watching`]); the call reads the
 //!   Workloads from the apiserver.
 //!
-//! Why the watch's lag cannot hide a hold for longer than the watch takes to deliver an
-//! event: in plain mode nothing adds a hold's marks to a Workload. Holds on Workloads are
-//! placed by kueue mode's controller, which a switch stops first (chart README, "Switching
-//! mode"); the readmission controller that moves a hold to a replacement Workload is kueue
-//! mode's; the webhook refuses anyone else writing the marks. So marks only go away, and a
-//! stale mark errs towards [`Lookup::Marked`], which reads fresh. What can still change is a
-//! marked Workload's owner: after its TrainJob was deleted with `--cascade=orphan`, Kueue may
-//! adopt the orphan for a new TrainJob naming it as its prebuilt Workload (only Kueue may make
-//! a Workload a TrainJob's). That is one watch event, delivered in milliseconds; a watch that
-//! failed instead is abandoned and calls read fresh until a new one lists. The webhook's own
-//! check of an unsuspend reads the Workloads fresh, whatever this watch says. The initial list
-//! is a consistent read, not the watch cache.
+//! Why the watch's lag cannot hide a hold from the plain-mode controller for longer than the
+//! watch takes to deliver an event: in plain mode nothing adds a hold's marks to a Workload.
+//! Holds on Workloads are placed by kueue mode's controller, which a switch stops first (chart
+//! README, "Switching mode"); the readmission controller that moves a hold to a replacement
+//! Workload is kueue mode's; the webhook refuses anyone else writing the marks. So marks only
+//! go away, and a stale mark errs towards [`Lookup::Marked`], which reads fresh. What can still
+//! change is a marked Workload's owner: after its TrainJob was deleted with `--cascade=orphan`,
+//! Kueue may adopt the orphan for a new TrainJob naming it as its prebuilt Workload (only Kueue
+//! may make a Workload a TrainJob's). That is one watch event, delivered in milliseconds; a
+//! watch that failed instead is abandoned and calls read fresh until a new one lists. The
+//! initial list is a consistent read, not the watch cache.
+//!
+//! In kueue mode marks are added (every hold), so the webhook's fallback can miss a hold placed
+//! on an unlabelled Workload within the watch's delivery time (milliseconds) before the
+//! unsuspend: the same window as Kueue's own cache, on Workloads only an editor's relabel from
+//! before holdfast's guard can make.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use holdfast_core::{hold::HoldState, names::HOLD_FINALIZER, readmission::owned_by};
+use holdfast_core::{
+    hold::HoldState,
+    names::HOLD_FINALIZER,
+    readmission::{hold_on_workloads, owned_by},
+};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::watcher;
@@ -107,9 +122,24 @@ impl Marked {
             .is_some_and(|names| names.values().any(|w| owned_by(w, uid)))
     }
 
+    /// The hold in force on a marked Workload in `namespace` owned by TrainJob `uid`.
+    pub fn hold_of(&self, namespace: &str, uid: &str) -> Option<String> {
+        let views: Vec<Value> = self
+            .0
+            .get(namespace)
+            .map(|names| names.values().cloned().collect())
+            .unwrap_or_default();
+        hold_on_workloads(&views, uid)
+    }
+
     /// How many marked Workloads are kept.
     pub fn len(&self) -> usize {
         self.0.values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -170,7 +200,7 @@ impl HeldWorkloads {
     /// tokio runtime.
     pub fn start(client: kube::Client) -> HeldWorkloads {
         let api: Api<PartialObjectMeta<DynamicObject>> =
-            Api::all_with(client, &holdfast_cluster::workload_resource());
+            Api::all_with(client, &crate::workload_resource());
         let (tx, listing) = watch::channel(Listing::Pending);
         let marked = Arc::new(RwLock::new(Marked::default()));
         let task = tokio::spawn(keep_watching(api, marked.clone(), tx));
@@ -194,6 +224,23 @@ impl HeldWorkloads {
         }
     }
 
+    /// The hold the watch shows in force on a Workload in `namespace` that TrainJob `uid` owns
+    /// (`Ok(None)`: none, or the Workload kind is not served), described as
+    /// `holdfast_core::readmission::hold_on_workloads` describes it; `Err` says why the watch
+    /// cannot tell (it has not listed).
+    pub fn hold_seen(&self, namespace: &str, uid: &str) -> Result<Option<String>, String> {
+        match *self.0.listing.borrow() {
+            Listing::Pending => Err(NOT_LISTED.to_owned()),
+            Listing::NotServed => Ok(None),
+            Listing::Listed => self
+                .0
+                .marked
+                .read()
+                .map(|m| m.hold_of(namespace, uid))
+                .map_err(|_| NOT_LISTED.to_owned()),
+        }
+    }
+
     /// Waits at most `timeout` for the watch to list (or find the kind not served); whether
     /// it did.
     pub async fn wait_listed(&self, timeout: Duration) -> bool {
@@ -203,6 +250,9 @@ impl HeldWorkloads {
             .is_ok_and(|r| r.is_ok())
     }
 }
+
+/// Why [`HeldWorkloads::hold_seen`] cannot tell.
+const NOT_LISTED: &str = "the watch of Workloads (for holds' marks) has not listed them yet";
 
 /// The first pause before watching again after a failure; it doubles up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(500);
@@ -240,7 +290,7 @@ async fn keep_watching(
                     if let (Some(fresh), Ok(mut m)) = (relist.take(), marked.write()) {
                         tracing::info!(
                             marked = fresh.len(),
-                            "listed Workloads: these carry a hold left from kueue mode"
+                            "listed Workloads: these carry a hold's marks"
                         );
                         *m = fresh;
                     }
@@ -263,7 +313,7 @@ async fn keep_watching(
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "watching Workloads for holds left from kueue mode; hold calls read them from the apiserver until a new watch has listed");
+                    tracing::warn!(error = %e, "watching Workloads for holds; hold calls read them from the apiserver, and the webhook refuses unsuspends it cannot check, until a new watch has listed");
                     listing.send_replace(Listing::Pending);
                     break;
                 }
@@ -380,6 +430,22 @@ mod tests {
         }
         m.apply(&w);
         assert!(!m.owns_marked("ns", "u2"));
+    }
+
+    #[test]
+    fn the_hold_seen_is_the_owners_instance_and_a_finalizer_alone_is_none() {
+        let mut m = Marked::default();
+        m.apply(&workload("a", "u1", &[(ANN_HOLD_INSTANCE, "3")], &[]));
+        m.apply(&workload("b", "u2", &[], &[HOLD_FINALIZER]));
+        assert_eq!(m.hold_of("ns", "u1").as_deref(), Some("3"));
+        assert_eq!(
+            m.hold_of("ns", "u2"),
+            None,
+            "a finalizer is no hold in force"
+        );
+        assert_eq!(m.hold_of("ns", "u3"), None);
+        assert_eq!(m.hold_of("other-ns", "u1"), None);
+        assert!(!m.is_empty());
     }
 
     #[test]

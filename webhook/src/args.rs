@@ -143,6 +143,11 @@ pub struct Args {
     /// no admitted-runtime-resource-version is recorded.
     #[arg(long, env = "HOLDFAST_RUNTIME_LOOKUP_TIMEOUT", default_value = "2s", value_parser = duration::parse)]
     pub runtime_lookup_timeout: Duration,
+    /// Lookups made at once (the runtime read at a TrainJob CREATE, the Workloads of a
+    /// TrainJob being unsuspended), outside the decision permits; more wait their turn within
+    /// --runtime-lookup-timeout. A flood of reviews that need a lookup delays only lookups.
+    #[arg(long, env = "HOLDFAST_MAX_LOOKUPS", default_value_t = Limits::DEFAULT.max_lookups)]
+    pub max_lookups: usize,
     /// On SIGTERM, how long to go on serving (not ready) before closing the listener (e.g.
     /// 5s): the apiserver sends admissions until it sees the endpoint removed.
     #[arg(long, env = "HOLDFAST_SHUTDOWN_DELAY", default_value = "5s", value_parser = duration::parse)]
@@ -174,6 +179,7 @@ impl Args {
             request_timeout: self.request_timeout,
             body_read_timeout: self.body_read_timeout,
             runtime_lookup_timeout: self.runtime_lookup_timeout,
+            max_lookups: self.max_lookups.max(1),
         }
     }
 

@@ -23,7 +23,7 @@
 //!    the configuration's `timeoutSeconds` lasts; a call still shed then fails, and the
 //!    webhook's `failurePolicy` applies (`Fail`: the write is refused, with "context deadline
 //!    exceeded"). Measured by `tests/tests/it/faults/webhook_server.rs`. A permit is held for the
-//!    decision alone: decoding (microseconds) and, at a TrainJob CREATE, the runtime read.
+//!    decision alone: decoding and the policy, no I/O (microseconds).
 //! 6. **Decoding** with [`decode_review`]. A body that is not an AdmissionReview v1 gets a
 //!    clear error: an AdmissionReview with `allowed: false` and status 400 naming the problem
 //!    when its `request.uid` could be read (so the apiserver shows the message), else an HTTP
@@ -31,8 +31,20 @@
 //! 7. **The decision**, by `holdfast_core::policy`: at `/mutate` the [`Mutation`] of
 //!    [`mutate`] (never a denial), at `/validate` the verdict of [`validate`] (never a
 //!    patch). A dry run gets exactly the answer the real request would get; the only I/O is
-//!    the runtime read below, which has no side effect.
-//! 8. **The answer**: kube's `AdmissionResponse`, made from the decision as it is and written
+//!    the lookups below, which have no side effect.
+//! 8. **Lookups, outside the permits.** The two reviews that need the cluster's state (the
+//!    runtime read at a TrainJob CREATE, the Workloads of a TrainJob being unsuspended) give
+//!    their permit back first, then wait for one of [`Limits::max_lookups`] lookup slots
+//!    (first come, first served) and read, all within [`Limits::runtime_lookup_timeout`].
+//!    Anyone who can reach the port can send a review, and without client certificates the
+//!    webhook cannot tell a forged one from the apiserver's: a lookup held a decision permit
+//!    while it read, so a flood of forged "Kueue unsuspends" reviews, each listing a
+//!    namespace's Workloads, held all 64 and the apiserver's own reviews were shed. Now a
+//!    flood of lookups delays only other lookups: an unsuspend that cannot be checked in time
+//!    is refused (Kueue retries), a runtime not read in time is not recorded (the controller
+//!    flags what it cannot prove), and every other review is decided at once. Measured by
+//!    `tests/tests/it/faults/forged_reviews.rs`.
+//! 9. **The answer**: kube's `AdmissionResponse`, made from the decision as it is and written
 //!    as the apiserver writes one ([`answer`]).
 //!
 //! Connections themselves (how many, from where, how long idle, client certificates) are
@@ -53,7 +65,7 @@ pub mod answer;
 
 use crate::error::WebhookError;
 use crate::metrics::{Endpoint, LookupResult, Metrics, Outcome};
-use crate::runtime_lookup::RuntimeLookup;
+use crate::runtime_lookup::{LookupError, RuntimeLookup};
 use crate::workload_holds::WorkloadHolds;
 use axum::Router;
 use axum::body::Body;
@@ -65,12 +77,12 @@ use futures::future::BoxFuture;
 use holdfast_core::mode::Mode;
 use holdfast_core::policy::request::decode_review;
 use holdfast_core::policy::{
-    AdmissionInput, Identities, Mutation, QueueProblem, Verdict, mutate, queue_check,
-    queue_verdict, requests_check, requests_verdict, runtime_to_record, unsuspend_check,
-    unsuspend_verdict, validate,
+    AdmissionInput, Identities, Mutation, QueueProblem, UnsuspendCheck, Verdict, mutate,
+    queue_check, queue_verdict, requests_check, requests_verdict, runtime_to_record,
+    unsuspend_check, unsuspend_verdict, validate,
 };
 use holdfast_core::readmission::queues::QueueGate;
-use holdfast_core::snapshot::{RuntimeRef, SnapshotError};
+use holdfast_core::snapshot::RuntimeRef;
 use holdfast_serve::ConnectionHandle;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -79,6 +91,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
 use tower::limit::ConcurrencyLimit;
 use tower::load_shed::LoadShed;
 use tower::load_shed::error::Overloaded;
@@ -102,8 +115,16 @@ pub struct Limits {
     /// (6 MiB) crosses a 100 Mbit/s link in half a second; 2 s leaves the call 3 s of the
     /// chart's `timeoutSeconds: 5` for the decision and for the apiserver's retries.
     pub body_read_timeout: Duration,
-    /// Longest time to read the runtime at a TrainJob's admission.
+    /// Longest time to read the runtime at a TrainJob's admission, or the Workloads of a
+    /// TrainJob being unsuspended, waiting for a lookup slot included.
     pub runtime_lookup_timeout: Duration,
+    /// Lookups (runtime reads, Workload reads) made at once, outside the decision permits;
+    /// more wait their turn within `runtime_lookup_timeout`.
+    ///
+    /// 16: a lookup is one small GET or label-selected LIST, milliseconds each, so 16 at a
+    /// time answer hundreds a second, more than a cluster creates TrainJobs or Kueue admits
+    /// them; and a flood of forged reviews sends the apiserver at most 16 reads at once.
+    pub max_lookups: usize,
 }
 
 impl Limits {
@@ -113,6 +134,7 @@ impl Limits {
         request_timeout: Duration::from_secs(4),
         body_read_timeout: Duration::from_secs(2),
         runtime_lookup_timeout: Duration::from_secs(2),
+        max_lookups: 16,
     };
 }
 
@@ -136,6 +158,8 @@ struct Policy {
     workload_holds: Option<Arc<dyn WorkloadHolds>>,
     metrics: Metrics,
     limits: Limits,
+    /// The lookup slots ([`Limits::max_lookups`]), shared by every request.
+    lookups: Arc<Semaphore>,
 }
 
 /// A request whose body arrived in time, to be decided.
@@ -144,12 +168,35 @@ struct Decision {
     body: Bytes,
 }
 
+/// What a decision under a permit came to: the answer, or a lookup to make once the permit
+/// is given back.
+enum Step {
+    Answered(Response),
+    Lookup(Pending),
+}
+
+/// A review whose answer waits for a lookup.
+enum Pending {
+    /// `/mutate` of a TrainJob CREATE: the runtime its `spec.runtimeRef` names.
+    Runtime {
+        uid: String,
+        input: Box<AdmissionInput>,
+        runtime: RuntimeRef,
+    },
+    /// `/validate` of a TrainJob being unsuspended: its Workloads' holds.
+    Unsuspend {
+        uid: String,
+        input: Box<AdmissionInput>,
+        check: UnsuspendCheck,
+    },
+}
+
 /// The decision as a tower service.
 #[derive(Clone)]
 struct Decide(Arc<Policy>);
 
 impl Service<Decision> for Decide {
-    type Response = Result<Response, WebhookError>;
+    type Response = Result<Step, WebhookError>;
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
@@ -195,6 +242,7 @@ impl Admission {
             identities,
             runtimes,
             metrics,
+            lookups: Arc::new(Semaphore::new(limits.max_lookups.max(1))),
             limits,
             queues: None,
             workload_holds: None,
@@ -222,6 +270,7 @@ impl Admission {
             workload_holds: p.workload_holds.clone(),
             metrics: p.metrics.clone(),
             limits: p.limits,
+            lookups: p.lookups.clone(),
         }))
     }
 
@@ -237,6 +286,7 @@ impl Admission {
             workload_holds: Some(holds),
             metrics: p.metrics.clone(),
             limits: p.limits,
+            lookups: p.lookups.clone(),
         }))
     }
 
@@ -318,15 +368,20 @@ impl Admission {
             }
         };
         let ready = decider.ready().await.map_err(shed)?;
-        ready
+        let step = ready
             .call(Decision { endpoint, body })
             .await
-            .map_err(shed)?
+            .map_err(shed)??;
+        // The permit is back (the decision's future has ended): a lookup holds none.
+        match step {
+            Step::Answered(response) => Ok(response),
+            Step::Lookup(pending) => self.policy.look_up(pending).await,
+        }
     }
 }
 
 impl Policy {
-    async fn decide(&self, d: Decision) -> Result<Response, WebhookError> {
+    async fn decide(&self, d: Decision) -> Result<Step, WebhookError> {
         let _in_flight = self.metrics.in_flight();
         let endpoint = d.endpoint;
         let (uid, input) = match decode_review(&d.body) {
@@ -338,17 +393,88 @@ impl Policy {
                 tracing::warn!(endpoint = endpoint.as_str(), uid = ?e.uid, error = %e, "malformed AdmissionReview refused");
                 self.metrics
                     .admission(endpoint, None, None, Outcome::Invalid);
-                return json_ok(&answer);
+                return json_ok(&answer).map(Step::Answered);
             }
         };
-        let answer = match endpoint {
-            Endpoint::Mutate => self.mutate_review(&uid, &input).await,
-            Endpoint::Validate => self.validate_review(&uid, &input).await,
-        };
-        json_ok(&answer)
+        match endpoint {
+            Endpoint::Mutate => match runtime_to_record(&input) {
+                Some(Ok(runtime)) => Ok(Step::Lookup(Pending::Runtime {
+                    uid,
+                    input: Box::new(input),
+                    runtime,
+                })),
+                Some(Err(e)) => {
+                    tracing::debug!(object = %input.object_ref(), error = %e, "no runtime to look up");
+                    self.metrics.lookup(LookupResult::InvalidRef);
+                    json_ok(&self.mutate_review(&uid, &input, None)).map(Step::Answered)
+                }
+                None => json_ok(&self.mutate_review(&uid, &input, None)).map(Step::Answered),
+            },
+            Endpoint::Validate => {
+                let verdict = self.validate_without_lookups(&input);
+                match verdict {
+                    Verdict::Allow => match unsuspend_check(&input, &self.identities, self.mode) {
+                        Some(check) => Ok(Step::Lookup(Pending::Unsuspend {
+                            uid,
+                            input: Box::new(input),
+                            check,
+                        })),
+                        None => json_ok(&self.judged(&uid, &input, verdict)).map(Step::Answered),
+                    },
+                    _ => json_ok(&self.judged(&uid, &input, verdict)).map(Step::Answered),
+                }
+            }
+        }
     }
 
-    async fn validate_review(&self, uid: &str, input: &AdmissionInput) -> AdmissionResponse {
+    /// A review [`decide`](Self::decide) left waiting for a lookup, answered: outside the
+    /// decision permits, in one of [`Limits::max_lookups`] slots, all within
+    /// [`Limits::runtime_lookup_timeout`].
+    async fn look_up(&self, pending: Pending) -> Result<Response, WebhookError> {
+        let within = self.limits.runtime_lookup_timeout;
+        match pending {
+            Pending::Runtime {
+                uid,
+                input,
+                runtime,
+            } => {
+                let looked = tokio::time::timeout(within, async {
+                    let _slot = self.lookups.acquire().await;
+                    self.runtimes
+                        .resource_version(input.namespace.as_deref(), &runtime)
+                        .await
+                })
+                .await
+                .ok();
+                let admitted = self.admitted_runtime_version(&input, &runtime, looked);
+                json_ok(&self.mutate_review(&uid, &input, admitted.as_deref()))
+            }
+            Pending::Unsuspend { uid, input, check } => {
+                let found = match &self.workload_holds {
+                    _ if check.uid.is_empty() => Err(
+                        "the stored TrainJob has no metadata.uid to find its Workloads by"
+                            .to_owned(),
+                    ),
+                    None => Err("the webhook has no way to read Workloads".to_owned()),
+                    Some(holds) => match tokio::time::timeout(within, async {
+                        let _slot = self.lookups.acquire().await;
+                        holds.hold_of(&check.namespace, &check.uid).await
+                    })
+                    .await
+                    {
+                        Ok(found) => found,
+                        Err(_) => Err(format!("no answer within {within:?}")),
+                    },
+                };
+                let verdict = unsuspend_verdict(&input, found);
+                json_ok(&self.judged(&uid, &input, verdict))
+            }
+        }
+    }
+
+    /// The verdict of every rule that needs no lookup: the policy, and the queue and requests
+    /// checks against the watched queues.
+    fn validate_without_lookups(&self, input: &AdmissionInput) -> Verdict {
         let mut verdict = validate(input, &self.identities, self.mode);
         if verdict.is_allowed()
             && let Some(check) = queue_check(input, &self.identities, self.mode)
@@ -377,29 +503,11 @@ impl Policy {
             };
             verdict = requests_verdict(input, &check, queue_problem(&gate), &covered);
         }
-        if verdict.is_allowed()
-            && let Some(check) = unsuspend_check(input, &self.identities, self.mode)
-        {
-            let found = match &self.workload_holds {
-                _ if check.uid.is_empty() => Err(
-                    "the stored TrainJob has no metadata.uid to find its Workloads by".to_owned(),
-                ),
-                None => Err("the webhook has no way to read Workloads".to_owned()),
-                Some(holds) => match tokio::time::timeout(
-                    self.limits.runtime_lookup_timeout,
-                    holds.hold_of(&check.namespace, &check.uid),
-                )
-                .await
-                {
-                    Ok(found) => found,
-                    Err(_) => Err(format!(
-                        "no answer within {:?}",
-                        self.limits.runtime_lookup_timeout
-                    )),
-                },
-            };
-            verdict = unsuspend_verdict(input, found);
-        }
+        verdict
+    }
+
+    /// The answer to `/validate`, logged and counted.
+    fn judged(&self, uid: &str, input: &AdmissionInput, verdict: Verdict) -> AdmissionResponse {
         if let Verdict::Deny { field, message } = &verdict {
             tracing::info!(
                 uid,
@@ -422,12 +530,13 @@ impl Policy {
         answer::judged(uid, &verdict)
     }
 
-    async fn mutate_review(&self, uid: &str, input: &AdmissionInput) -> AdmissionResponse {
-        let admitted = match runtime_to_record(input) {
-            Some(named) => self.admitted_runtime_version(input, named).await,
-            None => None,
-        };
-        let mutation: Mutation = mutate(input, &self.identities, self.mode, admitted.as_deref());
+    fn mutate_review(
+        &self,
+        uid: &str,
+        input: &AdmissionInput,
+        admitted: Option<&str>,
+    ) -> AdmissionResponse {
+        let mutation: Mutation = mutate(input, &self.identities, self.mode, admitted);
         if !mutation.warnings.is_empty() {
             tracing::info!(
                 uid,
@@ -448,39 +557,30 @@ impl Policy {
         answer::mutated(uid, mutation)
     }
 
-    /// The resourceVersion of the runtime the TrainJob being created names, if it can be read.
-    async fn admitted_runtime_version(
+    /// The resourceVersion of the runtime the TrainJob being created names, if it was read in
+    /// time (`looked`: the lookup's answer, or its timeout).
+    fn admitted_runtime_version(
         &self,
         input: &AdmissionInput,
-        named: Result<RuntimeRef, SnapshotError>,
+        runtime: &RuntimeRef,
+        looked: Option<Result<Option<String>, LookupError>>,
     ) -> Option<String> {
-        let runtime = match named {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::debug!(object = %input.object_ref(), error = %e, "no runtime to look up");
-                self.metrics.lookup(LookupResult::InvalidRef);
-                return None;
-            }
-        };
-        let lookup = self
-            .runtimes
-            .resource_version(input.namespace.as_deref(), &runtime);
-        match tokio::time::timeout(self.limits.runtime_lookup_timeout, lookup).await {
-            Ok(Ok(Some(rv))) => {
+        match looked {
+            Some(Ok(Some(rv))) => {
                 self.metrics.lookup(LookupResult::Found);
                 Some(rv)
             }
-            Ok(Ok(None)) => {
+            Some(Ok(None)) => {
                 tracing::info!(object = %input.object_ref(), %runtime, "runtime not found at admission; no admitted version recorded");
                 self.metrics.lookup(LookupResult::Missing);
                 None
             }
-            Ok(Err(e)) => {
+            Some(Err(e)) => {
                 tracing::warn!(object = %input.object_ref(), %runtime, error = %e, "runtime not read at admission; no admitted version recorded");
                 self.metrics.lookup(e.result());
                 None
             }
-            Err(_) => {
+            None => {
                 tracing::warn!(object = %input.object_ref(), %runtime, timeout = ?self.limits.runtime_lookup_timeout, "runtime read timed out at admission; no admitted version recorded");
                 self.metrics.lookup(LookupResult::Timeout);
                 None

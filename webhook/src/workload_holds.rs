@@ -17,7 +17,8 @@ use serde_json::Value;
 
 // Kueue's label naming the Workload's job by uid: an index (ownership is decided by the
 // controller ownerReference; on a TrainJob's Workload only Kueue may change the label), so
-// when it finds no owned Workload the namespace is listed whole.
+// when it finds no owned Workload the watch of marked Workloads is asked.
+use holdfast_cluster::HeldWorkloads;
 use holdfast_core::names::JOB_UID_LABEL;
 
 /// Reads the holds on a TrainJob's Workloads.
@@ -31,19 +32,30 @@ pub trait WorkloadHolds: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<String>, String>>;
 }
 
-/// [`WorkloadHolds`] from the apiserver (the webhook's RBAC lists Workloads in kueue mode).
+/// [`WorkloadHolds`] from the apiserver and the watch (the webhook's RBAC lists and watches
+/// Workloads).
 pub struct KubeWorkloadHolds {
     client: kube::Client,
+    marked: HeldWorkloads,
 }
 
 impl KubeWorkloadHolds {
+    /// Starts the watch of marked Workloads; within a tokio runtime.
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self {
+            marked: HeldWorkloads::start(client.clone()),
+            client,
+        }
     }
 
     /// The Workloads' metadata only (ownerReferences and annotations are all the hold lookup
-    /// reads): a namespace-wide fallback list stays small however large the Workloads are.
-    async fn list(&self, namespace: &str, params: &ListParams) -> Result<Vec<Value>, String> {
+    /// reads).
+    /// `None`: the Workload kind is not served (Kueue is not installed).
+    async fn list(
+        &self,
+        namespace: &str,
+        params: &ListParams,
+    ) -> Result<Option<Vec<Value>>, String> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             namespace,
@@ -52,7 +64,7 @@ impl KubeWorkloadHolds {
         let list = match api.list_metadata(params).await {
             Ok(list) => list,
             // The Workload kind is not served (Kueue is not installed): no Workload, no hold.
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Vec::new()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
             Err(e) => return Err(format!("listing Workloads in {namespace}: {e}")),
         };
         list.items
@@ -62,7 +74,8 @@ impl KubeWorkloadHolds {
                     .map(|metadata| serde_json::json!({ "metadata": metadata }))
                     .map_err(|e| e.to_string())
             })
-            .collect()
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 }
 
@@ -73,21 +86,29 @@ impl WorkloadHolds for KubeWorkloadHolds {
         uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, String>> {
         Box::pin(async move {
-            let labelled = self
+            let Some(labelled) = self
                 .list(
                     namespace,
                     &ListParams::default().labels(&format!("{JOB_UID_LABEL}={uid}")),
                 )
-                .await?;
-            if labelled
-                .iter()
-                .any(|w| holdfast_core::readmission::owned_by(w, uid))
-            {
-                return Ok(hold_on_workloads(&labelled, uid));
+                .await?
+            else {
+                // No Workload kind, no Workload, no hold.
+                return Ok(None);
+            };
+            if let Some(hold) = hold_on_workloads(&labelled, uid) {
+                return Ok(Some(hold));
             }
-            // The label was removed or changed: ownership decides, so look at them all.
-            let all = self.list(namespace, &ListParams::default()).await?;
-            Ok(hold_on_workloads(&all, uid))
+            // None on the labelled ones; the watch also knows the Workloads the label does
+            // not name (removed or changed: ownership decides). When it has not listed, what
+            // the labelled read found is the answer if it found the TrainJob's own Workload.
+            let found_own = labelled
+                .iter()
+                .any(|w| holdfast_core::readmission::owned_by(w, uid));
+            match self.marked.hold_seen(namespace, uid) {
+                Err(_) if found_own => Ok(None),
+                seen => seen,
+            }
         })
     }
 }

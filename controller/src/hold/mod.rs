@@ -8,10 +8,10 @@
 //! the call's deadline, and carries the time left as its own timeout, on the client and at
 //! the apiserver (`?timeout=`), so nothing is sent after the deadline.
 
+mod caller;
 mod config;
 pub mod events;
 mod executor;
-mod held_workloads;
 mod hooks;
 mod metrics;
 pub mod preflight;
@@ -19,6 +19,9 @@ mod reads;
 mod requests;
 mod snapshot_gate;
 
+use holdfast_cluster::held_workloads;
+
+pub use caller::{AskOverride, CallerIdentity, IN_PROCESS_CALLER, Overrides};
 pub use config::ExecutorConfig;
 pub use executor::{HoldExecutor, client_without_retry, without_retry};
 pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};

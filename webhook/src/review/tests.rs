@@ -365,7 +365,8 @@ async fn unknown_path_and_wrong_method_get_json_errors() {
 }
 
 #[tokio::test]
-async fn a_full_house_sheds_with_503_and_retry_after() {
+async fn a_lookup_holds_no_decision_permit() {
+    // The only decision permit, and one lookup slot; each runtime read takes 500 ms.
     let runtimes = Arc::new(FakeRuntimes {
         answer: Some(Ok(Some("7".into()))),
         wait: Some(Duration::from_millis(500)),
@@ -373,6 +374,7 @@ async fn a_full_house_sheds_with_503_and_retry_after() {
     });
     let limits = Limits {
         max_concurrent: 1,
+        max_lookups: 1,
         ..Limits::DEFAULT
     };
     let a = admission_with(Mode::Plain, runtimes, limits);
@@ -384,34 +386,121 @@ async fn a_full_house_sheds_with_503_and_retry_after() {
         None,
         Some(trainjob(json!({}), json!({}), None)),
     );
-    // One slow admission (the runtime read takes 500ms) holds the only slot...
-    let first = {
-        let a = a.clone();
-        let body = create.clone();
-        tokio::spawn(async move { review(&a, "/mutate", &body).await })
-    };
+    // Two admissions reading the runtime (a forged flood's, say): one reads, one waits.
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let a = a.clone();
+            let body = create.clone();
+            tokio::spawn(async move { review(&a, "/mutate", &body).await })
+        })
+        .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // ...so the next is shed at once, whatever its endpoint.
-    let started = Instant::now();
-    let (status, headers, body) = send(
+    // Meanwhile a review that needs no lookup is decided, not shed: the permit is free.
+    let snapshot_edit = admission_review(
+        "",
+        "configmaps",
+        "DELETE",
+        "alice",
+        Some(configmap("mnist-runtime-snapshot", json!({}))),
+        None,
+    );
+    let (status, _, body) = send(
         &a,
-        request("/validate", Some("application/json"), create.to_string()),
+        request(
+            "/validate",
+            Some("application/json"),
+            snapshot_edit.to_string(),
+        ),
     )
     .await;
-    assert!(
-        started.elapsed() < Duration::from_millis(300),
-        "shedding must not wait"
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    // Both readers get their answer, the second after its turn, each with the version read.
+    for r in readers {
+        let response = r.await.unwrap();
+        assert_eq!(response["allowed"], true);
+        assert!(response.get("patch").is_some(), "{response}");
+    }
+}
+
+/// Workload holds answering from a script, after a wait.
+struct SlowHolds {
+    wait: Duration,
+    hold: Option<String>,
+}
+
+impl WorkloadHolds for SlowHolds {
+    fn hold_of<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.wait).await;
+            Ok(self.hold.clone())
+        })
+    }
+}
+
+#[tokio::test]
+async fn an_unsuspend_whose_lookup_waits_past_its_timeout_is_refused_and_others_are_decided() {
+    let limits = Limits {
+        max_concurrent: 1,
+        max_lookups: 1,
+        runtime_lookup_timeout: Duration::from_millis(300),
+        ..Limits::DEFAULT
+    };
+    let a = Arc::new(
+        Admission::new(
+            Mode::Plain,
+            identities(),
+            Arc::new(NoRuntimes),
+            Metrics::unregistered(),
+            limits,
+        )
+        .with_workload_holds(Arc::new(SlowHolds {
+            wait: Duration::from_millis(250),
+            hold: None,
+        })),
     );
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(headers[header::RETRY_AFTER], "1");
-    assert_eq!(body["kind"], "Status");
-    assert_eq!(body["reason"], "ServiceUnavailable");
-    assert!(body["message"].as_str().unwrap().contains("shed"), "{body}");
-    // The first still gets its answer, and then there is room again.
-    let first = first.await.unwrap();
-    assert_eq!(first["allowed"], true);
-    let again = review(&a, "/validate", &create).await;
-    assert_eq!(again["allowed"], true);
+    // alice unsuspends a job that ran under holdfast (plain mode reads its Workloads).
+    let mut old = trainjob(json!({"holdfast.dev/opened": "x"}), json!({}), Some(true));
+    old["metadata"]["uid"] = json!("u-1");
+    let mut new = old.clone();
+    new["spec"]["suspend"] = json!(false);
+    let unsuspend = admission_review(
+        "trainer.kubeflow.org",
+        "trainjobs",
+        "UPDATE",
+        "alice",
+        Some(old),
+        Some(new),
+    );
+    let answers: Vec<_> = (0..2)
+        .map(|_| {
+            let a = a.clone();
+            let body = unsuspend.clone();
+            tokio::spawn(async move { review(&a, "/validate", &body).await })
+        })
+        .collect();
+    let mut allowed = 0;
+    let mut refused = Vec::new();
+    for r in answers {
+        let response = r.await.unwrap();
+        if response["allowed"] == true {
+            allowed += 1;
+        } else {
+            refused.push(response["status"]["message"].as_str().unwrap().to_owned());
+        }
+    }
+    // One read in its slot (250 ms) and was allowed; the other waited past its 300 ms.
+    assert_eq!(allowed, 1, "{refused:?}");
+    assert_eq!(refused.len(), 1);
+    assert!(
+        refused[0].contains("could not read its Workloads") && refused[0].contains("retry"),
+        "{}",
+        refused[0]
+    );
 }
 
 #[tokio::test]
