@@ -96,8 +96,9 @@ pub struct Args {
     /// At most this many TrainJobs are snapshotted at once.
     #[arg(long, env = "HOLDFAST_SNAPSHOT_CONCURRENCY", default_value_t = 8)]
     pub snapshot_concurrency: u16,
-    /// Hold calls act as though their deadline were this much earlier (e.g. 50ms), so that
-    /// every request reaches the apiserver before the deadline, not merely leaves before it.
+    /// Hold calls act as though their deadline were this much earlier (e.g. 50ms): nothing is
+    /// sent after the deadline, and a request usually reaches the apiserver before it too (not
+    /// a bound: the CallBound covers a request already on the wire).
     #[arg(long, env = "HOLDFAST_HOLD_TRANSIT_MARGIN", default_value = "50ms", value_parser = duration::parse)]
     pub hold_transit_margin: Duration,
     /// Runtime kinds besides Trainer's TrainingRuntime and ClusterTrainingRuntime, as

@@ -10,9 +10,10 @@ pub struct ExecutorConfig {
     pub apiserver_request_timeout: Duration,
     /// The transit margin: a call's requests act as though its deadline were this much
     /// earlier. A request is sent only while more than this is left, and abandoned (if not
-    /// yet written, never written) this long before the deadline, so that it reaches the
-    /// apiserver before the deadline, not merely leaves before it, even when a connection
-    /// must be opened or the client's runtime or the apiserver is slow to get to it.
+    /// yet written, never written) this long before the deadline, so that it usually reaches
+    /// the apiserver before the deadline too, when a connection must be opened or the
+    /// client's runtime or the apiserver is slow to get to it. Not a bound on arrival: the
+    /// CallBound covers a request already on the wire.
     pub transit_margin: Duration,
     /// The deadline of Status and Preflight, which carry none of their own.
     pub read_timeout: Duration,

@@ -6,11 +6,13 @@
 //! then the request's timeout twice over: the client abandons the request when it runs out
 //! (`tokio::time::timeout`; a request not yet written is then never written), and the
 //! apiserver is told it as `?timeout=`, so that it stops working on the request at the same
-//! moment. The margin covers what happens between the check and the apiserver reading the
-//! request (a connection to open, a busy runtime or apiserver), so that requests not only
-//! leave before the deadline but reach the apiserver before it. Each request names its call in its
-//! User-Agent, deadline included, so the apiserver's audit log ties every request to the
-//! call that sent it and shows that it arrived in time.
+//! moment. Nothing is sent after the deadline. The margin makes room for what happens between
+//! the check and the apiserver reading the request (a connection to open, a busy runtime or
+//! apiserver), so that requests usually reach the apiserver before the deadline too; it is not
+//! a bound (under CPU load one GET was read 22 ms late), and what covers a request already on
+//! the wire is the CallBound. Each request names its call in its User-Agent, deadline
+//! included, so the apiserver's audit log ties every request to the call that sent it and
+//! shows when it arrived.
 
 use std::{
     sync::atomic::{AtomicU64, Ordering},
