@@ -51,11 +51,12 @@ pub struct Row<'a> {
     pub status: &'a Value,
 }
 
-const HEADER: [&str; 9] = [
+const HEADER: [&str; 10] = [
     "NAMESPACE",
     "NAME",
     "MODE",
     "HOLD",
+    "HOLDER",
     "REASON",
     "AGE",
     "OPENED",
@@ -67,7 +68,7 @@ const HEADER: [&str; 9] = [
 /// [`printable`]: a reason (or any text read from the cluster) with a control character
 /// shows it escaped, and can neither drive the terminal nor forge a row.
 pub fn status_table(rows: &[Row<'_>], now: Timestamp) -> String {
-    let cells: Vec<[String; 9]> = rows
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| cells(r, now).map(|c| printable(&c).into_owned()))
         .collect();
@@ -90,7 +91,7 @@ pub fn status_table(rows: &[Row<'_>], now: Timestamp) -> String {
     out.join("\n")
 }
 
-fn cells(r: &Row<'_>, now: Timestamp) -> [String; 9] {
+fn cells(r: &Row<'_>, now: Timestamp) -> [String; 10] {
     let s = r.status;
     let text = |p: &str| {
         s.pointer(p)
@@ -116,6 +117,13 @@ fn cells(r: &Row<'_>, now: Timestamp) -> [String; 9] {
         .and_then(Value::as_str)
         .unwrap_or("-")
         .to_owned();
+    // The username that alone may release it (besides an overrider); `-`: none recorded
+    // (placed before holdfast recorded holders) or no hold.
+    let holder = hold
+        .and_then(|h| h.get("holder"))
+        .and_then(Value::as_str)
+        .unwrap_or("-")
+        .to_owned();
     let age = hold
         .and_then(|h| h.get("placedAt"))
         .and_then(Value::as_str)
@@ -126,6 +134,7 @@ fn cells(r: &Row<'_>, now: Timestamp) -> [String; 9] {
         r.name.to_owned(),
         text("/mode"),
         instance,
+        holder,
         reason,
         age,
         s.get("opened")
@@ -250,7 +259,8 @@ mod tests {
     fn a_status_row_shows_instance_reason_age_and_state() {
         let now: Timestamp = "2026-11-29T12:05:03Z".parse().expect("time");
         let status = json!({"result": "Ok", "mode": "plain", "heldObject": "TrainJob",
-            "hold": {"instance": 3, "reason": "node lost", "placedAt": "2026-11-29T12:00:00Z"},
+            "hold": {"instance": 3, "reason": "node lost", "placedAt": "2026-11-29T12:00:00Z",
+                     "holder": "system:serviceaccount:team-a:dispatch"},
             "opened": true, "attempt": 2, "state": {"kind": "HeldByUs", "instance": 3}});
         let free = json!({"mode": "kueue", "hold": null, "opened": false, "attempt": 0,
             "state": {"kind": "DeactivatedByKueue", "reason": "RequeuingLimitExceeded"}});
@@ -275,7 +285,17 @@ mod tests {
         assert_eq!(
             cols,
             [
-                "team-a", "mnist", "plain", "3", "node", "lost", "5m3s", "true", "2", "HeldByUs"
+                "team-a",
+                "mnist",
+                "plain",
+                "3",
+                "system:serviceaccount:team-a:dispatch",
+                "node",
+                "lost",
+                "5m3s",
+                "true",
+                "2",
+                "HeldByUs"
             ]
         );
         assert!(lines[0].starts_with("NAMESPACE"), "{table}");
@@ -291,7 +311,7 @@ mod tests {
         let now: Timestamp = "2026-11-29T12:05:03Z".parse().expect("time");
         let status = json!({"mode": "plain",
             "hold": {"instance": 3, "reason": "lost\u{1b}[2J\nteam-b   llm   plain   9\u{202E}",
-                "placedAt": "2026-11-29T12:00:00Z"},
+                "placedAt": "2026-11-29T12:00:00Z", "holder": "mallory\u{1b}[2J\nx"},
             "opened": true, "attempt": 2, "state": {"kind": "HeldByUs\r", "instance": 3}});
         let table = status_table(
             &[Row {
@@ -313,6 +333,7 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("HeldByUs\\u{d}"), "{table}");
+        assert!(table.contains("mallory\\u{1b}[2J\\u{a}x"), "{table}");
         let body = json!({"error": "Invalid", "message": "bad\u{1b}]0;title\u{7}"});
         let line = answer_line("team-a/mnist", 400, &body);
         assert_eq!(line, "team-a/mnist: Invalid: bad\\u{1b}]0;title\\u{7}");

@@ -20,6 +20,12 @@ pub const ANN_RUNTIME_SHA256: &str = "holdfast.dev/runtime-sha256";
 pub const ANN_HOLD_INSTANCE: &str = "holdfast.dev/hold-instance";
 pub const ANN_HOLD_REASON: &str = "holdfast.dev/hold-reason";
 pub const ANN_HOLD_PLACED_AT: &str = "holdfast.dev/hold-placed-at";
+/// Who placed the hold in force: the authenticated username of the caller whose Hold wrote it
+/// (TokenReview's `user.username`). Only that username may release it or replace it with
+/// another instance, unless the caller may override (`create` on `holdfast.dev`
+/// `trainjobs/override`). Absent on a hold placed before holdfast recorded holders: such a
+/// hold is released or replaced by any caller allowed the call, as before.
+pub const ANN_HOLD_HOLDER: &str = "holdfast.dev/hold-holder";
 /// What stopped the held object before the hold was placed, if anything did: written with the
 /// hold, read by Release, which leaves such an object stopped. Plain mode: `suspended` (an
 /// opened TrainJob someone else suspended). Kueue mode: Kueue's own deactivation reason
@@ -96,6 +102,7 @@ mod tests {
             ANN_HOLD_INSTANCE,
             ANN_HOLD_REASON,
             ANN_HOLD_PLACED_AT,
+            ANN_HOLD_HOLDER,
             ANN_OPENED,
             ANN_ATTEMPT,
         ] {

@@ -79,8 +79,9 @@ use serde_json::{Map, Value};
 use crate::{
     hold::{HeldObject, HoldState, Outcome, Write, object},
     names::{
-        ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_HOLD_TRANSFER_TO,
-        HOLD_FINALIZER, LABEL_MANAGED, READMISSION_CONTROLLER, TRAINER_GROUP, TRAINJOB_KIND,
+        ANN_ATTEMPT, ANN_HOLD_HOLDER, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON,
+        ANN_HOLD_TRANSFER_TO, HOLD_FINALIZER, LABEL_MANAGED, READMISSION_CONTROLLER, TRAINER_GROUP,
+        TRAINJOB_KIND,
     },
 };
 
@@ -389,7 +390,7 @@ pub fn hold_on_workloads(items: &[Value], trainjob_uid: &str) -> Option<String> 
         .find_map(|w| match object::hold_state(w) {
             HoldState::Absent => None,
             HoldState::InForce(r) => Some(r.instance.to_string()),
-            HoldState::Unreadable { value } => Some(format!("{value:?} (unreadable)")),
+            HoldState::Unreadable { value, .. } => Some(format!("{value:?} (unreadable)")),
         })
 }
 
@@ -719,9 +720,11 @@ fn hold_annotations(hold: &HoldState) -> BTreeMap<&'static str, Option<String>> 
             out.insert(ANN_HOLD_INSTANCE, Some(r.instance.to_string()));
             out.insert(ANN_HOLD_REASON, r.reason.clone());
             out.insert(ANN_HOLD_PLACED_AT, r.placed_at.clone());
+            out.insert(ANN_HOLD_HOLDER, r.holder.clone());
         }
-        HoldState::Unreadable { value } => {
+        HoldState::Unreadable { value, holder } => {
             out.insert(ANN_HOLD_INSTANCE, Some(value.clone()));
+            out.insert(ANN_HOLD_HOLDER, holder.clone());
         }
         HoldState::Absent => {}
     }

@@ -1,5 +1,7 @@
 //! The routes of the hold API.
 
+use std::sync::Arc;
+
 use axum::{
     Json, Router,
     body::Body,
@@ -12,9 +14,14 @@ use holdfast_core::hold::{CallKind, CallMeta, CallRequest, ErrorBody, HoldError}
 use jiff::Timestamp;
 use serde::Deserialize;
 
-use super::auth::{Access, KubeAuth, Refusal, bearer_token, check_names};
-use crate::hold::{HoldExecutor, MetricCall};
+use super::auth::{Access, Caller, KubeAuth, Refusal, bearer_token, check_names};
+use crate::hold::{AskOverride, CallerIdentity, HoldExecutor, MetricCall};
 use crate::snapshot::Snapshotter;
+
+/// The subresource whose `create` lets a caller release, or replace with another instance, a
+/// hold another identity placed (`holdfast.dev` `trainjobs/override`). The chart grants it to
+/// nobody by default (`rbac.overriders`).
+pub const OVERRIDE: &str = "override";
 
 /// The largest request body accepted: a call's body is a few hundred bytes (a reason is at
 /// most 1 KiB).
@@ -88,9 +95,10 @@ async fn hold_call(
         name: Some(name.clone()),
     };
     let metric = MetricCall::from(kind);
-    if let Err(refusal) = admit(&s, &headers, &access).await {
-        return refused(&s, metric, refusal);
-    }
+    let caller = match admit(&s, &headers, &access).await {
+        Ok(caller) => caller,
+        Err(refusal) => return refused(&s, metric, refusal),
+    };
     let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(b) => b,
         Err(_) => {
@@ -110,10 +118,36 @@ async fn hold_call(
             return hold_error(&e);
         }
     };
-    match s.executor.call(kind, &ns, &name, meta).await {
+    let caller = holder_identity(&s, caller, &ns, &name);
+    match s.executor.call_as(kind, &ns, &name, meta, &caller).await {
         Ok(outcome) => (StatusCode::OK, Json(outcome.body())).into_response(),
         Err(e) => hold_error(&e),
     }
+}
+
+/// The caller as the executor knows it: its username, the holder a Hold records, and — asked
+/// only when a call would otherwise be refused `NotHolder` — whether it may override another
+/// holder's hold: `create` on `holdfast.dev` `trainjobs/override` of the TrainJob (a
+/// SubjectAccessReview, remembered like the others).
+fn holder_identity(s: &ApiState, caller: Caller, ns: &str, name: &str) -> CallerIdentity {
+    let username = caller.username.clone();
+    let auth = s.auth.clone();
+    let access = Access {
+        resource: super::auth::RESOURCE,
+        verb: "create",
+        subresource: OVERRIDE,
+        namespace: Some(ns.to_owned()),
+        name: Some(name.to_owned()),
+    };
+    let ask: AskOverride = Arc::new(move || {
+        let (auth, caller, access) = (auth.clone(), caller.clone(), access.clone());
+        Box::pin(async move {
+            auth.authorize(&caller, &access)
+                .await
+                .map_err(|refusal| refusal.to_string())
+        })
+    });
+    CallerIdentity::asking(username, ask)
 }
 
 async fn status(
@@ -293,14 +327,15 @@ async fn drift(
 }
 
 /// Names checked, then TokenReview, then SubjectAccessReview.
-async fn admit(s: &ApiState, headers: &HeaderMap, access: &Access) -> Result<(), Refusal> {
+async fn admit(s: &ApiState, headers: &HeaderMap, access: &Access) -> Result<Caller, Refusal> {
     check_names(access)?;
     let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let token = bearer_token(header)?;
     let caller = s.auth.authenticate(token).await?;
-    s.auth.authorize(&caller, access).await
+    s.auth.authorize(&caller, access).await?;
+    Ok(caller)
 }
 
 fn refused(s: &ApiState, metric: MetricCall, refusal: Refusal) -> Response {

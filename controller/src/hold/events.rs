@@ -18,6 +18,8 @@ pub struct Seen<'a> {
     pub workload: Option<&'a str>,
     /// The pods of the earlier execution that remained (a Release or Open refused).
     pub pods: &'a [String],
+    /// The holder whose hold the call overrode (its caller may override).
+    pub overrode: Option<&'a str>,
 }
 
 /// The Event for a call of `kind` with `meta` that ended in `result`.
@@ -42,6 +44,15 @@ pub fn notice(
         .map(|r| format!(" (reason: {})", holdfast_core::hold::printable(r)))
         .unwrap_or_default();
     let workload = seen.workload.unwrap_or("(none)");
+    let overrode = seen
+        .overrode
+        .map(|h| {
+            format!(
+                " It overrode the hold of {}.",
+                holdfast_core::hold::printable(h)
+            )
+        })
+        .unwrap_or_default();
     match result {
         Ok(Outcome::Held | Outcome::AlreadyInForce) => {
             let how = match mode {
@@ -53,7 +64,7 @@ pub fn notice(
             Notice::normal(
                 "HoldPlaced",
                 action,
-                format!("Hold{instance} is in force{because}: {how}."),
+                format!("Hold{instance} is in force{because}: {how}.{overrode}"),
             )
         }
         Ok(Outcome::Released { resumed }) => {
@@ -69,7 +80,7 @@ pub fn notice(
             Notice::normal(
                 "HoldReleased",
                 action,
-                format!("Hold{instance} released: {what}."),
+                format!("Hold{instance} released: {what}.{overrode}"),
             )
         }
         Ok(Outcome::Opened { started }) => {
@@ -200,6 +211,7 @@ mod tests {
             Seen {
                 workload: Some("trainjob-job-1"),
                 pods: &[],
+                overrode: None,
             },
             &Ok(Outcome::Held),
         );
@@ -207,6 +219,45 @@ mod tests {
             k.note.contains("Workload trainjob-job-1 is deactivated"),
             "{}",
             k.note
+        );
+    }
+
+    #[test]
+    fn an_override_names_the_holder_it_overrode_and_a_refusal_names_the_holder() {
+        let m = meta(Some(3), None);
+        let n = notice(
+            CallKind::Release,
+            &m,
+            Mode::Plain,
+            Seen {
+                overrode: Some("system:serviceaccount:team-a:dispatch"),
+                ..Seen::default()
+            },
+            &Ok(Outcome::Released { resumed: true }),
+        );
+        assert_eq!(
+            n.note,
+            "Hold 3 released: the TrainJob resumes. It overrode the hold of system:serviceaccount:team-a:dispatch."
+        );
+        let refused = notice(
+            CallKind::Release,
+            &m,
+            Mode::Plain,
+            Seen::default(),
+            &Err(HoldError::not_holder(
+                "hold 3 may not be released by alice: the hold in force was placed by dispatch",
+            )),
+        );
+        assert_eq!(
+            (refused.severity, refused.reason),
+            (Severity::Warning, "ReleaseRefused")
+        );
+        assert!(
+            refused.note.starts_with(
+                "Release 3 refused: Rejected (NotHolder): hold 3 may not be released by alice"
+            ),
+            "{}",
+            refused.note
         );
     }
 
@@ -237,6 +288,7 @@ mod tests {
             Seen {
                 workload: None,
                 pods: &pods,
+                overrode: None,
             },
             &Err(HoldError::PodsRemain),
         );

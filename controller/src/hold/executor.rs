@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::time::Duration as TokioDuration;
 
 use super::{
+    caller::CallerIdentity,
     config::ExecutorConfig,
     events::{self as hold_events, Seen},
     held_workloads::{HeldWorkloads, Lookup},
@@ -77,6 +78,8 @@ struct Observed {
     trainjob: Option<k8s_openapi::api::core::v1::ObjectReference>,
     workload: Option<String>,
     pods: Vec<String>,
+    /// The holder whose hold the call was let override.
+    overrode: Option<String>,
 }
 
 /// What one read saw: the TrainJob and, in Kueue mode, its Workload.
@@ -203,13 +206,29 @@ impl HoldExecutor {
         self.call(CallKind::Open, namespace, name, meta).await
     }
 
-    /// Any of Hold, Release and Open.
+    /// Any of Hold, Release and Open, made by the in-process caller
+    /// ([`CallerIdentity::in_process`]): a hold placed so is released so.
     pub async fn call(
         &self,
         kind: CallKind,
         namespace: &str,
         name: &str,
         meta: CallMeta,
+    ) -> Result<Outcome, HoldError> {
+        self.call_as(kind, namespace, name, meta, &CallerIdentity::in_process())
+            .await
+    }
+
+    /// Any of Hold, Release and Open, made by `caller`: a Hold records its username as the
+    /// holder, and a Release, or a Hold of another instance, of a hold another holder placed
+    /// is refused `NotHolder` unless `caller` may override (asked only then).
+    pub async fn call_as(
+        &self,
+        kind: CallKind,
+        namespace: &str,
+        name: &str,
+        meta: CallMeta,
+        caller: &CallerIdentity,
     ) -> Result<Outcome, HoldError> {
         let started = Instant::now();
         let mut reqs = CallRequests::new(
@@ -221,7 +240,15 @@ impl HoldExecutor {
         );
         let mut observed = Observed::default();
         let result = self
-            .run(kind, namespace, name, &meta, &mut reqs, &mut observed)
+            .run(
+                kind,
+                namespace,
+                name,
+                &meta,
+                caller,
+                &mut reqs,
+                &mut observed,
+            )
             .await;
         self.metrics
             .record_call(MetricCall::from(kind), &result, started.elapsed());
@@ -229,6 +256,7 @@ impl HoldExecutor {
             let seen = Seen {
                 workload: observed.workload.as_deref(),
                 pods: &observed.pods,
+                overrode: observed.overrode.as_deref(),
             };
             events.publish(
                 trainjob,
@@ -238,32 +266,44 @@ impl HoldExecutor {
         match &result {
             Ok(outcome) => tracing::info!(
                 call = %kind, call_id = reqs.id(), namespace, name, instance = meta.instance,
+                caller = caller.username, overrode = observed.overrode,
                 requests = reqs.sent(), ?outcome, "hold call succeeded"
             ),
             Err(error) => tracing::info!(
                 call = %kind, call_id = reqs.id(), namespace, name, instance = meta.instance,
+                caller = caller.username,
                 requests = reqs.sent(), error = %error, "hold call failed"
             ),
         }
         result
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
         kind: CallKind,
         namespace: &str,
         name: &str,
         meta: &CallMeta,
+        caller: &CallerIdentity,
         reqs: &mut CallRequests<'_>,
         observed: &mut Observed,
     ) -> Result<Outcome, HoldError> {
         resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
-        let call = Call::new(kind, meta, Timestamp::now())?;
+        let call = Call::new(kind, meta, Timestamp::now(), caller.id())?;
         reqs.time_left()?;
         self.ensure_capable(kind).await?;
         let mut attempts = Attempts::new();
         let result = self
-            .attempt(&call, namespace, name, reqs, &mut attempts, observed)
+            .attempt(
+                &call,
+                caller,
+                namespace,
+                name,
+                reqs,
+                &mut attempts,
+                observed,
+            )
             .await;
         match result {
             // The deadline came while a write of ours may have landed: say so.
@@ -312,16 +352,18 @@ impl HoldExecutor {
     }
 
     /// The read-decide-write loop of one call.
+    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
         call: &Call,
+        caller: &CallerIdentity,
         namespace: &str,
         name: &str,
         reqs: &mut CallRequests<'_>,
         attempts: &mut Attempts,
         observed: &mut Observed,
     ) -> Result<Outcome, HoldError> {
-        let call = call.clone();
+        let mut call = call.clone();
         let kind = call.kind();
         let mut pause = self.config.transient_backoff;
         let (mut snapshot_seen, mut snapshottable) = (false, None);
@@ -405,6 +447,26 @@ impl HoldExecutor {
                 other => other,
             };
             let mut decision = carried(attempts.decide(&call, &view));
+            // Another holder's hold: the caller's override is asked now, and only now; granted,
+            // the call is decided again on the same read, and stays an override's.
+            if let Decision::Fail(e) = &decision
+                && e.is_not_holder()
+            {
+                match caller.may_override().await {
+                    Ok(()) => {
+                        observed.overrode = view.hold.holder().map(str::to_owned);
+                        call = call.overriding();
+                        decision = carried(attempts.decide_again(&call, &view));
+                    }
+                    Err(why) => {
+                        decision = Decision::Fail(HoldError::not_holder(format!(
+                            "{}; {}",
+                            e.body().message,
+                            holdfast_core::hold::printable(&why)
+                        )));
+                    }
+                }
+            }
             if let Decision::Write(w) = &decision
                 && (mode == Mode::Plain || self.mode == Mode::Plain)
                 && w.stop == Some(false)

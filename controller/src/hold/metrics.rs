@@ -10,7 +10,7 @@
 //! - `cause`: what an `ok` call did — `held`, `already_in_force`, `resumed` (released and
 //!   resumed), `released` (annotations only), `started` (opened and started), `opened`,
 //!   `already_open` — or why a call was `rejected` — `stale_hold`, `deadline_passed`,
-//!   `no_workload`, `not_found` —, else `none`.
+//!   `no_workload`, `not_found`, `not_holder` —, else `none`.
 
 use holdfast_serve::Declared;
 use std::time::Duration;
@@ -62,6 +62,7 @@ fn error_labels(e: &HoldError) -> (&'static str, &'static str) {
                 RejectCause::DeadlinePassed => "deadline_passed",
                 RejectCause::NoWorkload => "no_workload",
                 RejectCause::NotFound => "not_found",
+                RejectCause::NotHolder => "not_holder",
             },
         ),
         HoldError::Unsupported { .. } => ("unsupported", "none"),

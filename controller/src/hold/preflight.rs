@@ -32,7 +32,7 @@ use std::{
 };
 
 use holdfast_core::{
-    hold::{Call, CallKind, CallMeta, Decision, HeldView, HoldError, apply, decide},
+    hold::{Call, CallKind, CallMeta, CallerId, Decision, HeldView, HoldError, apply, decide},
     mode::Mode,
     rfc3339,
 };
@@ -653,6 +653,9 @@ async fn served(reqs: &mut CallRequests<'_>, probe: Probe, path: &str, resource:
 /// nothing: a call's own write is then its round trip.
 const NO_TRAINJOB: &str = "no TrainJob to dry-run a hold on";
 
+/// The holder the dry-run hold names (never stored: a dry run).
+const PREFLIGHT_CALLER: &str = "system:holdfast:preflight";
+
 /// The untargeted round trip tries TrainJobs of at most this many namespaces, one each, when
 /// the dry-run hold on one fails for a reason of that object's own.
 pub const ROUND_TRIP_NAMESPACES: usize = 3;
@@ -837,10 +840,12 @@ async fn dry_run_hold(exec: &Prober<'_>, reqs: &mut CallRequests<'_>, trainjob: 
     let instance = holdfast_core::hold::object::hold_state(held)
         .instance()
         .map_or(1, |k| k.saturating_add(1));
+    // A dry run as an overrider: whoever holds the job, the probe decides a write to send.
     let call = Call::Hold {
         instance,
         reason: Some("holdfast preflight (dry run)".to_owned()),
         placed_at: Timestamp::now(),
+        by: CallerId::new(PREFLIGHT_CALLER).overriding(),
     };
     let view = match HeldView::read(&call, mode, trainjob, workload.as_ref(), false) {
         Ok(v) => v,

@@ -203,6 +203,42 @@ impl CallMeta {
     }
 }
 
+/// Who makes a Hold or Release, as the state machine decides on it: the holder a Hold
+/// records, and whether the caller may override another holder's hold.
+///
+/// The identity is the authenticated username (TokenReview's `user.username`), nothing else:
+/// the replicas of a supervisor that share a ServiceAccount are one holder; two
+/// ServiceAccounts are two holders, whatever groups they share. Groups, uid and extra never
+/// make two callers the same holder.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallerId {
+    /// The authenticated username; written as `holdfast.dev/hold-holder` by a Hold.
+    pub username: String,
+    /// The caller was found allowed to override (`create` on `holdfast.dev`
+    /// `trainjobs/override` in the TrainJob's namespace): it may release, or replace with
+    /// another instance, a hold another holder placed, and becomes its holder. The I/O layer
+    /// asks only when a decision needs it ([`HoldError::is_not_holder`]).
+    pub may_override: bool,
+}
+
+impl CallerId {
+    /// `username`, not (yet) known to be allowed to override.
+    pub fn new(username: impl Into<String>) -> Self {
+        CallerId {
+            username: username.into(),
+            may_override: false,
+        }
+    }
+
+    /// The same caller, allowed to override.
+    pub fn overriding(self) -> Self {
+        CallerId {
+            may_override: true,
+            ..self
+        }
+    }
+}
+
 /// A call as the state machine sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Call {
@@ -212,16 +248,23 @@ pub enum Call {
         reason: Option<String>,
         /// Written as `holdfast.dev/hold-placed-at`: when the call was accepted.
         placed_at: Timestamp,
+        /// Who places it: written as `holdfast.dev/hold-holder`.
+        by: CallerId,
     },
     /// Lift hold `instance`, if it is the one in force.
-    Release { instance: u64 },
-    /// Open the start gate.
+    Release { instance: u64, by: CallerId },
+    /// Open the start gate. Anyone allowed it may: it never lifts a hold.
     Open,
 }
 
 impl Call {
-    /// The call `meta` describes. `now` becomes a Hold's `placed_at`.
-    pub fn new(kind: CallKind, meta: &CallMeta, now: Timestamp) -> Result<Call, HoldError> {
+    /// The call `meta` describes, made `by` a caller. `now` becomes a Hold's `placed_at`.
+    pub fn new(
+        kind: CallKind,
+        meta: &CallMeta,
+        now: Timestamp,
+        by: CallerId,
+    ) -> Result<Call, HoldError> {
         let instance = || {
             meta.instance
                 .ok_or_else(|| HoldError::invalid(format!("{kind}: instance is required")))
@@ -231,12 +274,44 @@ impl Call {
                 instance: instance()?,
                 reason: meta.reason.clone(),
                 placed_at: now,
+                by,
             },
             CallKind::Release => Call::Release {
                 instance: instance()?,
+                by,
             },
             CallKind::Open => Call::Open,
         })
+    }
+
+    /// Who makes the call (Open: nobody in particular).
+    pub fn by(&self) -> Option<&CallerId> {
+        match self {
+            Call::Hold { by, .. } | Call::Release { by, .. } => Some(by),
+            Call::Open => None,
+        }
+    }
+
+    /// The same call, its caller found allowed to override.
+    pub fn overriding(self) -> Call {
+        match self {
+            Call::Hold {
+                instance,
+                reason,
+                placed_at,
+                by,
+            } => Call::Hold {
+                instance,
+                reason,
+                placed_at,
+                by: by.overriding(),
+            },
+            Call::Release { instance, by } => Call::Release {
+                instance,
+                by: by.overriding(),
+            },
+            Call::Open => Call::Open,
+        }
     }
 
     pub fn kind(&self) -> CallKind {
@@ -253,15 +328,16 @@ impl Call {
     }
 }
 
-/// Parses and checks an API body for a call of `kind` at `now`: the whole front half of a
-/// hold-family request.
+/// Parses and checks an API body for a call of `kind` by `by` at `now`: the whole front half
+/// of a hold-family request.
 pub fn parse_call(
     kind: CallKind,
     body: &[u8],
     now: Timestamp,
+    by: CallerId,
 ) -> Result<(Call, CallMeta), HoldError> {
     let meta = CallMeta::validate(kind, CallRequest::from_json(body)?, now)?;
-    let call = Call::new(kind, &meta, now)?;
+    let call = Call::new(kind, &meta, now, by)?;
     Ok((call, meta))
 }
 
@@ -288,6 +364,10 @@ mod tests {
         rfc3339::parse(s).expect("test time")
     }
 
+    fn by() -> CallerId {
+        CallerId::new("system:serviceaccount:team-a:dispatch")
+    }
+
     const NOW: &str = "2026-11-29T11:00:00Z";
 
     fn req(instance: Option<u64>, deadline: Option<&str>) -> CallRequest {
@@ -307,7 +387,8 @@ mod tests {
                 "{kind}: {err:?}"
             );
         }
-        let err = parse_call(CallKind::Hold, br#"{"instance":3}"#, t(NOW)).expect_err("invalid");
+        let err =
+            parse_call(CallKind::Hold, br#"{"instance":3}"#, t(NOW), by()).expect_err("invalid");
         assert_eq!(err.kind(), "Invalid");
     }
 
@@ -358,6 +439,7 @@ mod tests {
             CallKind::Open,
             br#"{"instance":0,"deadline":"2026-11-29T13:00:00+01:00"}"#,
             t(NOW),
+            by(),
         )
         .expect("valid");
         assert_eq!(call, Call::Open);
@@ -384,7 +466,7 @@ mod tests {
             ),
         ];
         for (body, needle) in cases {
-            let err = parse_call(CallKind::Hold, body, t(NOW)).expect_err("invalid");
+            let err = parse_call(CallKind::Hold, body, t(NOW), by()).expect_err("invalid");
             assert!(
                 matches!(&err, HoldError::Invalid { message } if message.contains(needle)),
                 "{}: {err:?}",
@@ -394,8 +476,8 @@ mod tests {
         let long = "x".repeat(MAX_REASON_BYTES + 1);
         let body =
             serde_json::json!({"instance":1,"deadline":"2026-11-29T12:00:00Z","reason":long});
-        let err =
-            parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW)).expect_err("long");
+        let err = parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW), by())
+            .expect_err("long");
         assert_eq!(err.kind(), "Invalid");
     }
 
@@ -411,7 +493,7 @@ mod tests {
             ("isolate \u{2066}x", "U+2066", 9),
         ] {
             let body = serde_json::json!({"instance": 1, "deadline": "2026-11-29T12:00:00Z", "reason": reason});
-            let err = parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW))
+            let err = parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW), by())
                 .expect_err("a control character");
             let HoldError::Invalid { message } = &err else {
                 panic!("{reason:?}: {err:?}");
@@ -432,8 +514,8 @@ mod tests {
             "emoji 🔥 ok",
         ] {
             let body = serde_json::json!({"instance": 1, "deadline": "2026-11-29T12:00:00Z", "reason": reason});
-            let (call, _) =
-                parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW)).expect("printable");
+            let (call, _) = parse_call(CallKind::Hold, body.to_string().as_bytes(), t(NOW), by())
+                .expect("printable");
             assert!(
                 matches!(call, Call::Hold { reason: Some(r), .. } if r == reason),
                 "{reason}"
@@ -457,6 +539,7 @@ mod tests {
             CallKind::Hold,
             br#"{"instance":3,"deadline":"2026-11-29T12:00:00Z","reason":"node lost"}"#,
             t(NOW),
+            by(),
         )
         .expect("valid");
         assert_eq!(
@@ -464,14 +547,21 @@ mod tests {
             Call::Hold {
                 instance: 3,
                 reason: Some("node lost".into()),
-                placed_at: t(NOW)
+                placed_at: t(NOW),
+                by: by(),
             }
+        );
+        assert_eq!(call.by(), Some(&by()));
+        assert_eq!(
+            call.clone().overriding().by().map(|b| b.may_override),
+            Some(true)
         );
         assert_eq!(meta.instance, Some(3));
         let (call, _) = parse_call(
             CallKind::Hold,
             br#"{"instance":3,"deadline":"2026-11-29T12:00:00Z","reason":""}"#,
             t(NOW),
+            by(),
         )
         .expect("valid");
         assert!(matches!(call, Call::Hold { reason: None, .. }), "{call:?}");

@@ -215,6 +215,7 @@ mod tests {
             instance,
             reason: None,
             placed_at: None,
+            holder: None,
         })
     }
 
@@ -310,7 +311,10 @@ mod tests {
                 "{mode}: a hold, with Kueue's own reason under it"
             );
         }
-        let unreadable = HoldState::Unreadable { value: "x".into() };
+        let unreadable = HoldState::Unreadable {
+            value: "x".into(),
+            holder: None,
+        };
         assert_eq!(
             classify(&Observed {
                 held_stopped: true,

@@ -1,11 +1,11 @@
 //! The hold state machine: `(call, read) → write | done | error`, and the retry budget.
 
-use super::{Call, CallKind, HeldView, HoldError, Outcome, Seen, Write};
+use super::{Call, CallKind, CallerId, HeldView, HoldError, Outcome, Seen, Write, printable};
 use crate::{
     mode::Mode,
     names::{
-        ANN_ATTEMPT, ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON,
-        ANN_OPENED,
+        ANN_ATTEMPT, ANN_HOLD_FOUND, ANN_HOLD_HOLDER, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT,
+        ANN_HOLD_REASON, ANN_OPENED,
     },
 };
 
@@ -36,9 +36,9 @@ pub enum Decision {
 /// - **Hold(m)**: `m` in force → done (an earlier try landed). A newer instance in force →
 ///   `StaleHold`. After a conflict, an instance in force other than the one the previous
 ///   read saw → `StaleHold`. Otherwise (none in force, an older one, or an unreadable one)
-///   → one update: stop, and set `hold-instance`, `hold-placed-at` and `hold-reason` (or
-///   remove a leftover reason); in Kueue mode also add the hold finalizer. Never touches
-///   `opened` or A.
+///   → one update: stop, and set `hold-instance`, `hold-placed-at`, `hold-holder` (the
+///   caller's username) and `hold-reason` (or remove a leftover reason); in Kueue mode also
+///   add the hold finalizer. Never touches `opened` or A.
 /// - **Release(m)**: `m` not in force (another instance, none, or an unreadable one) →
 ///   `StaleHold`. Plain mode: remove the hold annotations; if the TrainJob was opened and has
 ///   not ended, also unsuspend it and raise A in the same update, but only if no pod of it
@@ -52,6 +52,17 @@ pub enum Decision {
 ///   in the same update — but only if no pod of the job's name remains (a TrainJob deleted
 ///   and created again under its name may still have an execution terminating), else
 ///   `PodsRemain` and nothing written. A hold in force is never lifted by Open.
+///
+/// **The holder.** A call that would replace or lift a hold in force — a Release(m) of the
+/// instance in force, a Hold(m) over another instance (an older one, or an unreadable one) —
+/// is refused `NotHolder` when the hold records a holder (`hold-holder`) other than the
+/// caller's username, unless the caller may override ([`CallerId::may_override`]); an
+/// override Hold records the overrider as the new holder. The stale rules come first: a call
+/// that would write nothing anyway (`StaleHold`, `AlreadyInForce`) is answered so, whoever
+/// makes it, so a Hold(m) of the instance in force by another identity changes nothing and
+/// leaves the holder as it is. A hold that records no holder (placed by a holdfast that did
+/// not record them) is released or replaced by any caller, as before, and the next Hold
+/// records its caller.
 ///
 /// Hold records in `hold-found` what stopped the object when it was placed (the
 /// [`HeldView::stop_cause`]), or keeps the record of the hold it replaces, whose stop it
@@ -69,14 +80,16 @@ pub fn decide(call: &Call, read: &HeldView, after_conflict: Option<Seen>) -> Dec
             instance,
             reason,
             placed_at,
+            by,
         } => decide_hold(
             *instance,
             reason.as_deref(),
             &crate::rfc3339::seconds(*placed_at),
+            by,
             read,
             after_conflict,
         ),
-        Call::Release { instance } => decide_release(*instance, read),
+        Call::Release { instance, by } => decide_release(*instance, by, read),
         Call::Open => decide_open(read),
     }
 }
@@ -85,6 +98,7 @@ fn decide_hold(
     m: u64,
     reason: Option<&str>,
     placed_at: &str,
+    by: &CallerId,
     read: &HeldView,
     after_conflict: Option<Seen>,
 ) -> Decision {
@@ -116,11 +130,17 @@ fn decide_hold(
             describe(seen)
         )));
     }
+    if let Some(e) = not_holder(read, by, || {
+        format!("hold {m} may not replace {}", describe(seen))
+    }) {
+        return Decision::Fail(e);
+    }
     let mut w = Write::new(target, &read.resource_version, Outcome::Held);
     w.stop = Some(true);
     w.hold_finalizer = hold_finalizer(read.mode, true);
     w.set(ANN_HOLD_INSTANCE, m.to_string());
     w.set(ANN_HOLD_PLACED_AT, placed_at);
+    w.set(ANN_HOLD_HOLDER, by.username.as_str());
     match reason {
         Some(r) => w.set(ANN_HOLD_REASON, r),
         None => w.remove(ANN_HOLD_REASON),
@@ -139,7 +159,7 @@ fn decide_hold(
     Decision::Write(w)
 }
 
-fn decide_release(m: u64, read: &HeldView) -> Decision {
+fn decide_release(m: u64, by: &CallerId, read: &HeldView) -> Decision {
     match read.seen() {
         Seen::Instance(k) if k == m => {}
         other => {
@@ -148,6 +168,9 @@ fn decide_release(m: u64, read: &HeldView) -> Decision {
                 describe(other)
             )));
         }
+    }
+    if let Some(e) = not_holder(read, by, || format!("hold {m} may not be released")) {
+        return Decision::Fail(e);
     }
     let target = CallKind::Release.target(read.mode);
     let mut w = Write::new(
@@ -159,6 +182,7 @@ fn decide_release(m: u64, read: &HeldView) -> Decision {
         ANN_HOLD_INSTANCE,
         ANN_HOLD_REASON,
         ANN_HOLD_PLACED_AT,
+        ANN_HOLD_HOLDER,
         ANN_HOLD_FOUND,
     ] {
         w.remove(key);
@@ -215,6 +239,23 @@ fn decide_open(read: &HeldView) -> Decision {
     Decision::Write(w)
 }
 
+/// `NotHolder` when the hold in force records a holder other than `by` and `by` may not
+/// override; `what` says what was refused. `None`: the call may go on (no hold, no holder
+/// recorded, the holder itself, or an overrider).
+fn not_holder(read: &HeldView, by: &CallerId, what: impl FnOnce() -> String) -> Option<HoldError> {
+    let holder = read.hold.holder()?;
+    if holder == by.username || by.may_override {
+        return None;
+    }
+    Some(HoldError::not_holder(format!(
+        "{} by {}: the hold in force was placed by {}, and only its holder may release it or replace it with another instance; ask {} to release it, or ask someone allowed to override it (create on holdfast.dev trainjobs/override in the TrainJob's namespace)",
+        what(),
+        printable(&by.username),
+        printable(holder),
+        printable(holder),
+    )))
+}
+
 fn describe(seen: Seen) -> String {
     match seen {
         Seen::Absent => "no hold".to_owned(),
@@ -254,6 +295,9 @@ pub struct Attempts {
     /// What the last write would have reported, while its outcome is unknown (its answer was
     /// lost): the next read decides whether it landed.
     unanswered: Option<Outcome>,
+    /// What the last read's decision compared with (`after_conflict` of [`decide`]), for
+    /// [`Attempts::decide_again`].
+    compared_with: Option<Seen>,
 }
 
 impl Attempts {
@@ -271,12 +315,20 @@ impl Attempts {
     /// whose read shows another instance in force cannot tell whether its write landed before
     /// that one, and is [`HoldError::Unknown`]. Otherwise the call decides again.
     pub fn decide(&mut self, call: &Call, read: &HeldView) -> Decision {
-        let after_conflict = if self.conflicts > 0 || self.unanswered.is_some() {
+        self.compared_with = if self.conflicts > 0 || self.unanswered.is_some() {
             self.last_seen
         } else {
             None
         };
         self.last_seen = Some(read.seen());
+        self.decide_again(call, read)
+    }
+
+    /// Decides `call` again on the read the last [`Attempts::decide`] was given, as that one
+    /// did (comparing with the same earlier read): for a call remade once something outside
+    /// the read is known, such as whether its caller may override another holder's hold
+    /// ([`HoldError::is_not_holder`]).
+    pub fn decide_again(&self, call: &Call, read: &HeldView) -> Decision {
         if let Some(outcome) = self.unanswered {
             match (call, read.seen()) {
                 // The lost write's effect is there: it landed (or an identical call's did);
@@ -288,12 +340,12 @@ impl Attempts {
                 }
                 (Call::Open, _) if read.opened => return Decision::Done(outcome),
                 (Call::Release { .. }, Seen::Absent) => return Decision::Done(outcome),
-                (Call::Release { instance }, Seen::Instance(k)) if k != *instance => {
+                (Call::Release { instance, .. }, Seen::Instance(k)) if k != *instance => {
                     return Decision::Fail(HoldError::unknown(format!(
                         "the release of hold {instance} was sent and its answer lost; hold {k} is in force now, so whether it landed cannot be told: read Status"
                     )));
                 }
-                (Call::Release { instance }, Seen::Unreadable) => {
+                (Call::Release { instance, .. }, Seen::Unreadable) => {
                     return Decision::Fail(HoldError::unknown(format!(
                         "the release of hold {instance} was sent and its answer lost; an unreadable hold is in force now, so whether it landed cannot be told: read Status"
                     )));
@@ -301,7 +353,7 @@ impl Attempts {
                 _ => {}
             }
         }
-        decide(call, read, after_conflict)
+        decide(call, read, self.compared_with)
     }
 
     /// Records that the write decided on the last read was sent and its answer lost (a

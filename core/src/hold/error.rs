@@ -17,6 +17,10 @@ pub enum RejectCause {
     NoWorkload,
     /// The TrainJob does not exist (any more).
     NotFound,
+    /// A Release, or a Hold of another instance, by a caller who is not the holder of the hold
+    /// in force (`holdfast.dev/hold-holder` names another username) and may not override it.
+    /// The message names the holder and who may act instead.
+    NotHolder,
 }
 
 impl RejectCause {
@@ -26,6 +30,7 @@ impl RejectCause {
             RejectCause::DeadlinePassed => "DeadlinePassed",
             RejectCause::NoWorkload => "NoWorkload",
             RejectCause::NotFound => "NotFound",
+            RejectCause::NotHolder => "NotHolder",
         }
     }
 }
@@ -51,7 +56,8 @@ impl fmt::Display for RejectCause {
 /// | `Conflict` | 503 Service Unavailable | yes: eight writes lost to other writers |
 /// | `Unknown` | 504 Gateway Timeout | no: a write was sent and its outcome could not be learnt before the deadline; read Status (after the CallBound) |
 ///
-/// `Rejected { cause: NotFound }` (the TrainJob does not exist) answers 404.
+/// `Rejected { cause: NotFound }` (the TrainJob does not exist) answers 404, and
+/// `Rejected { cause: NotHolder }` (another identity holds the hold in force) 403.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HoldError {
     /// The request is malformed: no deadline, no instance where one is needed, bad JSON, or
@@ -113,6 +119,19 @@ impl HoldError {
         }
     }
 
+    pub fn not_holder(message: impl Into<String>) -> Self {
+        HoldError::Rejected {
+            cause: RejectCause::NotHolder,
+            message: message.into(),
+        }
+    }
+
+    /// Whether this is `Rejected { cause: NotHolder }`: the call would be decided otherwise
+    /// if its caller may override.
+    pub fn is_not_holder(&self) -> bool {
+        self.cause() == Some(RejectCause::NotHolder)
+    }
+
     pub fn unknown(message: impl Into<String>) -> Self {
         HoldError::Unknown {
             message: message.into(),
@@ -153,6 +172,10 @@ impl HoldError {
                 cause: RejectCause::NotFound,
                 ..
             } => 404,
+            HoldError::Rejected {
+                cause: RejectCause::NotHolder,
+                ..
+            } => 403,
             HoldError::Rejected { .. } => 409,
             HoldError::Unsupported { .. } => 501,
             HoldError::PodsRemain => 423,
@@ -166,7 +189,7 @@ impl HoldError {
         matches!(self, HoldError::PodsRemain | HoldError::Conflict { .. })
     }
 
-    /// A bounded metric label: one of nine fixed strings, never a name or a message.
+    /// A bounded metric label: one of ten fixed strings, never a name or a message.
     pub fn metric_label(&self) -> &'static str {
         match self {
             HoldError::Invalid { .. } => "invalid",
@@ -175,6 +198,7 @@ impl HoldError {
                 RejectCause::DeadlinePassed => "rejected_deadline_passed",
                 RejectCause::NoWorkload => "rejected_no_workload",
                 RejectCause::NotFound => "rejected_not_found",
+                RejectCause::NotHolder => "rejected_not_holder",
             },
             HoldError::Unsupported { .. } => "unsupported",
             HoldError::PodsRemain => "pods_remain",
@@ -233,6 +257,7 @@ mod tests {
             HoldError::Conflict { tries: 8 },
             HoldError::not_found("no TrainJob"),
             HoldError::unknown("the answer was lost"),
+            HoldError::not_holder("hold 4 is alice's"),
         ]
     }
 
@@ -278,9 +303,28 @@ mod tests {
     }
 
     #[test]
+    fn not_holder_is_a_final_rejection_answered_403() {
+        let e = HoldError::not_holder("hold 4 is held by dispatch");
+        assert_eq!(e.kind(), "Rejected");
+        assert_eq!(e.cause(), Some(RejectCause::NotHolder));
+        assert!(e.is_not_holder());
+        assert!(!HoldError::stale("x").is_not_holder());
+        assert_eq!(e.http_status(), 403);
+        assert!(!e.retryable());
+        assert_eq!(e.metric_label(), "rejected_not_holder");
+        assert_eq!(
+            serde_json::to_value(&e).expect("json"),
+            serde_json::json!({"error": "Rejected", "cause": "NotHolder", "message": "hold 4 is held by dispatch"})
+        );
+    }
+
+    #[test]
     fn rejected_and_conflict_have_distinct_statuses() {
         let statuses: Vec<u16> = every_error().iter().map(HoldError::http_status).collect();
-        assert_eq!(statuses, vec![400, 409, 409, 409, 501, 423, 503, 404, 504]);
+        assert_eq!(
+            statuses,
+            vec![400, 409, 409, 409, 501, 423, 503, 404, 504, 403]
+        );
         assert!(
             !HoldError::unknown("lost").retryable(),
             "read Status instead"

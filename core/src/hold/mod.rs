@@ -28,8 +28,8 @@ mod sim;
 mod tests;
 
 pub use call::{
-    CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, HeldObject, MAX_REASON_BYTES,
-    call_bound, first_unprintable, parse_call, printable, unprintable,
+    CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, CallerId, HeldObject,
+    MAX_REASON_BYTES, call_bound, first_unprintable, parse_call, printable, unprintable,
 };
 pub use decide::{Attempts, Decision, MAX_TRIES, decide};
 pub use error::{ErrorBody, HoldError, RejectCause};

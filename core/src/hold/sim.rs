@@ -144,6 +144,12 @@ impl Sim {
         self.held().and_then(|h| object::hold_state(h).instance())
     }
 
+    /// Who placed the hold in force, if recorded.
+    pub fn holder(&self) -> Option<String> {
+        self.held()
+            .and_then(|h| object::hold_state(h).holder().map(str::to_owned))
+    }
+
     /// Whether the held object is stopped.
     pub fn stopped(&self) -> bool {
         match self.mode {

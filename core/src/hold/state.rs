@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::names::{ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON};
+use crate::names::{ANN_HOLD_HOLDER, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON};
 
 /// A readable hold: the `holdfast.dev/hold-*` annotations of the held object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,6 +14,10 @@ pub struct HoldRecord {
     /// RFC 3339, as written; not re-parsed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placed_at: Option<String>,
+    /// [`ANN_HOLD_HOLDER`]: the username that placed it; `None` for a hold placed before
+    /// holdfast recorded holders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 /// The hold on a held object. The presence of `holdfast.dev/hold-instance` is the hold.
@@ -28,8 +32,11 @@ pub enum HoldState {
     /// as a hold in force by someone whose instance cannot be compared: it keeps the object
     /// stopped, a Release of any instance is `StaleHold`, and a Hold replaces it (a Hold
     /// only ever stops, so replacing it cannot run anything, while refusing would leave the
-    /// object impossible to hold or release).
-    Unreadable { value: String },
+    /// object impossible to hold or release). Its holder, if recorded, is still its holder.
+    Unreadable {
+        value: String,
+        holder: Option<String>,
+    },
 }
 
 impl HoldState {
@@ -38,14 +45,17 @@ impl HoldState {
         let Some(value) = get(ANN_HOLD_INSTANCE) else {
             return HoldState::Absent;
         };
+        let holder = get(ANN_HOLD_HOLDER).map(str::to_owned);
         match parse_decimal(value) {
             Some(instance) => HoldState::InForce(HoldRecord {
                 instance,
                 reason: get(ANN_HOLD_REASON).map(str::to_owned),
                 placed_at: get(ANN_HOLD_PLACED_AT).map(str::to_owned),
+                holder,
             }),
             None => HoldState::Unreadable {
                 value: value.to_owned(),
+                holder,
             },
         }
     }
@@ -60,6 +70,16 @@ impl HoldState {
         match self {
             HoldState::InForce(r) => Some(r.instance),
             HoldState::Absent | HoldState::Unreadable { .. } => None,
+        }
+    }
+
+    /// Who placed the hold in force ([`ANN_HOLD_HOLDER`]): `None` when no hold is in force,
+    /// or when it was placed before holdfast recorded holders.
+    pub fn holder(&self) -> Option<&str> {
+        match self {
+            HoldState::InForce(r) => r.holder.as_deref(),
+            HoldState::Unreadable { holder, .. } => holder.as_deref(),
+            HoldState::Absent => None,
         }
     }
 
@@ -106,13 +126,43 @@ mod tests {
         assert_eq!(
             state,
             HoldState::Unreadable {
-                value: "three".into()
+                value: "three".into(),
+                holder: None
             }
         );
         assert!(state.is_held());
         assert_eq!(state.instance(), None);
         assert_eq!(state.seen(), Seen::Unreadable);
         assert!(!HoldState::Absent.is_held());
+    }
+
+    #[test]
+    fn the_holder_is_read_with_the_hold_and_only_with_it() {
+        let map: std::collections::BTreeMap<String, String> = [
+            (ANN_HOLD_INSTANCE.to_owned(), "4".to_owned()),
+            (
+                ANN_HOLD_HOLDER.to_owned(),
+                "system:serviceaccount:a:dispatch".to_owned(),
+            ),
+        ]
+        .into();
+        let state = HoldState::from_annotations(&map);
+        assert_eq!(state.holder(), Some("system:serviceaccount:a:dispatch"));
+        let mut unreadable = map.clone();
+        unreadable.insert(ANN_HOLD_INSTANCE.to_owned(), "x".to_owned());
+        assert_eq!(
+            HoldState::from_annotations(&unreadable).holder(),
+            Some("system:serviceaccount:a:dispatch"),
+            "an unreadable hold keeps its holder"
+        );
+        let legacy = [(ANN_HOLD_INSTANCE.to_owned(), "4".to_owned())].into();
+        assert_eq!(HoldState::from_annotations(&legacy).holder(), None);
+        let leftover = [(ANN_HOLD_HOLDER.to_owned(), "alice".to_owned())].into();
+        assert_eq!(
+            HoldState::from_annotations(&leftover),
+            HoldState::Absent,
+            "a holder without a hold is no hold"
+        );
     }
 
     #[test]

@@ -23,6 +23,11 @@ pub struct HoldStatus {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placed_at: Option<String>,
+    /// Who placed it (`holdfast.dev/hold-holder`): the username that alone may release it or
+    /// replace it with another instance, besides an overrider. Absent for a hold placed
+    /// before holdfast recorded holders, which any caller allowed the call may release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 /// `GET .../status`: the hold in force, the opened mark, A, and the state classified.
@@ -65,11 +70,12 @@ impl Status {
         let hold = held.filter(|_| hold_state.is_held()).map(|h| HoldStatus {
             instance: hold_state.instance(),
             unreadable_instance: match &hold_state {
-                HoldState::Unreadable { value } => Some(value.clone()),
+                HoldState::Unreadable { value, .. } => Some(value.clone()),
                 _ => None,
             },
             reason: object::annotation(h, ANN_HOLD_REASON).map(str::to_owned),
             placed_at: object::annotation(h, ANN_HOLD_PLACED_AT).map(str::to_owned),
+            holder: hold_state.holder().map(str::to_owned),
         });
         let opened = object::opened(trainjob);
         let kueue_reason = workload
@@ -113,7 +119,7 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_OPENED};
+    use crate::names::{ANN_ATTEMPT, ANN_HOLD_HOLDER, ANN_HOLD_INSTANCE, ANN_OPENED};
     use serde_json::json;
 
     #[test]
@@ -121,7 +127,8 @@ mod tests {
         let tj = json!({
             "metadata": {"annotations": {
                 ANN_OPENED: "true", ANN_ATTEMPT: "4", ANN_HOLD_INSTANCE: "9",
-                ANN_HOLD_REASON: "node lost", ANN_HOLD_PLACED_AT: "2026-11-29T11:00:00Z"}},
+                ANN_HOLD_REASON: "node lost", ANN_HOLD_PLACED_AT: "2026-11-29T11:00:00Z",
+                ANN_HOLD_HOLDER: "system:serviceaccount:team-a:dispatch"}},
             "spec": {"suspend": true}
         });
         let status = Status::read(Mode::Plain, &tj, None).expect("status");
@@ -131,7 +138,8 @@ mod tests {
                 "result": "Ok",
                 "mode": "plain",
                 "heldObject": "TrainJob",
-                "hold": {"instance": 9, "reason": "node lost", "placedAt": "2026-11-29T11:00:00Z"},
+                "hold": {"instance": 9, "reason": "node lost", "placedAt": "2026-11-29T11:00:00Z",
+                         "holder": "system:serviceaccount:team-a:dispatch"},
                 "opened": true,
                 "attempt": 4,
                 "state": {"kind": "HeldByUs", "instance": 9},

@@ -89,7 +89,10 @@ mod tests {
     #[test]
     fn a_plain_hold_released_in_kueue_mode_removes_its_marks_and_leaves_suspend_to_kueue() {
         let tj = held("7", "3");
-        let release = Call::Release { instance: 3 };
+        let release = Call::Release {
+            instance: 3,
+            by: crate::hold::CallerId::new("dispatch"),
+        };
         let view = HeldView::read(&release, Mode::Plain, &tj, None, false).expect("view");
         let crate::hold::Decision::Write(w) = decide(&release, &view, None) else {
             panic!("a write");
@@ -109,7 +112,10 @@ mod tests {
         assert_eq!(object::hold_state(&obj), crate::hold::HoldState::Absent);
         assert_eq!(obj["metadata"]["annotations"][ANN_ATTEMPT], "1");
         // A stale instance is refused as ever.
-        let stale = Call::Release { instance: 2 };
+        let stale = Call::Release {
+            instance: 2,
+            by: crate::hold::CallerId::new("dispatch"),
+        };
         let view = HeldView::read(&stale, Mode::Plain, &tj, None, false).expect("view");
         assert!(matches!(
             decide(&stale, &view, None),

@@ -10,28 +10,43 @@ use super::*;
 use crate::{
     mode::Mode,
     names::{
-        ANN_ATTEMPT, ANN_HOLD_FOUND, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON,
-        ANN_OPENED,
+        ANN_ATTEMPT, ANN_HOLD_FOUND, ANN_HOLD_HOLDER, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT,
+        ANN_HOLD_REASON, ANN_OPENED,
     },
 };
 
 const MODES: [Mode; 2] = [Mode::Plain, Mode::Kueue];
-const HOLD_KEYS: [&str; 4] = [
+const HOLD_KEYS: [&str; 5] = [
     ANN_HOLD_INSTANCE,
     ANN_HOLD_REASON,
     ANN_HOLD_PLACED_AT,
+    ANN_HOLD_HOLDER,
     ANN_HOLD_FOUND,
 ];
+
+/// The supervisor's identity: the holder of the holds these tests place.
+const DISPATCH: &str = "system:serviceaccount:team-a:dispatch";
+/// Another identity RBAC lets make the calls.
+const OTHER: &str = "system:serviceaccount:team-a:other";
+
+fn dispatch() -> CallerId {
+    CallerId::new(DISPATCH)
+}
 
 fn now() -> Timestamp {
     crate::rfc3339::parse("2026-11-29T11:00:00Z").expect("test time")
 }
 
 fn hold(instance: u64) -> Call {
+    hold_by(instance, dispatch())
+}
+
+fn hold_by(instance: u64, by: CallerId) -> Call {
     Call::Hold {
         instance,
         reason: None,
         placed_at: now(),
+        by,
     }
 }
 
@@ -40,18 +55,30 @@ fn hold_because(instance: u64, reason: &str) -> Call {
         instance,
         reason: Some(reason.to_owned()),
         placed_at: now(),
+        by: dispatch(),
     }
 }
 
 fn release(instance: u64) -> Call {
-    Call::Release { instance }
+    release_by(instance, dispatch())
 }
 
+fn release_by(instance: u64, by: CallerId) -> Call {
+    Call::Release { instance, by }
+}
+
+/// Hold `instance`, placed by [`DISPATCH`].
 fn in_force(instance: u64) -> HoldState {
+    held_by(instance, Some(DISPATCH))
+}
+
+/// Hold `instance`, placed by `holder` (`None`: before holders were recorded).
+fn held_by(instance: u64, holder: Option<&str>) -> HoldState {
     HoldState::InForce(HoldRecord {
         instance,
         reason: None,
         placed_at: None,
+        holder: holder.map(str::to_owned),
     })
 }
 
@@ -128,6 +155,7 @@ fn hold_lands_with_all_annotations_in_one_update() {
                     "2026-11-29T11:00:00Z".to_owned()
                 ),
                 (ANN_HOLD_REASON.to_owned(), "node lost".to_owned()),
+                (ANN_HOLD_HOLDER.to_owned(), DISPATCH.to_owned()),
             ]
             .into()
         );
@@ -303,7 +331,13 @@ fn after_conflict_a_different_instance_is_stale() {
     // (what the previous read saw, what this read sees), for Hold(5).
     let cases = [
         (Seen::Absent, in_force(2)),
-        (Seen::Absent, HoldState::Unreadable { value: "x".into() }),
+        (
+            Seen::Absent,
+            HoldState::Unreadable {
+                value: "x".into(),
+                holder: None,
+            },
+        ),
         (Seen::Instance(1), HoldState::Absent),
         (Seen::Instance(1), in_force(2)),
         (Seen::Unreadable, in_force(1)),
@@ -327,7 +361,10 @@ fn after_conflict_the_same_instance_is_written_again() {
             (Seen::Instance(1), in_force(1)),
             (
                 Seen::Unreadable,
-                HoldState::Unreadable { value: "x".into() },
+                HoldState::Unreadable {
+                    value: "x".into(),
+                    holder: None,
+                },
             ),
         ] {
             let v = HeldView {
@@ -436,6 +473,7 @@ fn unreadable_hold_instance_is_replaced_by_hold_and_refuses_release() {
         let v = HeldView {
             hold: HoldState::Unreadable {
                 value: "three".into(),
+                holder: None,
             },
             stopped: true,
             ..view(mode)
@@ -583,7 +621,7 @@ fn release_of_an_ended_job_only_removes_annotations() {
     let w = expect_write(decide(&release(2), &v, None));
     assert_eq!(w.stop, None);
     assert!(w.set_annotations.is_empty());
-    assert_eq!(w.remove_annotations.len(), 4);
+    assert_eq!(w.remove_annotations.len(), HOLD_KEYS.len());
     assert_eq!(w.outcome, Outcome::Released { resumed: false });
 }
 
@@ -600,7 +638,7 @@ fn kueue_release_sets_active_and_removes_annotations_in_one_update() {
         w.set_annotations.is_empty(),
         "A is the readmission gate's to raise"
     );
-    assert_eq!(w.remove_annotations.len(), 4);
+    assert_eq!(w.remove_annotations.len(), HOLD_KEYS.len());
     assert_eq!(w.outcome, Outcome::Released { resumed: true });
 
     let mut sim = Sim::new(Mode::Kueue);
@@ -934,6 +972,220 @@ fn outcomes_serialise_to_the_success_body() {
     );
 }
 
+// ---- The holder ------------------------------------------------------------------------
+
+#[track_caller]
+fn expect_not_holder(d: Decision) -> String {
+    match d {
+        Decision::Fail(e) => {
+            assert_eq!(e.cause(), Some(RejectCause::NotHolder), "{e:?}");
+            assert_eq!(e.http_status(), 403);
+            let HoldError::Rejected { message, .. } = e else {
+                unreachable!("a rejection")
+            };
+            message
+        }
+        other => panic!("expected NotHolder, got {other:?}"),
+    }
+}
+
+/// What a second identity's calls on dispatch's hold come to: `(what, call, hold in force,
+/// expected)`, in both modes. Only calls that would write are refused; the stale rules come
+/// first.
+#[test]
+fn a_second_identity_may_not_release_or_replace_the_holders_hold() {
+    enum Expect {
+        NotHolder,
+        Stale,
+        Done(Outcome),
+    }
+    let other = || CallerId::new(OTHER);
+    let cases: Vec<(&str, Call, HoldState, Expect)> = vec![
+        (
+            "Release of the hold in force",
+            release_by(5, other()),
+            in_force(5),
+            Expect::NotHolder,
+        ),
+        (
+            "Hold of the largest instance (the u64::MAX attack)",
+            hold_by(u64::MAX, other()),
+            in_force(5),
+            Expect::NotHolder,
+        ),
+        (
+            "Hold of a newer instance",
+            hold_by(6, other()),
+            in_force(5),
+            Expect::NotHolder,
+        ),
+        (
+            "Hold over an unreadable hold with a holder",
+            hold_by(6, other()),
+            HoldState::Unreadable {
+                value: "x".into(),
+                holder: Some(DISPATCH.into()),
+            },
+            Expect::NotHolder,
+        ),
+        (
+            "Release of another instance: stale first",
+            release_by(4, other()),
+            in_force(5),
+            Expect::Stale,
+        ),
+        (
+            "Hold of an older instance: stale first",
+            hold_by(4, other()),
+            in_force(5),
+            Expect::Stale,
+        ),
+        (
+            "Hold of the instance in force: changes nothing",
+            hold_by(5, other()),
+            in_force(5),
+            Expect::Done(Outcome::AlreadyInForce),
+        ),
+    ];
+    for mode in MODES {
+        for (what, call, hold, expect) in &cases {
+            let v = HeldView {
+                hold: hold.clone(),
+                stopped: true,
+                ..view(mode)
+            };
+            let d = decide(call, &v, None);
+            match expect {
+                Expect::NotHolder => {
+                    let message = expect_not_holder(d);
+                    assert!(
+                        message.contains(DISPATCH) && message.contains(OTHER),
+                        "{mode} {what}: names the holder and the caller: {message}"
+                    );
+                    assert!(
+                        message.contains("trainjobs/override"),
+                        "{mode} {what}: says who else may: {message}"
+                    );
+                }
+                Expect::Stale => expect_stale(d),
+                Expect::Done(o) => assert_eq!(d, Decision::Done(*o), "{mode} {what}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn the_holder_itself_releases_and_replaces_its_hold() {
+    for mode in MODES {
+        let v = held_view(mode, 5);
+        let w = expect_write(decide(&release(5), &v, None));
+        assert!(
+            w.remove_annotations.contains(ANN_HOLD_HOLDER),
+            "{mode}: Release removes the holder with the other marks"
+        );
+        let w = expect_write(decide(&hold(6), &v, None));
+        assert_eq!(
+            w.set_annotations.get(ANN_HOLD_HOLDER).map(String::as_str),
+            Some(DISPATCH)
+        );
+    }
+}
+
+#[test]
+fn an_overrider_releases_or_replaces_another_holders_hold_and_becomes_the_holder() {
+    let overrider = || CallerId::new("platform-admin").overriding();
+    for mode in MODES {
+        let v = held_view(mode, 5);
+        let w = expect_write(decide(&hold_by(6, overrider()), &v, None));
+        assert_eq!(
+            w.set_annotations.get(ANN_HOLD_HOLDER).map(String::as_str),
+            Some("platform-admin"),
+            "{mode}: an override Hold records the overrider"
+        );
+        assert_eq!(w.outcome, Outcome::Held);
+        let w = expect_write(decide(&release_by(5, overrider()), &v, None));
+        assert!(w.remove_annotations.contains(ANN_HOLD_HOLDER), "{mode}");
+        // Override does not lift the stale rules.
+        expect_stale(decide(&hold_by(4, overrider()), &v, None));
+        expect_stale(decide(&release_by(4, overrider()), &v, None));
+    }
+}
+
+#[test]
+fn a_hold_from_before_holders_were_recorded_is_released_or_replaced_as_before() {
+    for mode in MODES {
+        let v = HeldView {
+            hold: held_by(5, None),
+            stopped: true,
+            ..view(mode)
+        };
+        let w = expect_write(decide(&release_by(5, CallerId::new(OTHER)), &v, None));
+        assert!(w.remove_annotations.contains(ANN_HOLD_HOLDER), "{mode}");
+        let w = expect_write(decide(&hold_by(6, CallerId::new(OTHER)), &v, None));
+        assert_eq!(
+            w.set_annotations.get(ANN_HOLD_HOLDER).map(String::as_str),
+            Some(OTHER),
+            "{mode}: the next Hold records its caller"
+        );
+    }
+}
+
+#[test]
+fn a_hold_of_the_instance_in_force_by_another_identity_keeps_the_holder() {
+    for mode in MODES {
+        // Someone lifted the stop behind the webhook's back: the stop is written again, and
+        // the holder is left as it is.
+        let v = HeldView {
+            hold: in_force(5),
+            stopped: false,
+            ..view(mode)
+        };
+        let w = expect_write(decide(&hold_by(5, CallerId::new(OTHER)), &v, None));
+        assert_eq!(w.stop, Some(true));
+        assert_eq!(w.outcome, Outcome::AlreadyInForce);
+        assert!(
+            !keys(&w).contains(&ANN_HOLD_HOLDER),
+            "{mode}: the holder is not touched"
+        );
+    }
+}
+
+#[test]
+fn an_empty_recorded_holder_is_nobodys() {
+    for mode in MODES {
+        let v = HeldView {
+            hold: held_by(5, Some("")),
+            stopped: true,
+            ..view(mode)
+        };
+        expect_not_holder(decide(&release(5), &v, None));
+        expect_write(decide(&release_by(5, dispatch().overriding()), &v, None));
+    }
+}
+
+#[test]
+fn a_call_decided_again_with_override_compares_with_the_same_earlier_read() {
+    for mode in MODES {
+        // A conflict: the first read saw no hold; the second sees another's hold 5.
+        let mut attempts = Attempts::new();
+        let call = hold_by(6, CallerId::new(OTHER));
+        expect_write(attempts.decide(&call, &view(mode)));
+        attempts.conflicted().expect("one conflict");
+        let v = held_view(mode, 5);
+        expect_stale(attempts.decide(&call, &v));
+        // Decided again with override, it still compares with the first read.
+        expect_stale(attempts.decide_again(&call.clone().overriding(), &v));
+        // Without a change of instance, the override decides it.
+        let mut attempts = Attempts::new();
+        expect_not_holder(attempts.decide(&call, &v));
+        let w = expect_write(attempts.decide_again(&call.overriding(), &v));
+        assert_eq!(
+            w.set_annotations.get(ANN_HOLD_HOLDER).map(String::as_str),
+            Some(OTHER)
+        );
+    }
+}
+
 // ---- Property: interleaved calls -------------------------------------------------------
 
 mod interleaved {
@@ -943,8 +1195,9 @@ mod interleaved {
 
     #[derive(Clone, Debug)]
     enum Op {
-        /// A call begins (its first read happens at its first step).
-        Start(u8, u64),
+        /// A call begins (its first read happens at its first step): its kind, instance, and
+        /// caller (dispatch, another identity, an overrider).
+        Start(u8, u64, u8),
         /// The `n`th unfinished call (mod their number) takes its next step: a read and
         /// decision, or its write.
         Step(usize),
@@ -956,7 +1209,7 @@ mod interleaved {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            3 => (0u8..3, 0u64..6).prop_map(|(k, i)| Op::Start(k, i)),
+            3 => (0u8..3, 0u64..6, 0u8..3).prop_map(|(k, i, c)| Op::Start(k, i, c)),
             6 => (0usize..8).prop_map(Op::Step),
             1 => any::<bool>().prop_map(Op::Touch),
             1 => any::<bool>().prop_map(Op::Pods),
@@ -977,10 +1230,28 @@ mod interleaved {
             prop_assert!(j >= k, "{call:?} replaced hold {k} by older hold {j}");
         }
         if let (Some(k), None) = (before.instance(), after.instance()) {
+            prop_assert!(
+                matches!(call, Call::Release { instance, .. } if *instance == k),
+                "{call:?}: hold {k} lifted by another call"
+            );
+        }
+        // Only its holder, or an overrider, lifts or replaces a hold whose holder is recorded;
+        // a hold placed records its caller.
+        let by = call.by();
+        if before.instance() != after.instance()
+            && let Some(holder) = before.holder()
+        {
+            prop_assert!(
+                by.is_some_and(|b| b.username == holder || b.may_override),
+                "{call:?} lifted or replaced {holder}'s hold"
+            );
+        }
+        if after.instance().is_some() && after.instance() != before.instance() {
+            let holder = after.holder();
             prop_assert_eq!(
-                call,
-                &Call::Release { instance: k },
-                "lifted by another call"
+                holder.as_deref(),
+                by.map(|b| b.username.as_str()),
+                "a hold placed records its caller"
             );
         }
         if after.instance().is_some() {
@@ -1039,11 +1310,18 @@ mod interleaved {
         let mut calls: Vec<InFlight> = Vec::new();
         for op in ops {
             match op {
-                Op::Start(kind, instance) => calls.push(InFlight {
-                    call: match kind {
-                        0 => hold(instance),
-                        1 => release(instance),
-                        _ => Call::Open,
+                Op::Start(kind, instance, caller) => calls.push(InFlight {
+                    call: {
+                        let by = match caller {
+                            0 => dispatch(),
+                            1 => CallerId::new(OTHER),
+                            _ => CallerId::new("platform-admin").overriding(),
+                        };
+                        match kind {
+                            0 => hold_by(instance, by),
+                            1 => release_by(instance, by),
+                            _ => Call::Open,
+                        }
                     },
                     attempts: Attempts::new(),
                     pending: None,
@@ -1079,6 +1357,17 @@ mod interleaved {
         #[test]
         fn older_instance_never_replaces_a_newer_one_kueue(ops in prop::collection::vec(op(), 1..80)) {
             run(Mode::Kueue, ops)?;
+        }
+
+        /// The same runs, read for the holder rule (checked after every landed write): calls
+        /// by dispatch, a second identity and an overrider interleave, and no hold whose
+        /// holder is recorded is lifted or replaced but by its holder or an overrider.
+        #[test]
+        fn a_hold_is_lifted_or_replaced_only_by_its_holder_or_an_overrider(
+            kueue in any::<bool>(),
+            ops in prop::collection::vec(op(), 1..80),
+        ) {
+            run(if kueue { Mode::Kueue } else { Mode::Plain }, ops)?;
         }
     }
 }

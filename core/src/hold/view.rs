@@ -133,6 +133,7 @@ mod tests {
             instance: 1,
             reason: None,
             placed_at: jiff::Timestamp::UNIX_EPOCH,
+            by: crate::hold::CallerId::new("dispatch"),
         }
     }
 
@@ -153,7 +154,14 @@ mod tests {
 
     #[test]
     fn hold_without_workload_is_rejected_in_kueue_mode() {
-        for call in [hold(), Call::Release { instance: 1 }, Call::Open] {
+        for call in [
+            hold(),
+            Call::Release {
+                instance: 1,
+                by: crate::hold::CallerId::new("dispatch"),
+            },
+            Call::Open,
+        ] {
             let err = HeldView::read(&call, Mode::Kueue, &trainjob(), None, false)
                 .expect_err("no workload");
             assert_eq!(err.cause(), Some(RejectCause::NoWorkload), "{call:?}");

@@ -59,6 +59,7 @@ fn held(instance: u64) -> HoldState {
         instance,
         reason: Some("node lost".into()),
         placed_at: Some("2026-11-29T11:00:00Z".into()),
+        holder: Some("system:serviceaccount:team-a:dispatch".into()),
     })
 }
 
@@ -736,8 +737,13 @@ fn a_hold_is_moved_mark_first_then_the_replacement_then_the_finalizer() {
                 "2026-11-29T11:00:00Z".to_owned()
             ),
             (ANN_HOLD_REASON.to_owned(), "node lost".to_owned()),
+            (
+                ANN_HOLD_HOLDER.to_owned(),
+                "system:serviceaccount:team-a:dispatch".to_owned()
+            ),
         ]
-        .into()
+        .into(),
+        "the holder moves with the hold: only it may release it on the replacement"
     );
     // 3. Let the source go.
     let moved = WorkloadView {

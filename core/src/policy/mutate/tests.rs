@@ -3,8 +3,8 @@
 use super::{Mutation, mutate, runtime_to_record};
 use crate::mode::Mode;
 use crate::names::{
-    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION as ADMITTED, ANN_ATTEMPT, ANN_HOLD_INSTANCE,
-    ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, LABEL_MANAGED,
+    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION as ADMITTED, ANN_ATTEMPT, ANN_HOLD_HOLDER,
+    ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, LABEL_MANAGED,
 };
 use crate::policy::testkit::*;
 use crate::policy::{Operation, Resource, validate};
@@ -45,6 +45,7 @@ fn replace_that_drops_hold_annotations_is_restored() {
             HOLD[0],
             HOLD[1],
             HOLD[2],
+            (ANN_HOLD_HOLDER, "system:serviceaccount:team-a:dispatch"),
             (ANN_OPENED, "true"),
             (ANN_ATTEMPT, "2"),
             ("team", "x"),
@@ -57,12 +58,13 @@ fn replace_that_drops_hold_annotations_is_restored() {
     let replaced = tj(&[("team", "y")], &[], Some(true));
     for resource in [Resource::TrainJob, Resource::Workload] {
         let patch = update(resource.clone(), ALICE, &old, &replaced);
-        assert_eq!(patch.len(), 5, "{patch:?}");
+        assert_eq!(patch.len(), 6, "{patch:?}");
         let patched = apply(&replaced, &patch);
         assert_eq!(
             anns(&patched),
             json!({
                 ANN_HOLD_INSTANCE: "3", ANN_HOLD_REASON: "node lost", ANN_HOLD_PLACED_AT: "2026-11-29T12:00:00Z",
+                ANN_HOLD_HOLDER: "system:serviceaccount:team-a:dispatch",
                 ANN_OPENED: "true", ANN_ATTEMPT: "2", "team": "y"
             })
         );

@@ -3,9 +3,9 @@
 use super::validate;
 use crate::mode::Mode;
 use crate::names::{
-    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION as ADMITTED, ANN_ATTEMPT, ANN_HOLD_INSTANCE,
-    ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, HOLD_FINALIZER, LABEL_MANAGED,
-    LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL as PREBUILT,
+    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION as ADMITTED, ANN_ATTEMPT, ANN_HOLD_HOLDER,
+    ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, HOLD_FINALIZER,
+    LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL as PREBUILT,
 };
 use crate::policy::testkit::*;
 use crate::policy::{Operation, QUEUE_NAME_LABEL, Resource, Verdict};
@@ -161,6 +161,9 @@ fn table() -> Vec<Case> {
         case("update a TrainJob whose object is an array", PLAIN, TJ, Update, Some(job.clone()), Some(json!([job.clone()])), &[CONTROLLER]),
         // --- controller annotations on Workloads
         case("add hold-instance to a Workload", BOTH, WL, Update, Some(workload.clone()), Some(ann(&workload, ANN_HOLD_INSTANCE, "1")), &[CONTROLLER]),
+        case("change the hold-holder of a held Workload (take over its hold)", BOTH, WL, Update, Some(ann(&held_wl, ANN_HOLD_HOLDER, "system:serviceaccount:a:dispatch")), Some(ann(&held_wl, ANN_HOLD_HOLDER, "alice")), &[CONTROLLER]),
+        case("remove the hold-holder of a held Workload", BOTH, WL, Update, Some(ann(&held_wl, ANN_HOLD_HOLDER, "system:serviceaccount:a:dispatch")), Some(held_wl.clone()), &[CONTROLLER]),
+        case("add a hold-holder to a held TrainJob", BOTH, TJ, Update, Some(held_job.clone()), Some(ann(&held_job, ANN_HOLD_HOLDER, "alice")), &[CONTROLLER]),
         case("change hold-placed-at on a Workload", BOTH, WL, Update, Some(ann(&held_wl, ANN_HOLD_PLACED_AT, "2026-11-29T12:00:00Z")), Some(ann(&held_wl, ANN_HOLD_PLACED_AT, "2027-01-01T00:00:00Z")), &[CONTROLLER]),
         case("create a Workload with a hold", BOTH, WL, Create, None, Some(held_wl.clone()), &[CONTROLLER]),
         case("create a Workload with admitted-runtime-resource-version", BOTH, WL, Create, None, Some(ann(&workload, ADMITTED, "1")), &[CONTROLLER]),
