@@ -7,6 +7,7 @@ mod admin_flood;
 mod compaction;
 mod controller;
 mod flood;
+mod forged_reviews;
 mod kueue;
 mod snapshot_bombs;
 mod webhook_server;
