@@ -33,6 +33,7 @@ pub mod objects;
 pub mod process;
 pub mod promql;
 pub mod rbac;
+pub mod readmission_policy;
 pub mod registration;
 pub mod serving_files;
 pub mod values_table;

@@ -151,14 +151,18 @@ fn rendered(mode: Mode, engine: Engine) -> Rendered {
             // the controller's ConfigMap policy (`crate::controller_policy::register`): it
             // names the release namespace for the fences, and the tests record fences in
             // their own namespaces.
+            // So does the readmission gate's policy (kueue mode; `crate::readmission_policy`):
+            // it judges Kueue's admissions in every namespace.
             let execution = format!("{}-execution-finalizer", crate::rbac::RELEASE);
             let configmaps = crate::controller_policy::name();
+            let gate = crate::readmission_policy::name();
             let all = |kind: &str| -> Vec<Value> {
                 helm::of_kind(&docs, kind)
                     .into_iter()
                     .filter(|d| {
                         d["metadata"]["name"] != execution.as_str()
                             && d["metadata"]["name"] != configmaps.as_str()
+                            && d["metadata"]["name"] != gate.as_str()
                     })
                     .cloned()
                     .collect()

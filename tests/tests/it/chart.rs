@@ -803,11 +803,33 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
             assert_eq!(always_policy(&both), guarded, "{mode}, {always}");
             assert_eq!(always_policy(&policy), guarded, "{mode}, {always}");
         }
+        // kueue mode: the readmission gate's policy, the same under every engine (Kueue's
+        // admission of a TrainJob's Workload, which no webhook entry judges); none in plain
+        // mode.
+        let gate = "holdfast-readmission-gate";
+        let gate_docs = |docs: &[Value]| -> Vec<Value> {
+            docs.iter()
+                .filter(|d| d["metadata"]["name"] == gate)
+                .cloned()
+                .collect()
+        };
+        if mode == "kueue" {
+            let guarded = gate_docs(&webhook);
+            assert_eq!(guarded.len(), 2, "the policy and its binding");
+            assert_eq!(guarded[0]["spec"]["failurePolicy"], "Fail");
+            assert!(guarded[0]["spec"]["paramKind"].is_null(), "no lookups");
+            assert_eq!(gate_docs(&both), guarded);
+            assert_eq!(gate_docs(&policy), guarded);
+        } else {
+            assert!(gate_docs(&webhook).is_empty(), "{mode}");
+        }
         let rules = |docs: &[Value], kind: &str| -> Vec<Value> {
             helm::of_kind(docs, kind)
                 .into_iter()
                 .filter(|d| {
-                    d["metadata"]["name"] != execution && d["metadata"]["name"] != configmaps
+                    d["metadata"]["name"] != execution
+                        && d["metadata"]["name"] != configmaps
+                        && d["metadata"]["name"] != gate
                 })
                 .cloned()
                 .collect()

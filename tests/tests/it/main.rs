@@ -33,6 +33,7 @@ mod mode_switch;
 mod node;
 mod outage;
 mod pod_replacement;
+mod readmission;
 mod seams;
 mod snapshots;
 mod validation_engines;
