@@ -297,16 +297,14 @@ async fn drift(
         return refused(&s, MetricCall::status, refusal);
     }
     let report = match &s.snapshots {
-        Some(snapshots) => snapshots.drift().await.map_err(|e| e.to_string()),
+        Some(snapshots) => snapshots
+            .drift(scope.namespace.as_deref())
+            .await
+            .map_err(|e| e.to_string()),
         None => Err("this process runs no snapshot reconciler".to_owned()),
     };
     match report {
-        Ok(mut report) => {
-            if let Some(ns) = &scope.namespace {
-                report.trainjobs.retain(|d| &d.namespace == ns);
-            }
-            (StatusCode::OK, Json(report)).into_response()
-        }
+        Ok(report) => (StatusCode::OK, Json(report)).into_response(),
         Err(message) => {
             let mut response = error_response(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -314,7 +312,7 @@ async fn drift(
                     error: "Unavailable".to_owned(),
                     cause: None,
                     message: format!(
-                        "{message}: drift is computed by the replica holding the Lease; ask again"
+                        "{message}: drift is computed by the replica holding the Lease, one computation at a time; ask again"
                     ),
                 },
             );

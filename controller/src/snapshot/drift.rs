@@ -75,15 +75,39 @@ pub struct DriftCache {
     published: HashSet<RuntimeLabels>,
 }
 
-/// Computes every TrainJob's drift, and the count per runtime; with `paths`, also what
-/// differs (reading snapshot contents this process has not seen).
+/// Which TrainJobs a computation covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// Every namespace: the gauge's pass, and a cluster-wide `GET /v1/drift`.
+    All,
+    /// One namespace's TrainJobs (`GET /v1/drift?namespace=NS`): no other job is compared,
+    /// and no snapshot of another namespace is read.
+    Namespace(&'a str),
+}
+
+impl Scope<'_> {
+    fn covers(self, job: &TrainJob) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Namespace(ns) => job.metadata.namespace.as_deref() == Some(ns),
+        }
+    }
+}
+
+/// Computes the drift of the TrainJobs in `scope`, and the count per runtime; with `paths`,
+/// also what differs (reading snapshot contents this process has not seen).
 pub async fn compute(
     ctx: &Context,
     cache: &Mutex<DriftCache>,
     paths: bool,
+    scope: Scope<'_>,
 ) -> (DriftReport, BTreeMap<RuntimeLabels, i64>) {
     let watched = ctx.trainjobs.state();
-    let jobs: Vec<&TrainJob> = watched.iter().filter_map(|w| w.0.as_ref().ok()).collect();
+    let jobs: Vec<&TrainJob> = watched
+        .iter()
+        .filter_map(|w| w.0.as_ref().ok())
+        .filter(|job| scope.covers(job))
+        .collect();
     // Start the watches of the runtime kinds in use (after a restart no reconciliation
     // may have needed them yet).
     let mut kinds: HashSet<(String, String)> = HashSet::new();
@@ -159,8 +183,11 @@ pub async fn compute(
             report.trainjobs.push(d);
         }
     }
-    ctx.ledger
-        .retain(&|k| live_jobs.contains(k), &|d| referenced.contains(d));
+    // Only a pass over every job knows which ledger entries no job needs any more.
+    if scope == Scope::All {
+        ctx.ledger
+            .retain(&|k| live_jobs.contains(k), &|d| referenced.contains(d));
+    }
     report
         .trainjobs
         .sort_by(|a, b| (&a.namespace, &a.trainjob).cmp(&(&b.namespace, &b.trainjob)));
@@ -314,7 +341,7 @@ pub async fn keep_gauge(ctx: Arc<Context>, interval: Duration, shutdown: Cancell
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
-        let (report, counts) = compute(&ctx, &cache, false).await;
+        let (report, counts) = compute(&ctx, &cache, false, Scope::All).await;
         publish(&ctx, &cache, &counts);
         tracing::debug!(drifted = report.trainjobs.len(), "drift recomputed");
         // Bound the caches (old runtime versions accumulate); they refill in one pass.
@@ -324,5 +351,25 @@ pub async fn keep_gauge(ctx: Arc<Context>, interval: Duration, shutdown: Cancell
             c.live_digests.clear();
             c.compared.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(namespace: &str) -> TrainJob {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": namespace, "name": "j", "uid": "u"},
+        }))
+        .unwrap_or_else(|e| panic!("a TrainJob: {e}"))
+    }
+
+    #[test]
+    fn a_namespace_scope_covers_that_namespaces_jobs_only() {
+        assert!(Scope::Namespace("team-a").covers(&job("team-a")));
+        assert!(!Scope::Namespace("team-a").covers(&job("team-b")));
+        assert!(!Scope::Namespace("team-a").covers(&job("team-a-b")));
+        assert!(Scope::All.covers(&job("team-b")));
     }
 }

@@ -45,6 +45,9 @@ pub enum Error {
     /// The reconciler is not running (a standby replica, or before start-up).
     #[error("the snapshot reconciler is not running on this replica")]
     NotRunning,
+    /// Another drift computation is running (one at a time).
+    #[error("another drift computation is running")]
+    Busy,
 }
 
 impl From<KindError> for Error {
@@ -86,6 +89,7 @@ impl Error {
             Error::Fault(f) => f.metric_label(),
             Error::Convert(_) => "convert",
             Error::NotRunning => "not_running",
+            Error::Busy => "busy",
         }
     }
 }

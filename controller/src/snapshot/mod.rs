@@ -74,6 +74,9 @@ pub use crate::trainjob::TrainJob;
 pub use config::Config;
 pub use drift::{DriftReport, DriftedTrainJob};
 pub use error::Error;
+
+/// How long a `GET /v1/drift` waits for the computation before it (one at a time) to end.
+pub const DRIFT_TURN: std::time::Duration = std::time::Duration::from_secs(5);
 pub use health::Health;
 pub use holdfast_cluster::runtime_kinds::{RuntimeKind, RuntimeKinds};
 pub use metrics::{ReasonLabels, RuntimeLabels, SnapshotMetrics, WatchLabels, WriterLabels};
@@ -104,6 +107,8 @@ struct Inner {
     /// Set while `run` runs (on the leader).
     running: RwLock<Option<Arc<Context>>>,
     drift_cache: Mutex<DriftCache>,
+    /// One `GET /v1/drift` computation at a time ([`Snapshotter::drift`]).
+    drift_turn: tokio::sync::Semaphore,
     /// Where its Events go; one of its own (with the configuration's reporter) if unset.
     events: OnceLock<Publisher>,
 }
@@ -125,6 +130,7 @@ impl Snapshotter {
                 readiness,
                 running: RwLock::new(None),
                 drift_cache: Mutex::default(),
+                drift_turn: tokio::sync::Semaphore::new(1),
                 events: OnceLock::new(),
             }),
         }
@@ -136,8 +142,9 @@ impl Snapshotter {
         self
     }
 
-    /// The drifted TrainJobs, with the paths that differ.
-    pub async fn drift(&self) -> Result<DriftReport, Error> {
+    /// The drifted TrainJobs of `namespace` (every namespace's when `None`), with the paths
+    /// that differ. `Error::Busy` when another computation kept the turn past [`DRIFT_TURN`].
+    pub async fn drift(&self, namespace: Option<&str>) -> Result<DriftReport, Error> {
         let ctx = self
             .inner
             .running
@@ -150,7 +157,18 @@ impl Snapshotter {
         if !ctx.configmaps.listed() {
             return Err(Error::NotRunning);
         }
-        let (report, _counts) = drift::compute(&ctx, &self.inner.drift_cache, true).await;
+        // One computation at a time: each compares every job in its scope and may read
+        // snapshots, and callers are as many as RBAC lets ask. A caller waits its turn at most
+        // DRIFT_TURN, then is told to ask again.
+        let _turn = match tokio::time::timeout(DRIFT_TURN, self.inner.drift_turn.acquire()).await {
+            Ok(Ok(turn)) => turn,
+            _ => return Err(Error::Busy),
+        };
+        let scope = match namespace {
+            Some(ns) => drift::Scope::Namespace(ns),
+            None => drift::Scope::All,
+        };
+        let (report, _counts) = drift::compute(&ctx, &self.inner.drift_cache, true, scope).await;
         Ok(report)
     }
 

@@ -190,7 +190,7 @@ async fn updating_the_runtime_leaves_the_snapshot_and_the_resolved_runtime_uncha
     set_runtime_image(&admin, &name, "pytorch/pytorch:2.11.0").await;
     // The reconciler has seen the edit once the job shows as drifted.
     wait_for("the edit to be seen", Duration::from_secs(30), || async {
-        let report = r.snapshotter.drift().await.ok()?;
+        let report = r.snapshotter.drift(None).await.ok()?;
         report
             .trainjobs
             .iter()
@@ -259,7 +259,7 @@ async fn drifted_trainjobs_are_listed_and_counted() {
 
     // What GET /v1/drift answers (the hold API serves it, authenticated: see `api_drift_*`).
     let report: Value = wait_for("the listing", Duration::from_secs(30), || async {
-        let v = serde_json::to_value(r.snapshotter.drift().await.ok()?).ok()?;
+        let v = serde_json::to_value(r.snapshotter.drift(None).await.ok()?).ok()?;
         (v["trainjobs"].as_array().map(Vec::len) == Some(2)).then_some(v)
     })
     .await;
@@ -284,6 +284,19 @@ async fn drifted_trainjobs_are_listed_and_counted() {
         "{report:#}"
     );
     assert_eq!(first["runtimeMissing"], false);
+    // Asked about one namespace, it computes that namespace's jobs only.
+    let own = r
+        .snapshotter
+        .drift(Some(&ns))
+        .await
+        .expect("drift of the namespace");
+    assert_eq!(own.trainjobs.len(), 2, "{own:?}");
+    let elsewhere = r
+        .snapshotter
+        .drift(Some("no-such-namespace"))
+        .await
+        .expect("drift of another namespace");
+    assert!(elsewhere.trainjobs.is_empty(), "{elsewhere:?}");
     r.stop().await;
 }
 
@@ -304,7 +317,7 @@ async fn deleting_the_runtime_leaves_the_snapshot() {
         "the runtime to be seen gone",
         Duration::from_secs(30),
         || async {
-            let report = r.snapshotter.drift().await.ok()?;
+            let report = r.snapshotter.drift(None).await.ok()?;
             report
                 .trainjobs
                 .into_iter()
