@@ -110,6 +110,11 @@ pub struct Args {
     /// call is probed again this often; a call trusts a probe at most twice this old, and
     /// probes itself otherwise). An idle controller, no call for twice this long, sends no
     /// probe: its next call probes first.
+    /// Namespaces the admission webhook and policies do not judge, comma-separated (the chart
+    /// passes kube-system, its own namespace and webhook.excludeNamespaces): a Hold there is
+    /// answered Unsupported, since nothing keeps anyone from lifting it.
+    #[arg(long, env = "HOLDFAST_UNPROTECTED_NAMESPACES", value_delimiter = ',')]
+    pub unprotected_namespaces: Vec<String>,
     #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL", default_value = "30s", value_parser = duration::parse)]
     pub preflight_interval: Duration,
 }

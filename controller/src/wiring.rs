@@ -186,6 +186,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             .await?;
             certificates.served("hold_api", server.resolver());
             tracing::info!(addr = %server.local_addr()?, "hold API listening");
+                unprotected: api::Unprotected::new(args.unprotected_namespaces.iter().cloned()),
             api_up.store(true, Ordering::SeqCst);
             let shutdown = shutdown.clone();
             tasks.spawn(async move {

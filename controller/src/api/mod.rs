@@ -21,6 +21,7 @@
 pub mod auth;
 pub mod review_cache;
 mod routes;
+mod unprotected;
 
 use std::net::SocketAddr;
 
@@ -30,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{Access, Caller, KubeAuth, Refusal};
 pub use routes::{ApiState, FenceStore, MAX_BODY_BYTES, router};
+pub use unprotected::Unprotected;
 
 /// Serves `router` over TLS on `addr` until `shutdown` is cancelled.
 pub async fn serve(

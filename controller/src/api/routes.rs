@@ -36,6 +36,8 @@ pub struct ApiState {
     pub snapshots: Option<Snapshotter>,
     /// Where `POST /v1/nodes/{node}/fence` records fences; `None`: fences are not taken.
     pub fences: Option<FenceStore>,
+    /// The namespaces admission does not judge: a Hold there is `Unsupported`.
+    pub unprotected: super::Unprotected,
 }
 
 /// The fences ConfigMap the execution finalizer's keeper reads
@@ -99,6 +101,10 @@ async fn hold_call(
         Ok(caller) => caller,
         Err(refusal) => return refused(&s, metric, refusal),
     };
+    if let Some(e) = s.unprotected.refusal(kind, &ns) {
+        s.executor.metrics().record_error(metric, &e);
+        return hold_error(&e);
+    }
     let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(b) => b,
         Err(_) => {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::{ControlPlane, Identity};
-use holdfast_controller::api::{ApiState, FenceStore, KubeAuth, router};
+use holdfast_controller::api::{ApiState, FenceStore, KubeAuth, Unprotected, router};
 use holdfast_controller::hold::HoldExecutor;
 use holdfast_serve::TlsServer;
 use k8s_openapi::api::authorization::v1::{
@@ -32,6 +32,15 @@ impl Drop for HoldApi {
 }
 
 pub async fn start_api(cp: &ControlPlane, exec: HoldExecutor) -> HoldApi {
+    start_api_with(cp, exec, Unprotected::default()).await
+}
+
+/// [`start_api`] with the namespaces the chart would exclude from admission.
+pub async fn start_api_with(
+    cp: &ControlPlane,
+    exec: HoldExecutor,
+    unprotected: Unprotected,
+) -> HoldApi {
     holdfast_serve::install_crypto_provider();
     let cert = cp
         .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
@@ -54,6 +63,7 @@ pub async fn start_api(cp: &ControlPlane, exec: HoldExecutor) -> HoldApi {
                 namespace: "holdfast-system".into(),
                 name: "holdfast-fences".into(),
             }),
+            unprotected,
         }),
         stop.clone(),
     ));

@@ -984,6 +984,51 @@ async fn api_refuses_a_hold_reason_with_a_control_character() {
     assert_eq!(answer["hold"]["reason"], "nœud perdu — rack 3");
 }
 
+/// In a namespace the chart excludes from admission (kube-system, its own namespace,
+/// `webhook.excludeNamespaces`) nothing keeps a hold from being lifted by anyone who may edit
+/// the TrainJob: Hold answers `Unsupported`, naming why and what to do, and writes nothing. A
+/// Release there is answered as anywhere.
+#[tokio::test]
+async fn a_hold_in_a_namespace_excluded_from_admission_is_unsupported() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("api-excluded").await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let exec = executor(cp).await;
+    let excluded = holdfast_controller::api::Unprotected::new([ns.clone()]);
+    let api = start_api_with(cp, exec, excluded).await;
+    grant_alice(cp, &ns, &["hold", "release"], &["create"]).await;
+    let alice = cp.token(Identity::User);
+    let base = format!("/v1/namespaces/{ns}/trainjobs/mnist");
+    let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string();
+
+    let (status, answer) = api
+        .post(
+            &format!("{base}/hold"),
+            Some(alice),
+            &json!({"instance": 1, "deadline": deadline}),
+        )
+        .await;
+    assert_eq!(status, 501, "{answer}");
+    assert_eq!(answer["error"], "Unsupported", "{answer}");
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("namespace {ns} is excluded from holdfast's admission"))
+            && message.contains("webhook.excludeNamespaces"),
+        "{message}"
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(hold_annotations(&tj).is_empty(), "nothing written: {tj:#}");
+
+    let (status, answer) = api
+        .post(
+            &format!("{base}/release"),
+            Some(alice),
+            &json!({"instance": 1, "deadline": deadline}),
+        )
+        .await;
+    assert_ne!(answer["error"], "Unsupported", "{status} {answer}");
+}
+
 #[tokio::test]
 async fn api_answers_a_callers_burst_with_one_review_each_and_forgets_a_revoked_grant() {
     use holdfast_controller::api::review_cache::{ACCEPTED_TTL, REFUSED_TTL};
