@@ -10,7 +10,8 @@ Exit codes:
   1   an answer outside the set below (not the hold API's: check --server)
   2   usage (a bad flag or argument)
   3   Invalid       (400: malformed call, bad name, no deadline)
-  4   Rejected      (409/404: StaleHold, DeadlinePassed, NoWorkload, NotFound; final)
+  4   Rejected      (409/404/403: StaleHold, DeadlinePassed, NoWorkload, NotFound,
+                     NotHolder; final)
   5   PodsRemain    (423: pods of an earlier execution remain; retry later)
   6   Unsupported   (501: a probe failed, or the ClusterQueue lacks the readmission check)
   7   Conflict      (503: eight preconditioned tries all met a 409; retry)
@@ -77,6 +78,11 @@ mod tests {
         ];
         assert_eq!(codes, [3, 4, 5, 6, 7, 8, 9, 10]);
         assert_eq!(code(404, "Rejected"), 4);
+        assert_eq!(
+            code(403, "Rejected"),
+            4,
+            "NotHolder: another identity holds the hold"
+        );
         assert_eq!(code(403, "Forbidden"), 10);
         assert_eq!(of_answer(502, &json!("bad gateway")), OTHER);
         assert_eq!(of_answer(200, &json!("<html>welcome</html>")), OTHER);

@@ -24,6 +24,7 @@ mod events;
 mod faults;
 mod hold_race;
 mod holds_kueue;
+mod holder;
 mod holds_plain;
 mod kueue_smoke;
 mod lost_nodes;
