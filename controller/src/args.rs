@@ -2,7 +2,7 @@
 //! gets from them ([`Args::configs`]). With the wiring, the only module that knows the
 //! command line: every part is given its own configuration, never the flags.
 
-use crate::hold::ExecutorConfig;
+use crate::hold::{ExecutorConfig, PolicyProbe};
 use crate::leader::{self, LeaseConfig};
 use crate::webhook_certs::{CertConfig, CertsError, ServingSecret};
 use crate::{execution, readmission, snapshot};
@@ -115,6 +115,11 @@ pub struct Args {
     /// answered Unsupported, since nothing keeps anyone from lifting it.
     #[arg(long, env = "HOLDFAST_UNPROTECTED_NAMESPACES", value_delimiter = ',')]
     pub unprotected_namespaces: Vec<String>,
+    /// The chart's validation.engine: webhook (the webhook judges holdfast's rules), policy
+    /// or both (ValidatingAdmissionPolicies judge them, and preflight proves the apiserver
+    /// enforces them: Hold, Release and Open answer Unsupported until it does).
+    #[arg(long, env = "HOLDFAST_VALIDATION_ENGINE", default_value = "webhook", value_parser = ["webhook", "policy", "both"])]
+    pub validation_engine: String,
     #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL", default_value = "30s", value_parser = duration::parse)]
     pub preflight_interval: Duration,
 }
@@ -214,6 +219,10 @@ impl Args {
                 apiserver_request_timeout: self.apiserver_request_timeout,
                 transit_margin: self.hold_transit_margin,
                 preflight_max_age: preflight_interval * 2,
+                policy_probe: (self.validation_engine != "webhook").then(|| PolicyProbe {
+                    namespace: self.lease_namespace.clone(),
+                    engine: self.validation_engine.clone(),
+                }),
                 ..ExecutorConfig::default()
             },
             preflight_interval,

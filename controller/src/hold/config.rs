@@ -25,6 +25,23 @@ pub struct ExecutorConfig {
     /// The oldest preflight a call trusts; an older one is made again first (the controller
     /// also probes on a timer this often, so calls rarely wait for one).
     pub preflight_max_age: Duration,
+    /// `validation.engine` policy or both: ValidatingAdmissionPolicies judge holdfast's rules,
+    /// and preflight proves the apiserver enforces them ([`PolicyProbe`]). `None` (the
+    /// webhook judges them): not probed.
+    pub policy_probe: Option<PolicyProbe>,
+}
+
+/// Where preflight dry-runs a write holdfast's ValidatingAdmissionPolicy must refuse: a
+/// ConfigMap the controller may not create (no snapshot name, label or owner), which the
+/// chart's `<fullname>-controller-configmaps` policy refuses in every namespace. If the
+/// apiserver lets it through, it enforces no ValidatingAdmissionPolicy (the admission plugin
+/// is off) or the chart's are not installed, and nothing enforces the rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyProbe {
+    /// The namespace of the dry run (the release's: it exists).
+    pub namespace: String,
+    /// The chart's `validation.engine`, for the message.
+    pub engine: String,
 }
 
 impl Default for ExecutorConfig {
@@ -36,6 +53,7 @@ impl Default for ExecutorConfig {
             user_agent: concat!("holdfast-controller/", env!("CARGO_PKG_VERSION")).to_owned(),
             transient_backoff: Duration::from_millis(50),
             preflight_max_age: Duration::from_secs(60),
+            policy_probe: None,
         }
     }
 }

@@ -22,7 +22,7 @@ mod snapshot_gate;
 use holdfast_cluster::held_workloads;
 
 pub use caller::{AskOverride, CallerIdentity, IN_PROCESS_CALLER, Overrides};
-pub use config::ExecutorConfig;
+pub use config::{ExecutorConfig, PolicyProbe};
 pub use executor::{HoldExecutor, client_without_retry, without_retry};
 pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};
 pub use metrics::{CallMetrics, MetricCall};

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    config::ExecutorConfig,
+    config::{ExecutorConfig, PolicyProbe},
     reads,
     requests::{CallRequests, ReadRequest, UNREACHABLE},
 };
@@ -77,6 +77,9 @@ pub enum Probe {
     ReadmissionCheck,
     /// A server-side dry-run hold: the hold write PUT with `dryRun=All`.
     HoldRoundTrip,
+    /// `validation.engine` policy or both: the apiserver enforces holdfast's
+    /// ValidatingAdmissionPolicies (a dry-run write the chart's policy must refuse is refused).
+    AdmissionPolicies,
 }
 
 impl Probe {
@@ -116,6 +119,8 @@ impl Probe {
             }
             (Probe::UpdateWorkloads | Probe::ReadmissionCheck, Mode::Kueue) => &[Hold, Release],
             (Probe::HoldRoundTrip, _) => &[Hold, Release],
+            // Nothing keeps a hold, or the start gate, if the rules are not enforced.
+            (Probe::AdmissionPolicies, _) => &[Hold, Release, Open],
             _ => &[],
         }
     }
@@ -135,7 +140,8 @@ impl Probe {
             Probe::TrainjobsServed
             | Probe::WorkloadsServed
             | Probe::ReadmissionCheck
-            | Probe::HoldRoundTrip => return None,
+            | Probe::HoldRoundTrip
+            | Probe::AdmissionPolicies => return None,
         })
     }
 }
@@ -480,7 +486,11 @@ pub(crate) async fn run(
         "preflight",
     );
     let mut checks = Vec::new();
-    for probe in Probe::all(mode) {
+    let mut probes = Probe::all(mode);
+    if config.policy_probe.is_some() {
+        probes.push(Probe::AdmissionPolicies);
+    }
+    for probe in probes {
         let check = match probe {
             Probe::TrainjobsServed => {
                 served(
@@ -501,6 +511,10 @@ pub(crate) async fn run(
                 .await
             }
             Probe::ReadmissionCheck => readmission_check(&mut reqs).await,
+            Probe::AdmissionPolicies => match &config.policy_probe {
+                Some(p) => policies_enforced(&mut reqs, p).await,
+                None => Check::new(probe, CheckResult::NotChecked, "not asked for"),
+            },
             Probe::HoldRoundTrip => match scope {
                 Scope::Full { target } => round_trip(exec, &mut reqs, target).await,
                 Scope::BeforeCall => match previous
@@ -616,6 +630,54 @@ async fn readmission_check(reqs: &mut CallRequests<'_>) -> Check {
             format!("the controller may not list admissionchecks: {e}"),
         ),
         Err(e) => Check::new(probe, CheckResult::NotChecked, e.to_string()),
+    }
+}
+
+/// The ConfigMap [`policies_enforced`] dry-runs: no snapshot name, label or owner.
+pub const POLICY_PROBE_CONFIGMAP: &str = "holdfast-preflight-policy-probe";
+
+/// Whether the apiserver enforces holdfast's ValidatingAdmissionPolicies: the controller's
+/// dry-run create of [`POLICY_PROBE_CONFIGMAP`] must be refused by one.
+async fn policies_enforced(reqs: &mut CallRequests<'_>, p: &PolicyProbe) -> Check {
+    let probe = Probe::AdmissionPolicies;
+    let path = format!("/api/v1/namespaces/{}/configmaps", p.namespace);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": POLICY_PROBE_CONFIGMAP, "namespace": p.namespace}});
+    let (result, detail) = policy_verdict(
+        &p.engine,
+        &p.namespace,
+        reqs.create_with(&path, &cm, true).await,
+    );
+    Check::new(probe, result, detail)
+}
+
+/// How the dry-run create of [`policies_enforced`] reads.
+fn policy_verdict(
+    engine: &str,
+    namespace: &str,
+    answer: Result<Value, super::requests::RequestError>,
+) -> (CheckResult, String) {
+    let what = format!(
+        "a dry-run create of ConfigMap {namespace}/{POLICY_PROBE_CONFIGMAP} by the controller"
+    );
+    match answer {
+        Err(e) if e.to_string().contains("ValidatingAdmissionPolicy") => (
+            CheckResult::Passed,
+            format!("{what} was refused by a ValidatingAdmissionPolicy, as it must be"),
+        ),
+        Ok(_) => (
+            CheckResult::Failed,
+            format!(
+                "validation.engine is {engine}, but the apiserver let through {what}, which the                  chart's ValidatingAdmissionPolicy on the controller's ConfigMaps must refuse:                  it enforces no ValidatingAdmissionPolicy (the ValidatingAdmissionPolicy                  admission plugin is off) or the chart's policies are not installed, so nothing                  enforces holdfast's rules. Enable the plugin (on by default since Kubernetes                  1.30: take it out of kube-apiserver's --disable-admission-plugins), or set                  validation.engine=webhook and upgrade the release"
+            ),
+        ),
+        Err(e) if e.is_transient() => (CheckResult::NotChecked, e.to_string()),
+        Err(e) => (
+            CheckResult::Failed,
+            format!(
+                "validation.engine is {engine}, and {what} was refused, but not by a                  ValidatingAdmissionPolicy ({e}): whether the apiserver enforces holdfast's                  policies is unknown"
+            ),
+        ),
     }
 }
 
@@ -1269,5 +1331,41 @@ mod tests {
         assert!(!refusal_is_object_specific(422, policy));
         let webhook = "the apiserver answered 422 Invalid: admission webhook \"x.example\" denied the request: no";
         assert!(!refusal_is_object_specific(422, webhook));
+    }
+
+    fn api(code: u16, message: &str) -> super::super::requests::RequestError {
+        super::super::requests::RequestError::Api {
+            code,
+            reason: "x".into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn a_policy_probe_let_through_means_nothing_enforces_the_rules() {
+        let (result, detail) = policy_verdict("policy", "holdfast-system", Ok(json!({})));
+        assert_eq!(result, CheckResult::Failed);
+        assert!(
+            detail.contains("validation.engine is policy")
+                && detail.contains("admission plugin is off")
+                && detail.contains("validation.engine=webhook"),
+            "{detail}"
+        );
+        // It gates every call that writes.
+        for call in [Gated::Hold, Gated::Release, Gated::Open] {
+            assert!(Probe::AdmissionPolicies.gates(Mode::Plain).contains(&call));
+            assert!(Probe::AdmissionPolicies.gates(Mode::Kueue).contains(&call));
+        }
+    }
+
+    #[test]
+    fn a_policy_probe_refused_by_a_policy_passes_and_any_other_answer_fails_closed() {
+        let denied = "configmaps \"holdfast-preflight-policy-probe\" is forbidden: ValidatingAdmissionPolicy 'holdfast-controller-configmaps' with binding 'holdfast-controller-configmaps' denied request";
+        let (result, _) = policy_verdict("policy", "ns", Err(api(403, denied)));
+        assert_eq!(result, CheckResult::Passed);
+        let (result, detail) = policy_verdict("both", "ns", Err(api(403, "no RBAC")));
+        assert_eq!(result, CheckResult::Failed, "{detail}");
+        let (result, _) = policy_verdict("both", "ns", Err(api(503, "busy")));
+        assert_eq!(result, CheckResult::NotChecked);
     }
 }

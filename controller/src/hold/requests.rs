@@ -179,6 +179,11 @@ impl<'a> CallRequests<'a> {
         self.id
     }
 
+    /// The call's deadline.
+    pub fn deadline(&self) -> Timestamp {
+        self.meta.deadline
+    }
+
     /// How many requests this call has sent.
     pub fn sent(&self) -> u32 {
         self.sent
@@ -276,9 +281,24 @@ impl<'a> CallRequests<'a> {
 
     /// POST `object` to a collection path (e.g. an access review).
     pub async fn create(&mut self, path: &str, object: &Value) -> Result<Value, RequestError> {
+        self.create_with(path, object, false).await
+    }
+
+    /// [`create`](Self::create); `dry_run`: admission and validation judge it, nothing is
+    /// stored.
+    pub async fn create_with(
+        &mut self,
+        path: &str,
+        object: &Value,
+        dry_run: bool,
+    ) -> Result<Value, RequestError> {
         let body = serde_json::to_vec(object).map_err(|e| RequestError::Build(e.to_string()))?;
+        let params = PostParams {
+            dry_run,
+            ..PostParams::default()
+        };
         let req = KubeRequest::new(path)
-            .create(&PostParams::default(), body)
+            .create(&params, body)
             .map_err(|e| RequestError::Build(e.to_string()))?;
         self.send(req).await
     }

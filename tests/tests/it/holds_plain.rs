@@ -1012,8 +1012,9 @@ async fn a_hold_in_a_namespace_excluded_from_admission_is_unsupported() {
     assert_eq!(answer["error"], "Unsupported", "{answer}");
     let message = answer["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains(&format!("namespace {ns} is excluded from holdfast's admission"))
-            && message.contains("webhook.excludeNamespaces"),
+        message.contains(&format!(
+            "namespace {ns} is excluded from holdfast's admission"
+        )) && message.contains("webhook.excludeNamespaces"),
         "{message}"
     );
     let tj = read_trainjob(cp, &ns, "mnist").await;
@@ -1027,6 +1028,89 @@ async fn a_hold_in_a_namespace_excluded_from_admission_is_unsupported() {
         )
         .await;
     assert_ne!(answer["error"], "Unsupported", "{status} {answer}");
+}
+
+/// `validation.engine=policy` on an apiserver whose ValidatingAdmissionPolicy admission
+/// plugin is off: nothing enforces holdfast's rules, so preflight's dry-run of a write the
+/// chart's policy must refuse is let through, and Hold answers `Unsupported`, naming the
+/// plugin and what to do. On an apiserver that enforces the policy the same Hold is placed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_policy_engine_and_the_admission_plugin_off_a_hold_is_unsupported() {
+    use holdfast_controller::hold::{ExecutorConfig, PolicyProbe};
+    use holdfast_core::mode::Mode;
+    let policy_engine = |ns: &str| ExecutorConfig {
+        policy_probe: Some(PolicyProbe {
+            namespace: ns.to_owned(),
+            engine: "policy".into(),
+        }),
+        ..config()
+    };
+    let off = holdfast_tests::holdfast::owned_control_plane_with(
+        holdfast_tests::control_plane::Options {
+            apiserver_args: vec!["--disable-admission-plugins=ValidatingAdmissionPolicy".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let ns = off.namespace("policy-off").await.expect("namespace");
+    // The chart's policy is there; the apiserver does not enforce it.
+    apply_controller_policy(&off).await;
+    create_trainjob(&off, &ns, "mnist", false).await;
+    let exec = HoldExecutor::new(
+        client_without_retries(&off, Identity::Controller).await,
+        Mode::Plain,
+        policy_engine(&ns),
+    );
+    let refused = exec.hold(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    let Err(HoldError::Unsupported { reason }) = &refused else {
+        panic!("a hold with nothing enforcing the rules must be Unsupported: {refused:?}");
+    };
+    assert!(
+        reason.contains("admission-policies")
+            && reason.contains("admission plugin is off")
+            && reason.contains("validation.engine=webhook"),
+        "{reason}"
+    );
+    let tj = read_trainjob(&off, &ns, "mnist").await;
+    assert!(hold_annotations(&tj).is_empty(), "nothing written: {tj:#}");
+    off.stop();
+
+    // The control: the plugin on (the default), the policy enforced.
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("policy-on").await.expect("namespace");
+    holdfast_tests::controller_policy::register(cp, &ns).await;
+    create_trainjob(cp, &ns, "mnist", false).await;
+    let exec = HoldExecutor::new(
+        client_without_retries(cp, Identity::Controller).await,
+        Mode::Plain,
+        policy_engine(&ns),
+    );
+    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .await
+        .expect("a hold where the policies are enforced");
+}
+
+/// The chart's `<fullname>-controller-configmaps` policy and binding, applied as rendered,
+/// without waiting for the apiserver to enforce them.
+async fn apply_controller_policy(cp: &ControlPlane) {
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let install = holdfast_tests::helm::Install::new(
+        holdfast_tests::rbac::RELEASE,
+        holdfast_tests::rbac::RELEASE_NAMESPACE,
+    );
+    let docs = holdfast_tests::helm::ensure()
+        .expect("helm")
+        .render(&install)
+        .expect("render");
+    let name = holdfast_tests::controller_policy::name();
+    for doc in docs
+        .iter()
+        .filter(|d| d["metadata"]["name"] == name.as_str())
+    {
+        holdfast_tests::rbac::apply(&admin, doc, holdfast_tests::rbac::RELEASE_NAMESPACE, false)
+            .await
+            .expect("apply the policy");
+    }
 }
 
 #[tokio::test]
