@@ -183,54 +183,95 @@ pub async fn pods(client: &kube::Client, release: &Release) -> anyhow::Result<Ve
 
 /// The CA the hold API's certificate must chain to: the caBundle of the release's mutating
 /// webhook configuration (present under every validation engine; the validating one may have
-/// no webhook), if the user may read it — and only if that configuration is the release's:
-/// its `app.kubernetes.io/instance` is the release and every webhook of it calls a Service in
-/// the release namespace (else a Service squatting holdfast's labels in a namespace the user
-/// was pointed at could name another configuration, whose CA signs for someone else).
+/// no webhook), if the user may read it — and only if that configuration is holdfast's, of
+/// this release ([`release_ca`]). Else a Service squatting holdfast's labels in a namespace the
+/// user was pointed at could name another configuration, whose CA signs for someone else:
+/// another product's webhooks calling Services in that same namespace, say, whose CA key the
+/// namespace's owner holds.
 pub async fn ca_bundle(client: &kube::Client, release: &Release) -> anyhow::Result<Vec<u8>> {
     let name = release.webhook_configuration();
     let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let config = configs.get(name).await.with_context(|| {
         format!("reading MutatingWebhookConfiguration {name} for the hold API's CA")
     })?;
-    let clients = config
+    let webhooks = config
         .webhooks
         .unwrap_or_default()
         .into_iter()
-        .map(|w| w.client_config)
+        .map(|w| (w.name, w.client_config))
         .collect();
-    release_ca(release, &config.metadata, clients)
+    release_ca(release, &config.metadata, webhooks)
 }
 
-/// [`ca_bundle`]'s check and choice, on the configuration read (its metadata and its
-/// webhooks' client configurations).
+/// The suffix of every mutating webhook the chart names (`jobs.mutate.holdfast.dev`, ...).
+pub const WEBHOOK_NAME_SUFFIX: &str = ".mutate.holdfast.dev";
+
+/// [`ca_bundle`]'s check and choice, on the configuration read (its metadata, and each
+/// webhook's name and client configuration). The configuration is trusted only with
+/// holdfast's own names throughout: named `<fullname>` (the release's Service less
+/// `-controller`), labelled `app.kubernetes.io/part-of: holdfast`,
+/// `app.kubernetes.io/component: webhook` and the release's `app.kubernetes.io/instance`, and
+/// every webhook of it named `*.mutate.holdfast.dev` and calling the Service
+/// `<fullname>-webhook` in the release namespace.
 pub fn release_ca(
     release: &Release,
     metadata: &kube::api::ObjectMeta,
-    clients: Vec<WebhookClientConfig>,
+    webhooks: Vec<(String, WebhookClientConfig)>,
 ) -> anyhow::Result<Vec<u8>> {
     let name = metadata.name.clone().unwrap_or_default();
-    let instance = metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("app.kubernetes.io/instance"));
-    let in_release = !clients.is_empty()
-        && clients.iter().all(|c| {
-            c.service
+    let label = |key: &str| {
+        metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(key))
+            .map(String::as_str)
+    };
+    let fullname = release.webhook_configuration();
+    let service = format!("{fullname}-webhook");
+    let why = if name != fullname {
+        Some(format!("it is not named {fullname}"))
+    } else if label("app.kubernetes.io/instance") != Some(release.instance.as_str()) {
+        Some(format!(
+            "its app.kubernetes.io/instance is not {}",
+            release.instance
+        ))
+    } else if label("app.kubernetes.io/part-of") != Some("holdfast")
+        || label("app.kubernetes.io/component") != Some("webhook")
+    {
+        Some("it is not labelled part-of holdfast, component webhook".to_owned())
+    } else if webhooks.is_empty() {
+        Some("it has no webhook".to_owned())
+    } else {
+        webhooks.iter().find_map(|(hook, c)| {
+            let calls_ours = c
+                .service
                 .as_ref()
-                .is_some_and(|s| s.namespace == release.namespace)
-        });
-    if instance != Some(&release.instance) || !in_release {
+                .is_some_and(|s| s.namespace == release.namespace && s.name == service);
+            if !hook.ends_with(WEBHOOK_NAME_SUFFIX) {
+                Some(format!(
+                    "its webhook {hook} is not holdfast's (*{WEBHOOK_NAME_SUFFIX})"
+                ))
+            } else if !calls_ours {
+                Some(format!(
+                    "its webhook {hook} does not call Service {}/{service}",
+                    release.namespace
+                ))
+            } else {
+                None
+            }
+        })
+    };
+    if let Some(why) = why {
         bail!(
-            "MutatingWebhookConfiguration {name} is not release {}'s in namespace {} \
-             (its app.kubernetes.io/instance, or a webhook calling a Service elsewhere): its CA is not trusted",
+            "MutatingWebhookConfiguration {name} is not holdfast release {}'s in namespace {} ({why}): \
+             its CA is not trusted",
             release.instance,
             release.namespace
         );
     }
-    clients
+    webhooks
         .into_iter()
-        .find_map(|c| c.ca_bundle.map(|b| b.0))
+        .find_map(|(_, c)| c.ca_bundle.map(|b| b.0))
         .filter(|b| !b.is_empty())
         .ok_or_else(|| anyhow!("MutatingWebhookConfiguration {name} has no caBundle yet"))
 }
@@ -371,22 +412,35 @@ mod tests {
         let release = choose_release("hs", None, &[service("hf-controller", "hf")]).expect("found");
         let meta = |instance: &str| ObjectMeta {
             name: Some("hf".into()),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/instance".to_string(),
-                instance.to_string(),
-            )])),
+            labels: Some(BTreeMap::from([
+                (
+                    "app.kubernetes.io/instance".to_string(),
+                    instance.to_string(),
+                ),
+                (
+                    "app.kubernetes.io/part-of".to_string(),
+                    "holdfast".to_string(),
+                ),
+                (
+                    "app.kubernetes.io/component".to_string(),
+                    "webhook".to_string(),
+                ),
+            ])),
             ..Default::default()
         };
         let clients = |service_ns: &str| {
-            vec![WebhookClientConfig {
-                ca_bundle: Some(ByteString(b"PEM".to_vec())),
-                service: Some(ServiceReference {
-                    name: "hf-webhook".into(),
-                    namespace: service_ns.into(),
-                    ..Default::default()
-                }),
-                url: None,
-            }]
+            vec![(
+                "jobs.mutate.holdfast.dev".to_string(),
+                WebhookClientConfig {
+                    ca_bundle: Some(ByteString(b"PEM".to_vec())),
+                    service: Some(ServiceReference {
+                        name: "hf-webhook".into(),
+                        namespace: service_ns.into(),
+                        ..Default::default()
+                    }),
+                    url: None,
+                },
+            )]
         };
         assert_eq!(
             release_ca(&release, &meta("hf"), clients("hs")).expect("ours"),
@@ -398,6 +452,73 @@ mod tests {
         }
         let none = release_ca(&release, &meta("hf"), vec![]).expect_err("no webhook");
         assert!(none.to_string().contains("not trusted"), "{none}");
+    }
+
+    #[test]
+    fn another_products_webhook_configuration_in_the_release_namespace_gives_no_ca() {
+        use k8s_openapi::ByteString;
+        use k8s_openapi::api::admissionregistration::v1::ServiceReference;
+        // A Service squatting holdfast's labels in the tenant's namespace, named after another
+        // product's configuration, whose webhooks call Services in that same namespace.
+        let release =
+            choose_release("team-a", None, &[service("acme-controller", "acme")]).expect("found");
+        let labels = |part_of: &str| ObjectMeta {
+            name: Some("acme".into()),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/instance".to_string(), "acme".to_string()),
+                ("app.kubernetes.io/part-of".to_string(), part_of.to_string()),
+                (
+                    "app.kubernetes.io/component".to_string(),
+                    "webhook".to_string(),
+                ),
+            ])),
+            ..Default::default()
+        };
+        let hook = |name: &str, service: &str| {
+            vec![(
+                name.to_string(),
+                WebhookClientConfig {
+                    ca_bundle: Some(ByteString(b"TENANT CA".to_vec())),
+                    service: Some(ServiceReference {
+                        name: service.into(),
+                        namespace: "team-a".into(),
+                        ..Default::default()
+                    }),
+                    url: None,
+                },
+            )]
+        };
+        let cases = [
+            (
+                labels("acme"),
+                hook("pods.acme.example", "acme-webhook"),
+                "labelled",
+            ),
+            (
+                labels("holdfast"),
+                hook("pods.acme.example", "acme-webhook"),
+                "is not holdfast's",
+            ),
+            (
+                labels("holdfast"),
+                hook("jobs.mutate.holdfast.dev", "acme-injector"),
+                "does not call Service team-a/acme-webhook",
+            ),
+        ];
+        for (meta, webhooks, why) in cases {
+            let refused = release_ca(&release, &meta, webhooks).expect_err("not holdfast's");
+            let text = refused.to_string();
+            assert!(text.contains("not trusted") && text.contains(why), "{text}");
+        }
+        let mut renamed = labels("holdfast");
+        renamed.name = Some("other".into());
+        let refused = release_ca(
+            &release,
+            &renamed,
+            hook("jobs.mutate.holdfast.dev", "acme-webhook"),
+        )
+        .expect_err("another name");
+        assert!(refused.to_string().contains("not named acme"), "{refused}");
     }
 
     #[test]
