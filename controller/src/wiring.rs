@@ -19,7 +19,7 @@ use crate::args::{Args, Configs};
 use crate::events::{EventMetrics, Publisher, PublisherConfig};
 use crate::execution::ExecutionTracker;
 use crate::held::HeldMetrics;
-use crate::hold::{CallMetrics, HoldExecutor, without_retry};
+use crate::hold::{self, CallMetrics, HoldExecutor, without_retry};
 use crate::leader::{self, LeaderMetrics};
 use crate::metrics::Metrics;
 use crate::readmission::{ReadmissionGate, ReadmissionMetrics};
@@ -109,6 +109,14 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     ));
 
     let trainjob_namespace = snapshot_config.namespace.clone();
+    // Hold marks left by a call that ended between its two writes (`hold::mark`).
+    tasks.spawn(hold::sweep_marks_every(
+        client.clone(),
+        trainjob_namespace.clone(),
+        executor.call_bound(),
+        hold::MARK_SWEEP_INTERVAL,
+        shutdown.clone(),
+    ));
     let snapshots = Snapshotter::new(
         client.clone(),
         snapshot_config,

@@ -38,6 +38,13 @@ pub const HOLD_ANNOTATION_PREFIX: &str = "holdfast.dev/hold-";
 /// transferred to. Written by the readmission controller before it copies the hold, so that
 /// a hold call decided on an older read of the terminating Workload fails its precondition.
 pub const ANN_HOLD_TRANSFER_TO: &str = "holdfast.dev/hold-transfer-to";
+/// Kueue mode: on a TrainJob, the mark of a hold placed on its Workload
+/// (`instance=N deadline=RFC3339`), written before the Workload is deactivated and removed
+/// after it is released. The webhook refuses to unsuspend a TrainJob whose stored version
+/// carries it, so no unsuspend judged on a read from before the hold can be stored after it
+/// (`hold::mark`). Not `hold-instance`: on a TrainJob in kueue mode that names a plain-mode
+/// hold.
+pub const ANN_HOLD_MARK: &str = "holdfast.dev/hold-mark";
 /// Kueue mode: the finalizer a held Workload carries, added and removed in the same update
 /// as the hold. A held Workload that is deleted (by Kueue replacing it, or by a user) stays,
 /// terminating and still held, until its hold is transferred to the replacement or released.

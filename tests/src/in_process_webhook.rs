@@ -10,7 +10,7 @@ use holdfast_core::policy::Identities;
 use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER};
 use holdfast_webhook::metrics::Metrics;
 use holdfast_webhook::runtime_lookup::KubeRuntimeLookup;
-use holdfast_webhook::workload_holds::KubeWorkloadHolds;
+use holdfast_webhook::workload_holds::{KubeWorkloadHolds, WorkloadHolds};
 use holdfast_webhook::{Admission, Limits, RunningWebhook, ServeOptions};
 
 use crate::{ControlPlane, Identity};
@@ -35,6 +35,17 @@ impl InProcessWebhook {
     /// Serves `mode`'s policy. In kueue mode with `queues`, it watches Kueue's queues (the
     /// queue check); without, every queue check of a managed TrainJob is refused.
     pub async fn start(cp: &ControlPlane, mode: Mode, queues: bool) -> anyhow::Result<Self> {
+        Self::start_with_holds(cp, mode, queues, |holds| holds).await
+    }
+
+    /// [`start`](Self::start), its lookup of the holds on a TrainJob's Workloads passed
+    /// through `wrap` (a test stages a write between that read and the apiserver's store).
+    pub async fn start_with_holds(
+        cp: &ControlPlane,
+        mode: Mode,
+        queues: bool,
+        wrap: impl FnOnce(Arc<dyn WorkloadHolds>) -> Arc<dyn WorkloadHolds>,
+    ) -> anyhow::Result<Self> {
         let cert = cp.issue_serving_cert(&["127.0.0.1"], Duration::from_secs(24 * 3600))?;
         let (files, certs) = crate::serving_files::write(&cert)?;
         let client = cp.client(Identity::Webhook).await?;
@@ -49,7 +60,7 @@ impl InProcessWebhook {
                 Limits::DEFAULT,
             )
             .with_queues(queues)
-            .with_workload_holds(Arc::new(KubeWorkloadHolds::new(client))),
+            .with_workload_holds(wrap(Arc::new(KubeWorkloadHolds::new(client)))),
         );
         let hook = RunningWebhook::start(
             ServeOptions {

@@ -22,6 +22,7 @@ use super::{
     events::{self as hold_events, Seen},
     held_workloads::{HeldWorkloads, Lookup},
     hooks::{Hooks, WritePoint},
+    mark::Marking,
     metrics::{CallMetrics, MetricCall},
     preflight::{self, Capability, CapabilityVerdict, PreflightReport},
     reads,
@@ -490,7 +491,11 @@ impl HoldExecutor {
                 }
             }
             let write = match decision {
-                Decision::Done(outcome) => return Ok(outcome),
+                Decision::Done(outcome) => {
+                    self.unmark_if_released(&call, mode, outcome, reqs, namespace, name)
+                        .await;
+                    return Ok(outcome);
+                }
                 Decision::Fail(error) => return Err(error),
                 Decision::Write(write) => write,
             };
@@ -507,6 +512,35 @@ impl HoldExecutor {
                 .and_then(Value::as_str)
                 .unwrap_or(name)
                 .to_owned();
+            // Kueue mode: the TrainJob is marked before its Workload is held (`mark`).
+            if let (Call::Hold { instance, .. }, HeldObject::Workload, Mode::Kueue) =
+                (&call, write.target, self.mode)
+            {
+                let bound = self.call_bound();
+                match super::mark::before_hold(
+                    reqs,
+                    namespace,
+                    name,
+                    &read.trainjob,
+                    *instance,
+                    bound,
+                )
+                .await?
+                {
+                    Marking::Done => {}
+                    Marking::Conflict => {
+                        attempts.conflicted()?;
+                        continue;
+                    }
+                    Marking::Unanswered(e) => {
+                        reqs.pause(pause)
+                            .await
+                            .map_err(|d| reads::last_error(d, &e))?;
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                        continue;
+                    }
+                }
+            }
             if let Some(hook) = &self.hooks.between_read_and_write {
                 hook(WritePoint {
                     kind,
@@ -520,7 +554,11 @@ impl HoldExecutor {
                 .replace(&ar, namespace, &object_name, &object, false)
                 .await
             {
-                Ok(_) => return Ok(write.outcome),
+                Ok(_) => {
+                    self.unmark_if_released(&call, mode, write.outcome, reqs, namespace, name)
+                        .await;
+                    return Ok(write.outcome);
+                }
                 // A 409: the object changed since the read. A 404: it is gone (a Workload
                 // deleted and replaced between the read and the write). Either way read
                 // again and decide again; it spends one of the eight tries.
@@ -544,6 +582,24 @@ impl HoldExecutor {
                 }
                 Err(e) => return Err(e.into_hold_error(&format!("updating {object_name}"))),
             }
+        }
+    }
+
+    /// Kueue mode: a Release that lifted a hold on the Workload (`acting` mode) removes the
+    /// TrainJob's hold mark after it (`mark::after_release`).
+    async fn unmark_if_released(
+        &self,
+        call: &Call,
+        acting: Mode,
+        outcome: Outcome,
+        reqs: &mut CallRequests<'_>,
+        namespace: &str,
+        name: &str,
+    ) {
+        if let (Call::Release { instance, .. }, Outcome::Released { .. }) = (call, outcome)
+            && call.target(acting) == HeldObject::Workload
+        {
+            super::mark::after_release(reqs, namespace, name, *instance, self.call_bound()).await;
         }
     }
 

@@ -13,6 +13,7 @@ mod config;
 pub mod events;
 mod executor;
 mod hooks;
+mod mark;
 mod metrics;
 pub mod preflight;
 mod reads;
@@ -25,6 +26,9 @@ pub use caller::{AskOverride, CallerIdentity, IN_PROCESS_CALLER, Overrides};
 pub use config::{ExecutorConfig, PolicyProbe};
 pub use executor::{HoldExecutor, client_without_retry, without_retry};
 pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};
+pub use mark::{
+    SWEEP_INTERVAL as MARK_SWEEP_INTERVAL, sweep as sweep_marks, sweep_every as sweep_marks_every,
+};
 pub use metrics::{CallMetrics, MetricCall};
 pub use requests::{
     CallRequests, ReadRequest, RequestError, UNREACHABLE, deadline_in_user_agent, user_agent,

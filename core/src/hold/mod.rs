@@ -14,6 +14,7 @@ mod call;
 pub mod classify;
 mod decide;
 mod error;
+pub mod mark;
 pub mod object;
 mod outcome;
 mod state;

@@ -11,8 +11,8 @@ use super::object::{ANNOTATIONS, BINARY_DATA, DATA, Doc, Field, IMMUTABLE, LABEL
 use super::{AdmissionInput, Identities, Operation, Resource, Verdict};
 use crate::mode::Mode;
 use crate::names::{
-    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, ANN_OPENED, HOLD_FINALIZER,
-    JOB_UID_LABEL, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL,
+    ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, ANN_HOLD_MARK, ANN_OPENED,
+    HOLD_FINALIZER, JOB_UID_LABEL, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL,
     QUEUE_NAME_LABEL, SNAPSHOT_SUFFIX,
 };
 use serde_json::Value;
@@ -648,6 +648,9 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     if controller {
         return Verdict::Allow;
     }
+    if mode == Mode::Kueue && trainjob && unsuspends_marked(o, n) {
+        return deny_unsuspend_of_marked(input, o);
+    }
     if trainjob && let Some(v) = start_gate_label(input, who, o, n) {
         return v;
     }
@@ -702,6 +705,34 @@ fn deny_unsuspend_of_plain_hold(
             input.object_ref(),
             fields::hold_instance(o),
             who.describe_controller(),
+            input.user.username
+        ),
+    )
+}
+
+/// Kueue mode: a TrainJob whose stored version carries the hold mark ([`ANN_HOLD_MARK`]: a
+/// hold is being placed on its Workload, or is in force there) is unsuspended by nobody,
+/// Kueue included (the controller never writes `spec.suspend` here). The mark is read from
+/// `oldObject`, the stored version this update would replace: the apiserver stores the
+/// update only on that version and judges it again on a conflict, so an unsuspend judged
+/// before the mark was written cannot be stored after it (`hold::mark`). No lookup. In plain
+/// mode (after a switch) the Workload lookup of [`unsuspend_check`] honours the hold itself,
+/// and a mark is inert.
+fn unsuspends_marked(o: Object<'_>, n: Object<'_>) -> bool {
+    fields::has_annotation(o, ANN_HOLD_MARK) && fields::suspended(o) && !fields::suspended(n)
+}
+
+fn deny_unsuspend_of_marked(input: &AdmissionInput, o: Object<'_>) -> Verdict {
+    let mark = match fields::annotations(o).and_then(|a| a.get(ANN_HOLD_MARK)) {
+        Some(Value::String(v)) => crate::hold::mark::Mark::parse(v)
+            .map_or_else(|| format!("{v:?}"), |m| m.instance.to_string()),
+        other => format!("{other:?}"),
+    };
+    Verdict::deny(
+        "spec.suspend",
+        format!(
+            "spec.suspend of TrainJob {}: it is marked for hold {mark} ({ANN_HOLD_MARK}), placed on its Workload; it stays suspended until its holder releases the hold through the hold API; user {} may not unsuspend it now, Kueue included (Kueue acting on a view from before the hold: it evicts the Workload, and admits it again after the release)",
+            input.object_ref(),
             input.user.username
         ),
     )
@@ -875,5 +906,7 @@ fn plain_trainjob_update(
     Verdict::Allow
 }
 
+#[cfg(test)]
+mod mark_tests;
 #[cfg(test)]
 mod tests;

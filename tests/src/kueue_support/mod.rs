@@ -23,6 +23,10 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+mod staged;
+use holdfast_webhook::workload_holds::WorkloadHolds;
+pub use staged::{StagedHolds, StagedRun};
+
 pub const MINUTE: Duration = Duration::from_secs(60);
 /// How long Kueue and the gate get for each step, unless [`Setup::settle`] says otherwise.
 pub const SETTLE: Duration = Duration::from_secs(60);
@@ -517,10 +521,26 @@ impl Webhook {
 
     /// In `mode` (plain mode: a cluster switched away from Kueue mode, Kueue still running).
     pub async fn serve_in(f: &Fixture, mode: Mode) -> Webhook {
+        Webhook::serve_with_holds(f, mode, |holds| holds).await
+    }
+
+    /// In Kueue mode, its lookup of a TrainJob's Workload holds staged by `staged` (see
+    /// [`StagedHolds`]).
+    pub async fn serve_staged(f: &Fixture, staged: &StagedHolds) -> Webhook {
+        let staged = staged.clone();
+        Webhook::serve_with_holds(f, Mode::Kueue, move |holds| staged.wrapping(holds)).await
+    }
+
+    async fn serve_with_holds(
+        f: &Fixture,
+        mode: Mode,
+        wrap: impl FnOnce(std::sync::Arc<dyn WorkloadHolds>) -> std::sync::Arc<dyn WorkloadHolds>,
+    ) -> Webhook {
         use crate::registration::{Engine, Namespaces, Registration, Target};
-        let hook = crate::in_process_webhook::InProcessWebhook::start(f.cp, mode, true)
-            .await
-            .expect("webhook starts");
+        let hook =
+            crate::in_process_webhook::InProcessWebhook::start_with_holds(f.cp, mode, true, wrap)
+                .await
+                .expect("webhook starts");
         let registration = Registration::new(
             format!("holdfast-{}", f.ns),
             Target::Url(hook.url()),

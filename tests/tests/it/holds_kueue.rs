@@ -16,9 +16,10 @@ use hold_support::{annotation, meta, settled_audit};
 use holdfast_controller::events::{EventMetrics, Publisher, PublisherConfig};
 use holdfast_core::{
     hold::classify::ObjectState,
+    hold::mark::Mark,
     hold::{Outcome, RejectCause},
     mode::Mode,
-    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_REASON, HOLD_FINALIZER},
+    names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_MARK, ANN_HOLD_REASON, HOLD_FINALIZER},
     readmission::claimed_attempt,
 };
 use holdfast_tests::Identity;
@@ -79,7 +80,7 @@ async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before
     // The execution's pods.
     f.create_pods("job", 2).await;
 
-    // Hold: one update of the Workload; the TrainJob is not touched by holdfast.
+    // Hold: the TrainJob's mark, then one update of the Workload.
     let mut m = meta(Some(1), MINUTE);
     m.reason = Some("node lost".into());
     assert_eq!(f.exec.hold(&f.ns, "job", m).await, Ok(Outcome::Held));
@@ -127,8 +128,19 @@ async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before
         .collect();
     assert_eq!(
         suspends.len(),
-        2,
-        "holdfast wrote the TrainJob only for Open and A: {suspends:#?}"
+        3,
+        "holdfast wrote the TrainJob only for Open, A and the hold's mark: {suspends:#?}"
+    );
+    let marked = f.trainjob("job").await;
+    assert_eq!(
+        annotation(&marked, ANN_HOLD_MARK).and_then(|m| Mark::parse(m).map(|m| m.instance)),
+        Some(1),
+        "the TrainJob carries hold 1's mark"
+    );
+    assert_eq!(
+        annotation(&marked, ANN_HOLD_INSTANCE),
+        None,
+        "the hold is the Workload's"
     );
 
     // Release: active again; Kueue re-admits (quota), but the gate waits for the pods.
@@ -138,6 +150,11 @@ async fn hold_evicts_release_readmits_and_the_gate_waits_for_the_old_pods_before
     );
     let released = f.workload_when("job", "released", active).await;
     assert!(hold_support::hold_annotations(&released).is_empty());
+    assert_eq!(
+        annotation(&f.trainjob("job").await, ANN_HOLD_MARK),
+        None,
+        "the mark goes with the hold"
+    );
     assert!(!finalizers(&released).contains(&HOLD_FINALIZER.to_owned()));
     let gated = f
         .workload_when("job", "re-admitted to the gate, waiting for pods", |w| {
@@ -1316,5 +1333,95 @@ async fn kueue_mode_open_waits_for_the_snapshot_and_the_gate_keeps_the_job_until
         .await;
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+    f.finish().await;
+}
+
+/// The stale-unsuspend race, on demand. Kueue unsuspends an admitted TrainJob from its cache;
+/// the webhook, admitting that write, reads the job's Workloads and finds no hold; the Hold
+/// lands right then (staged inside the webhook's lookup, after its read and before its
+/// answer); then the apiserver stores the unsuspend. Without a mark on the TrainJob the
+/// held job's pods would start until Kueue's eviction suspends it again. With the mark,
+/// written before the Workload is deactivated, the unsuspend decided on the unmarked
+/// TrainJob cannot be stored (the apiserver stores an update only on the version its
+/// admission judged), and every later try is judged on the marked one and refused.
+#[tokio::test]
+async fn a_hold_landing_between_the_webhooks_read_and_kueues_unsuspend_keeps_the_job_stopped() {
+    let f = Fixture::start("kq-stale-unsuspend").await;
+    let staged = kueue_support::StagedHolds::default();
+    let webhook = Webhook::serve_staged(&f, &staged).await;
+    let job_uid = uid(&f.create_job("job", json!({})).await);
+
+    // Hold 1 is placed inside the webhook's lookup for Kueue's first unsuspend of the job.
+    let (exec, ns) = (f.exec.clone(), f.ns.clone());
+    let placed = staged.arm(&job_uid, move || {
+        Box::pin(async move { exec.hold(&ns, "job", meta(Some(1), MINUTE)).await })
+    });
+    f.open_at_gate("job").await;
+    let run = tokio::time::timeout(SETTLE, placed)
+        .await
+        .expect("Kueue unsuspends the admitted job, and the webhook looks its Workloads up")
+        .expect("the staged hold ran");
+    assert_eq!(
+        run.found,
+        Ok(None),
+        "the webhook read no hold: the race's window"
+    );
+    assert_eq!(run.output, Ok(Outcome::Held), "the hold landed inside it");
+
+    // Kueue's unsuspend, in flight while the hold landed, was not stored.
+    let staged_write = f
+        .eventually("Kueue's staged unsuspend is answered", SETTLE, || async {
+            settled_audit(f.cp).await.into_iter().find(|e| {
+                let at = |key: &str| {
+                    e[key]
+                        .as_str()
+                        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                };
+                e["user"]["username"] == Identity::Kueue.username()
+                    && e["objectRef"]["namespace"] == f.ns.as_str()
+                    && e["objectRef"]["resource"] == "trainjobs"
+                    && e["objectRef"]["name"] == "job"
+                    && e["objectRef"]["subresource"].is_null()
+                    && matches!(e["verb"].as_str(), Some("update" | "patch"))
+                    && e["stage"] == "ResponseComplete"
+                    && at("requestReceivedTimestamp").is_some_and(|t| t < run.started)
+                    && at("stageTimestamp").is_some_and(|t| t > run.started)
+            })
+        })
+        .await;
+    assert_ne!(
+        staged_write["responseStatus"]["code"], 200,
+        "Kueue's unsuspend, admitted on a read from before hold 1, was stored after it: the held job would start ({staged_write:#})"
+    );
+
+    // Kueue evicts the held Workload; the job never ran, and stays suspended.
+    f.workload_when("job", "Kueue evicts the held Workload", |w| {
+        !active(w) && condition_reason(w, "Evicted").is_some_and(|r| r.contains("Deactivated"))
+    })
+    .await;
+    stays_suspended(&f, "job", Duration::from_secs(2)).await;
+    // Kueue's next try is judged on the marked TrainJob and refused, naming the hold.
+    let kueue = f.cp.client(Identity::Kueue).await.expect("kueue");
+    let message = refused(
+        f.trainjobs(&kueue)
+            .patch(
+                "job",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"suspend": false}})),
+            )
+            .await,
+    );
+    assert!(message.contains(ANN_HOLD_MARK), "{message}");
+
+    // Released, the mark goes with the hold: the job runs again.
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    f.job_when("job", "the job runs again", |tj| {
+        tj["spec"]["suspend"] == false
+    })
+    .await;
+    webhook.stop().await;
     f.finish().await;
 }
