@@ -12,6 +12,7 @@ mod caller;
 mod config;
 pub mod events;
 mod executor;
+mod held_workloads;
 mod hooks;
 mod mark;
 mod metrics;
@@ -19,8 +20,6 @@ pub mod preflight;
 mod reads;
 mod requests;
 mod snapshot_gate;
-
-use holdfast_cluster::held_workloads;
 
 pub use caller::{AskOverride, CallerIdentity, IN_PROCESS_CALLER, Overrides};
 pub use config::{ExecutorConfig, PolicyProbe};

@@ -44,7 +44,7 @@ use serde_json::{Value, json};
 use super::{
     config::{ExecutorConfig, PolicyProbe},
     reads,
-    requests::{CallRequests, ReadRequest, UNREACHABLE},
+    requests::{CallRequests, ReadRequest, RequestError, UNREACHABLE},
 };
 use crate::resources;
 use holdfast_cluster::queues::Queues;
@@ -655,7 +655,7 @@ async fn policies_enforced(reqs: &mut CallRequests<'_>, p: &PolicyProbe) -> Chec
 fn policy_verdict(
     engine: &str,
     namespace: &str,
-    answer: Result<Value, super::requests::RequestError>,
+    answer: Result<Value, RequestError>,
 ) -> (CheckResult, String) {
     let what = format!(
         "a dry-run create of ConfigMap {namespace}/{POLICY_PROBE_CONFIGMAP} by the controller"
@@ -1333,8 +1333,8 @@ mod tests {
         assert!(!refusal_is_object_specific(422, webhook));
     }
 
-    fn api(code: u16, message: &str) -> super::super::requests::RequestError {
-        super::super::requests::RequestError::Api {
+    fn api(code: u16, message: &str) -> RequestError {
+        RequestError::Api {
             code,
             reason: "x".into(),
             message: message.into(),
