@@ -364,6 +364,7 @@ impl Gen {
                 2,    // 20 relabel such a pod
                 2,    // 21 re-own such a pod
                 1,    // 22 a decoy pod
+                k(2), // 23 the batch-admin swaps LocalQueue main
             ],
         ) {
             0 => self.settle(),
@@ -428,9 +429,12 @@ impl Gen {
                 how: self.pod_how(),
                 pod: self.pod_choice(),
             },
-            _ => Op::CreateDecoyPod {
+            22 => Op::CreateDecoyPod {
                 by: self.actor(),
                 bound: self.chance(0.5),
+            },
+            _ => Op::SwapLocalQueue {
+                gated: self.chance(0.3),
             },
         }
     }
@@ -568,6 +572,19 @@ mod tests {
     }
 
     #[test]
+    fn kueue_sequences_draw_the_local_queue_swap_both_ways() {
+        let ops: Vec<Op> = (0..60)
+            .flat_map(|i| generate(Mode::Kueue, sequence_seed(5, Mode::Kueue, i), 30).ops)
+            .collect();
+        for gated in [false, true] {
+            assert!(
+                ops.contains(&Op::SwapLocalQueue { gated }),
+                "no swap to gated={gated} in 60 sequences"
+            );
+        }
+    }
+
+    #[test]
     fn plain_sequences_have_no_kueue_operations() {
         for i in 0..50 {
             let s = generate(Mode::Plain, sequence_seed(3, Mode::Plain, i), 40);
@@ -579,6 +596,7 @@ mod tests {
                             | Op::DeleteWorkload { .. }
                             | Op::CreateDecoyWorkload { .. }
                             | Op::KueueDeactivate { .. }
+                            | Op::SwapLocalQueue { .. }
                             | Op::EditTrainJob {
                                 field: TrainJobField::Queue(_),
                                 ..

@@ -313,6 +313,12 @@ pub enum Op {
     KueueDeactivate {
         reason: String,
     },
+    /// The namespace's batch-admin deletes LocalQueue [`QUEUE_MAIN`] and creates it again,
+    /// pointing at the ClusterQueue that requires holdfast's readmission check (`gated`) or at
+    /// the one that requires none (Kueue mode).
+    SwapLocalQueue {
+        gated: bool,
+    },
     /// Let the controllers settle.
     Settle {
         ms: u32,

@@ -10,7 +10,9 @@ use super::check::{
 };
 use super::history::History;
 use super::ops::*;
-use super::world::{self, SERVICE_ACCOUNT, World, runtime_names, runtime_spec};
+use super::world::{
+    self, CQ_GATED, CQ_UNGATED, SERVICE_ACCOUNT, World, runtime_names, runtime_spec,
+};
 use crate::{ControlPlane, Identity};
 use anyhow::Context;
 use futures::FutureExt;
@@ -195,6 +197,31 @@ impl Ctx<'_> {
 
     fn tj_ar() -> ApiResource {
         crate::objects::trainjob_resource()
+    }
+
+    /// LocalQueue [`QUEUE_MAIN`] deleted and created again on [`CQ_GATED`] or [`CQ_UNGATED`],
+    /// as the namespace's batch-admin (the editor's role has no LocalQueues: the admin
+    /// stands in for it).
+    async fn swap_local_queue(&self, gated: bool) -> Step {
+        let lqs = self.api(
+            self.c.admin.clone(),
+            &crate::kueue::api_resource("LocalQueue", "localqueues"),
+        );
+        done(lqs.delete(QUEUE_MAIN, &DeleteParams::default()).await)?;
+        for _ in 0..100 {
+            match lqs.get_opt(QUEUE_MAIN).await {
+                Ok(None) => break,
+                Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => return Err(short(&e)),
+            }
+        }
+        let cq = if gated { CQ_GATED } else { CQ_UNGATED };
+        let lq: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": crate::kueue::KUEUE_API_VERSION, "kind": "LocalQueue",
+            "metadata": {"name": QUEUE_MAIN}, "spec": {"clusterQueue": cq}
+        }))
+        .map_err(|e| e.to_string())?;
+        done(lqs.create(&PostParams::default(), &lq).await)
     }
 
     fn wl_ar() -> ApiResource {
@@ -730,6 +757,7 @@ impl Ctx<'_> {
                     .await,
                 )
             }
+            Op::SwapLocalQueue { gated } => self.swap_local_queue(*gated).await,
             Op::KueueDeactivate { reason } => {
                 let Some(w) = self.workloads_waiting().await.into_iter().next() else {
                     return Err("no Workload".into());

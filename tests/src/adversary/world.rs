@@ -258,6 +258,9 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
     // node the execution actor binds its pods to and plays the kubelet of.
     let ns = create_namespace(cp, &admin, Mode::Plain, "adv-policy").await?;
     crate::lost_node::register_policy(cp, &ns).await;
+    // And the readmission gate's policy (kueue mode's; judged in every namespace): Kueue
+    // admits a TrainJob's Workload only with holdfast's check Ready on it.
+    crate::readmission_policy::register(cp, &ns).await;
     let _ = Api::<Namespace>::all(admin.clone())
         .delete(&ns, &DeleteParams::default())
         .await;
