@@ -269,6 +269,7 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
         assert_eq!(env["HOLDFAST_BODY_READ_TIMEOUT"], "2s");
         assert_eq!(env["HOLDFAST_MAX_CONNECTIONS"], "512");
         assert_eq!(env["HOLDFAST_MAX_CONNECTIONS_PER_IP"], "32");
+        assert_eq!(env["HOLDFAST_MAX_LOOKUPS"], "16");
         assert!(!env.contains_key("HOLDFAST_CLIENT_CA_FILE"), "{combo:?}");
         // The NetworkPolicy, on by default: the webhook port from any address (the apiserver,
         // wherever it calls from), the metrics port from nobody but the node.
@@ -301,6 +302,13 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
         let controller = find(&docs, "Deployment", "-controller");
         let cenv = env_of(controller);
         assert_eq!(cenv["HOLDFAST_APISERVER_REQUEST_TIMEOUT"], "60s");
+        // The namespaces admission does not judge (a Hold there is Unsupported), and the
+        // validation engine (preflight probes the policies under policy and both).
+        assert!(
+            cenv["HOLDFAST_UNPROTECTED_NAMESPACES"].starts_with("kube-system,"),
+            "{combo:?}"
+        );
+        assert_eq!(cenv["HOLDFAST_VALIDATION_ENGINE"], "webhook", "{combo:?}");
         // Every variable either Deployment sets is a flag of its binary, and parses.
         let webhook_args = webhook_args_from_rendered(&docs);
         assert_eq!(webhook_args.limits(), holdfast_webhook::Limits::DEFAULT);
