@@ -21,6 +21,7 @@ pub const ADMIN_LIMITS: ConnectionLimits = ConnectionLimits {
     header_read_timeout: Duration::from_secs(5),
     idle_timeout: Duration::from_secs(15),
     max_concurrent_streams: ConnectionLimits::DEFAULT.max_concurrent_streams,
+    admission: None,
 };
 
 /// The admin flags, flattened into each binary's `Args`. The default address is the

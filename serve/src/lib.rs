@@ -28,7 +28,9 @@ pub use build_info::register_build_info;
 pub use certificate_expiry::CertificateExpiry;
 pub use client::ClientArgs;
 pub use common_metrics::register_common_metrics;
-pub use connections::{ConnectionHandle, ConnectionLimits, ConnectionMetrics};
+pub use connections::{
+    Admission, CloseReason, ConnectionHandle, ConnectionLimits, ConnectionMetrics,
+};
 pub use crypto::install_crypto_provider;
 pub use declared::Declared;
 pub use kube_requests::KubeRequestMetrics;

@@ -188,7 +188,7 @@ impl TlsServer {
             self.limits,
             &self.metrics,
             &shutdown,
-            |tcp, peer| {
+            |tcp, peer, handle| {
                 let acceptor = tokio_rustls::TlsAcceptor::from(configs.current());
                 let connection = Connection {
                     router: router.clone(),
@@ -197,7 +197,7 @@ impl TlsServer {
                     metrics: self.metrics.clone(),
                     shutdown: shutdown.clone(),
                 };
-                async move { connection.run_tls(acceptor, tcp, peer).await }
+                async move { connection.run_tls(acceptor, tcp, peer, handle).await }
             },
         )
         .await;
@@ -250,7 +250,7 @@ impl PlainServer {
             self.limits,
             &self.metrics,
             &shutdown,
-            |tcp, peer| {
+            |tcp, peer, handle| {
                 let connection = Connection {
                     router: router.clone(),
                     builder: builder.clone(),
@@ -258,7 +258,7 @@ impl PlainServer {
                     metrics: self.metrics.clone(),
                     shutdown: shutdown.clone(),
                 };
-                async move { connection.serve_http(tcp, peer).await }
+                async move { connection.serve_http(tcp, peer, handle).await }
             },
         )
         .await;
@@ -277,7 +277,7 @@ async fn accept_bounded<F, Fut>(
     shutdown: &CancellationToken,
     mut serve: F,
 ) where
-    F: FnMut(tokio::net::TcpStream, SocketAddr) -> Fut,
+    F: FnMut(tokio::net::TcpStream, SocketAddr, ConnectionHandle) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let slots = ConnectionSlots::new(limits, metrics.clone());
@@ -304,10 +304,18 @@ async fn accept_bounded<F, Fut>(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let served = serve(tcp, peer);
+        let handle = slot.handle();
+        let served = serve(tcp, peer, handle.clone());
         tokio::spawn(async move {
             let _slot = slot;
-            served.await;
+            // An evicted connection (provisional, no request in flight) is dropped at once,
+            // handshaking or not.
+            tokio::select! {
+                () = served => {}
+                () = handle.evicted() => {
+                    tracing::debug!(%peer, "provisional connection evicted to make room");
+                }
+            }
         });
     }
     if tokio::time::timeout(DRAIN, slots.emptied()).await.is_err() {
@@ -333,6 +341,7 @@ impl Connection {
         acceptor: tokio_rustls::TlsAcceptor,
         tcp: tokio::net::TcpStream,
         peer: SocketAddr,
+        handle: ConnectionHandle,
     ) {
         let tls =
             match tokio::time::timeout(self.limits.handshake_timeout, acceptor.accept(tcp)).await {
@@ -348,15 +357,14 @@ impl Connection {
                     return;
                 }
             };
-        self.serve_http(tls, peer).await
+        self.serve_http(tls, peer, handle).await
     }
 
     /// Serves HTTP on `io` until the client or the server ends the connection.
-    async fn serve_http<I>(self, io: I, peer: SocketAddr)
+    async fn serve_http<I>(self, io: I, peer: SocketAddr, handle: ConnectionHandle)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let handle = ConnectionHandle::new();
         let router = self.router;
         let svc = {
             let handle = handle.clone();
@@ -391,9 +399,9 @@ impl Connection {
                     conn.as_mut().graceful_shutdown();
                     closing = Some(tokio::time::Instant::now());
                 }
-                _ = handle.close_requested(), if closing.is_none() => {
-                    self.metrics.closed(CloseReason::Requested);
-                    tracing::debug!(%peer, "closing the connection, as a handler asked");
+                reason = handle.close_requested(), if closing.is_none() => {
+                    self.metrics.closed(reason);
+                    tracing::debug!(%peer, reason = reason.as_str(), "closing the connection, as a handler asked");
                     conn.as_mut().graceful_shutdown();
                     closing = Some(tokio::time::Instant::now());
                 }
