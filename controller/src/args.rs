@@ -2,6 +2,7 @@
 //! gets from them ([`Args::configs`]). With the wiring, the only module that knows the
 //! command line: every part is given its own configuration, never the flags.
 
+use crate::api::ApiLimits;
 use crate::hold::{ExecutorConfig, PolicyProbe};
 use crate::leader::{self, LeaseConfig};
 use crate::webhook_certs::{CertConfig, CertsError, ServingSecret};
@@ -10,7 +11,7 @@ use holdfast_certs::RotationPolicy;
 use holdfast_core::duration;
 use holdfast_core::mode::Mode;
 use holdfast_core::snapshot::RuntimeResources;
-use holdfast_serve::{AdminArgs, ClientArgs, LogArgs, TlsArgs};
+use holdfast_serve::{AdminArgs, Admission, ClientArgs, ConnectionLimits, LogArgs, TlsArgs};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -55,6 +56,9 @@ pub struct Args {
     pub admin: AdminArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// The hold API's bounds and token audiences (`--api-*`, `--token-audiences`).
+    #[command(flatten)]
+    pub hold_api: HoldApiArgs,
     /// The apiserver's --request-timeout (e.g. 60s); CallBound is this plus a margin.
     #[arg(long, env = "HOLDFAST_APISERVER_REQUEST_TIMEOUT", default_value = "60s", value_parser = duration::parse)]
     pub apiserver_request_timeout: Duration,
@@ -122,6 +126,92 @@ pub struct Args {
     pub validation_engine: String,
     #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL", default_value = "30s", value_parser = duration::parse)]
     pub preflight_interval: Duration,
+}
+
+/// The hold API's bounds (what one caller, source or user may hold of it) and the
+/// audiences its callers' tokens must carry.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HoldApiArgs {
+    /// Open connections to the hold API, in all; more are refused at accept.
+    #[arg(long, env = "HOLDFAST_API_MAX_CONNECTIONS", default_value_t = HOLD_API_LIMITS.max_connections)]
+    pub api_max_connections: usize,
+    /// Provisional connections (none of whose requests has been allowed yet) from one
+    /// source address; over it, the source's oldest idle one is closed to make room.
+    #[arg(long, env = "HOLDFAST_API_MAX_CONNECTIONS_PER_IP", default_value_t = HOLD_API_LIMITS.max_connections_per_source)]
+    pub api_max_connections_per_ip: usize,
+    /// Provisional connections in all (at most --api-max-connections; the rest is kept for
+    /// allowed callers); over it, the oldest idle one is closed to make room.
+    #[arg(long, env = "HOLDFAST_API_MAX_PROVISIONAL_CONNECTIONS", default_value_t = HOLD_API_ADMISSION.max_provisional)]
+    pub api_max_provisional_connections: usize,
+    /// Connections of one allowed user name.
+    #[arg(long, env = "HOLDFAST_API_MAX_CONNECTIONS_PER_USER", default_value_t = HOLD_API_ADMISSION.max_connections_per_user)]
+    pub api_max_connections_per_user: usize,
+    /// Requests of one allowed user name in flight at once.
+    #[arg(long, env = "HOLDFAST_API_MAX_REQUESTS_PER_USER", default_value_t = ApiLimits::DEFAULT.max_requests_per_user)]
+    pub api_max_requests_per_user: usize,
+    /// TokenReviews and SubjectAccessReviews in flight to the apiserver, in all.
+    #[arg(long, env = "HOLDFAST_API_MAX_REVIEWS_IN_FLIGHT", default_value_t = ApiLimits::DEFAULT.max_reviews_in_flight)]
+    pub api_max_reviews_in_flight: usize,
+    /// Refused tokens one source address may have reviewed per 10 s; beyond, its requests
+    /// are answered 429 unreviewed.
+    #[arg(long, env = "HOLDFAST_API_FAILED_REVIEWS_PER_IP", default_value_t = ApiLimits::DEFAULT.failed_reviews_per_source)]
+    pub api_failed_reviews_per_ip: u32,
+    /// Longest time an allowed request's body may take to arrive (e.g. 5s).
+    #[arg(long, env = "HOLDFAST_API_BODY_READ_TIMEOUT", default_value = "5s", value_parser = duration::parse)]
+    pub api_body_read_timeout: Duration,
+    /// Audiences a caller's token must carry, comma-separated (TokenReview spec.audiences);
+    /// empty: the apiserver's own (a caller's full apiserver credential).
+    #[arg(long, env = "HOLDFAST_TOKEN_AUDIENCES", value_delimiter = ',')]
+    pub token_audiences: Vec<String>,
+}
+
+/// The hold API's connection bounds by default: the TLS ports' caps and timeouts, with
+/// connections provisional until a request on them is allowed.
+pub const HOLD_API_LIMITS: ConnectionLimits = ConnectionLimits {
+    admission: Some(HOLD_API_ADMISSION),
+    ..ConnectionLimits::DEFAULT
+};
+
+/// Of the 512 connections, 384 may be provisional: 128 are always left for allowed callers.
+/// 32 connections per user is the per-source cap an allowed caller had before.
+pub const HOLD_API_ADMISSION: Admission = Admission {
+    max_provisional: 384,
+    max_connections_per_user: 32,
+};
+
+impl HoldApiArgs {
+    /// The hold API's connection bounds and caller bounds (every cap at least 1; the
+    /// provisional cap at most the total).
+    pub fn limits(&self) -> (ConnectionLimits, ApiLimits) {
+        let total = self.api_max_connections.max(1);
+        let connections = ConnectionLimits {
+            max_connections: total,
+            max_connections_per_source: self.api_max_connections_per_ip.max(1),
+            admission: Some(Admission {
+                max_provisional: self.api_max_provisional_connections.clamp(1, total),
+                max_connections_per_user: self.api_max_connections_per_user.max(1),
+            }),
+            ..HOLD_API_LIMITS
+        };
+        let api = ApiLimits {
+            max_reviews_in_flight: self.api_max_reviews_in_flight.max(1),
+            failed_reviews_per_source: self.api_failed_reviews_per_ip.max(1),
+            max_requests_per_user: self.api_max_requests_per_user.max(1),
+            body_read_timeout: self
+                .api_body_read_timeout
+                .clamp(Duration::from_millis(100), Duration::from_secs(60)),
+        };
+        (connections, api)
+    }
+
+    /// The token audiences, blanks dropped.
+    pub fn audiences(&self) -> Vec<String> {
+        self.token_audiences
+            .iter()
+            .map(|a| a.trim().to_owned())
+            .filter(|a| !a.is_empty())
+            .collect()
+    }
 }
 
 /// Who provides the serving certificates.
@@ -365,6 +455,34 @@ mod tests {
             parse(&["--extra-runtime-resources=nogroup"])
                 .configs()
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn the_hold_api_is_bounded_by_default_and_by_flag() {
+        let (connections, api) = parse(&[]).hold_api.limits();
+        assert_eq!(connections, HOLD_API_LIMITS);
+        assert_eq!(api, ApiLimits::DEFAULT);
+        assert!(parse(&[]).hold_api.audiences().is_empty());
+        let args = parse(&[
+            "--api-max-connections=10",
+            "--api-max-provisional-connections=50",
+            "--api-max-reviews-in-flight=0",
+            "--api-body-read-timeout=1s",
+            "--token-audiences=holdfast, ,https://kubernetes.default.svc",
+        ]);
+        let (connections, api) = args.hold_api.limits();
+        assert_eq!(connections.max_connections, 10);
+        assert_eq!(
+            connections.admission.map(|a| a.max_provisional),
+            Some(10),
+            "never more provisional than in all"
+        );
+        assert_eq!(api.max_reviews_in_flight, 1, "a cap of 0 is 1");
+        assert_eq!(api.body_read_timeout, Duration::from_secs(1));
+        assert_eq!(
+            args.hold_api.audiences(),
+            ["holdfast", "https://kubernetes.default.svc"]
         );
     }
 

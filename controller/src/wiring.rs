@@ -65,6 +65,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let api_connections = ConnectionMetrics::register(
         registry.sub_registry_with_prefix("holdfast_controller_hold_api"),
     );
+    let api_limit_metrics = api::LimitMetrics::register(&mut registry);
     // One Event publisher for every part: one queue, one pace, one series cache.
     let events = Publisher::start(
         client.clone(),
@@ -173,20 +174,33 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
                     files.key.display()
                 );
             }
+            let (api_connection_limits, api_limits) = args.hold_api.limits();
+            let audiences = args.hold_api.audiences();
+            tracing::info!(
+                max_connections = api_connection_limits.max_connections,
+                max_connections_per_ip = api_connection_limits.max_connections_per_source,
+                limits = ?api_limits,
+                token_audiences = ?audiences,
+                "hold API bounds"
+            );
             let router = api::router(ApiState {
                 executor: executor.clone(),
-                auth: KubeAuth::new(client.clone()),
+                auth: KubeAuth::new(client.clone())
+                    .with_audiences(audiences)
+                    .with_budget(api::Budget::new(api_limits, api_limit_metrics)),
                 snapshots: Some(snapshots.clone()),
                 fences: Some(api::FenceStore {
                     client: client.clone(),
                     namespace: execution_config.fences_namespace.clone(),
                     name: execution_config.fences_name.clone(),
                 }),
+                unprotected: api::Unprotected::new(args.unprotected_namespaces.iter().cloned()),
             });
             let server = holdfast_serve::TlsServer::bind_with(
                 args.api_addr,
                 files,
                 holdfast_serve::TlsOptions {
+                    limits: api_connection_limits,
                     metrics: api_connections,
                     ..Default::default()
                 },
@@ -194,7 +208,6 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             .await?;
             certificates.served("hold_api", server.resolver());
             tracing::info!(addr = %server.local_addr()?, "hold API listening");
-                unprotected: api::Unprotected::new(args.unprotected_namespaces.iter().cloned()),
             api_up.store(true, Ordering::SeqCst);
             let shutdown = shutdown.clone();
             tasks.spawn(async move {

@@ -8,7 +8,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::limits::{Budget, Shed};
 use super::review_cache::{ACCEPTED_TTL, CAPACITY, REFUSED_TTL, TtlCache, token_key};
+use std::net::IpAddr;
 
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec},
@@ -57,6 +59,27 @@ pub enum Refusal {
     /// review, so nothing of it is remembered.
     #[error("{0}")]
     Invalid(String),
+    /// 503 or 429 with `Retry-After`: a bound of [`super::limits`] was reached.
+    #[error("{}", shed_message(*.0))]
+    Shed(Shed),
+}
+
+/// What a shed caller is told.
+fn shed_message(why: Shed) -> String {
+    match why {
+        Shed::ReviewsInFlight => {
+            "the hold API has as many token and access reviews in flight as it allows; retry after the Retry-After seconds".into()
+        }
+        Shed::FailedAuthentications { .. } => {
+            "too many tokens from this address were refused lately; retry after the Retry-After seconds with a valid token".into()
+        }
+        Shed::RequestsPerUser => {
+            "this user has as many hold API requests in flight as it may; retry after the Retry-After seconds".into()
+        }
+        Shed::ConnectionsPerUser => {
+            "this user has as many connections to the hold API as it may; reuse one, or retry after the Retry-After seconds".into()
+        }
+    }
 }
 
 impl Refusal {
@@ -65,6 +88,8 @@ impl Refusal {
             Refusal::Unauthenticated(_) => 401,
             Refusal::Forbidden(_) => 403,
             Refusal::Invalid(_) => 400,
+            Refusal::Shed(Shed::ReviewsInFlight) => 503,
+            Refusal::Shed(_) => 429,
         }
     }
 
@@ -74,6 +99,8 @@ impl Refusal {
             Refusal::Unauthenticated(_) => "Unauthenticated",
             Refusal::Forbidden(_) => "Forbidden",
             Refusal::Invalid(_) => "Invalid",
+            Refusal::Shed(Shed::ReviewsInFlight) => "Unavailable",
+            Refusal::Shed(_) => "TooManyRequests",
         }
     }
 
@@ -83,6 +110,15 @@ impl Refusal {
             Refusal::Unauthenticated(_) => "unauthenticated",
             Refusal::Forbidden(_) => "forbidden",
             Refusal::Invalid(_) => "invalid",
+            Refusal::Shed(_) => "shed",
+        }
+    }
+
+    /// `Retry-After` seconds, for a shed request.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Refusal::Shed(why) => Some(why.retry_after_secs()),
+            _ => None,
         }
     }
 }
@@ -161,6 +197,9 @@ pub struct KubeAuth {
     client: kube::Client,
     tokens: Memory<[u8; 32], Caller>,
     grants: Memory<(Caller, Access), ()>,
+    /// The TokenReview's `spec.audiences`; empty: the apiserver's own.
+    audiences: Vec<String>,
+    budget: Budget,
 }
 
 /// Reads `cache`, recovering it if a panicking holder poisoned it.
@@ -197,16 +236,64 @@ impl KubeAuth {
             client,
             tokens: Arc::new(Mutex::new(TtlCache::new(CAPACITY))),
             grants: Arc::new(Mutex::new(TtlCache::new(CAPACITY))),
+            audiences: Vec::new(),
+            budget: Budget::default(),
         }
+    }
+
+    /// Tokens must be meant for one of `audiences` (TokenReview `spec.audiences`); empty:
+    /// for the apiserver itself.
+    pub fn with_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.audiences = audiences;
+        self
+    }
+
+    /// The bounds on reviews and callers ([`super::limits`]).
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    pub fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     /// Who holds `token`: a TokenReview, or its answer of the last few seconds.
     pub async fn authenticate(&self, token: &str) -> Result<Caller, Refusal> {
+        self.authenticate_from(token, None).await
+    }
+
+    /// [`authenticate`](Self::authenticate) for a request from `source`: a review takes a
+    /// permit, and one of the source's failed authentications (given back if the token is
+    /// accepted); without either, the request is shed unreviewed.
+    pub async fn authenticate_from(
+        &self,
+        token: &str,
+        source: Option<IpAddr>,
+    ) -> Result<Caller, Refusal> {
         let key = token_key(token);
         if let Some(answer) = remembered(&self.tokens, &key) {
             return answer.map_err(Refusal::Unauthenticated);
         }
-        let answer = self.review_token(token).await?;
+        let suspect = source.is_some_and(|s| self.budget.is_suspect(s));
+        if let Some(source) = source {
+            self.budget.take_failure(source).map_err(Refusal::Shed)?;
+        }
+        let reviewed = async {
+            let _permit = self
+                .budget
+                .review_permit(suspect)
+                .await
+                .map_err(Refusal::Shed)?;
+            self.review_token(token).await
+        }
+        .await;
+        if let Some(source) = source
+            && !matches!(reviewed, Ok(Err(_)))
+        {
+            self.budget.give_back_failure(source);
+        }
+        let answer = reviewed?;
         remember(&self.tokens, key, answer.clone());
         answer.map_err(Refusal::Unauthenticated)
     }
@@ -238,6 +325,11 @@ impl KubeAuth {
         if let Some(answer) = remembered(&self.grants, &key) {
             return answer.map_err(Refusal::Forbidden);
         }
+        let _permit = self
+            .budget
+            .review_permit(false)
+            .await
+            .map_err(Refusal::Shed)?;
         let answer = self.review_access(caller, access).await?;
         remember(&self.grants, key, answer.clone());
         answer.map_err(Refusal::Forbidden)
@@ -248,7 +340,7 @@ impl KubeAuth {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_owned(),
-                audiences: None,
+                audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
             },
             ..Default::default()
         };
@@ -265,12 +357,28 @@ impl KubeAuth {
         let status = answer.status.unwrap_or_default();
         if status.authenticated != Some(true) {
             return Ok(Err(format!(
-                "the token was not accepted{}",
+                "the token was not accepted{}{}",
                 status
                     .error
                     .filter(|e| !e.is_empty())
                     .map(|e| format!(": {e}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                self.audience_hint()
+            )));
+        }
+        // The apiserver answers the audiences the token is valid for among those asked; an
+        // authenticator that ignores audiences may answer none: not ours, then.
+        if !self.audiences.is_empty()
+            && !status
+                .audiences
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|a| self.audiences.contains(a))
+        {
+            return Ok(Err(format!(
+                "the token is not meant for the hold API: it must carry the audience {}",
+                self.audiences.join(" or ")
             )));
         }
         let user = status.user.unwrap_or_default();
@@ -283,6 +391,18 @@ impl KubeAuth {
             groups: user.groups.unwrap_or_default(),
             extra: user.extra.unwrap_or_default(),
         }))
+    }
+
+    /// What a refused caller is told about the audiences, when some are required.
+    fn audience_hint(&self) -> String {
+        if self.audiences.is_empty() {
+            return String::new();
+        }
+        format!(
+            " (the hold API accepts only tokens for the audience {}: e.g. `kubectl create token SERVICEACCOUNT --audience {}`)",
+            self.audiences.join(" or "),
+            self.audiences[0]
+        )
     }
 
     /// The apiserver's answer on `caller` making the call (`Err(Refusal)`: it could not be

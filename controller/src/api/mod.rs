@@ -19,8 +19,10 @@
 //! shape.
 
 pub mod auth;
+pub mod limits;
 pub mod review_cache;
 mod routes;
+mod scope;
 mod unprotected;
 
 use std::net::SocketAddr;
@@ -30,6 +32,7 @@ use holdfast_serve::{CertFiles, TlsServer};
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{Access, Caller, KubeAuth, Refusal};
+pub use limits::{ApiLimits, Budget, LimitMetrics};
 pub use routes::{ApiState, FenceStore, MAX_BODY_BYTES, router};
 pub use unprotected::Unprotected;
 

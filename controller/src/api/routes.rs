@@ -78,6 +78,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/nodes/{node}/fence", post(fence))
         .route("/v1/preflight", get(preflight))
         .route("/v1/drift", get(drift))
+        .layer(axum::middleware::from_fn(super::scope::layer))
         .with_state(state)
 }
 
@@ -105,14 +106,11 @@ async fn hold_call(
         s.executor.metrics().record_error(metric, &e);
         return hold_error(&e);
     }
-    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+    let body = match read_body(&s, body).await {
         Ok(b) => b,
-        Err(_) => {
-            let e = HoldError::invalid(format!(
-                "the request body is larger than {MAX_BODY_BYTES} bytes"
-            ));
+        Err((status, e)) => {
             s.executor.metrics().record_error(metric, &e);
-            return error_response(StatusCode::PAYLOAD_TOO_LARGE, &e.body());
+            return error_response(status, &e.body());
         }
     };
     let meta = CallRequest::from_json(&body)
@@ -198,14 +196,9 @@ async fn fence(
         return refused(&s, MetricCall::fence, refusal);
     }
     // The body is `{}` (room for more later); anything else is refused.
-    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+    let body = match read_body(&s, body).await {
         Ok(b) => b,
-        Err(_) => {
-            let e = HoldError::invalid(format!(
-                "the request body is larger than {MAX_BODY_BYTES} bytes"
-            ));
-            return error_response(StatusCode::PAYLOAD_TOO_LARGE, &e.body());
-        }
+        Err((status, e)) => return error_response(status, &e.body()),
     };
     let empty = body.iter().all(u8::is_ascii_whitespace)
         || serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&body)
@@ -337,9 +330,37 @@ async fn admit(s: &ApiState, headers: &HeaderMap, access: &Access) -> Result<Cal
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let token = bearer_token(header)?;
-    let caller = s.auth.authenticate(token).await?;
+    let caller = s
+        .auth
+        .authenticate_from(token, super::scope::source())
+        .await?;
     s.auth.authorize(&caller, access).await?;
+    super::scope::allowed(s.auth.budget(), &caller.username).map_err(Refusal::Shed)?;
     Ok(caller)
+}
+
+/// The request body, read within the body deadline ([`super::limits::ApiLimits`]) and at
+/// most [`MAX_BODY_BYTES`]; a slow one is answered 408 and its connection closed.
+async fn read_body(s: &ApiState, body: Body) -> Result<axum::body::Bytes, (StatusCode, HoldError)> {
+    let deadline = s.auth.budget().limits().body_read_timeout;
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(_)) => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            HoldError::invalid(format!(
+                "the request body is larger than {MAX_BODY_BYTES} bytes"
+            )),
+        )),
+        Err(_) => {
+            super::scope::refused();
+            Err((
+                StatusCode::REQUEST_TIMEOUT,
+                HoldError::invalid(format!(
+                    "the request body did not arrive within {deadline:?}"
+                )),
+            ))
+        }
+    }
 }
 
 fn refused(s: &ApiState, metric: MetricCall, refusal: Refusal) -> Response {
@@ -354,6 +375,13 @@ fn refused(s: &ApiState, metric: MetricCall, refusal: Refusal) -> Response {
     };
     let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
     let mut response = error_response(status, &body);
+    // No keep-alive for a refused caller: its connection goes back to the pool.
+    super::scope::refused();
+    if let Some(secs) = refusal.retry_after() {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+    }
     if matches!(refusal, Refusal::Unauthenticated(_)) {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,
