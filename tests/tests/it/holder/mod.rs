@@ -238,7 +238,10 @@ async fn a_second_caller_may_not_release_the_holders_hold() {
     let (status, body) = s.call(dispatch, "hold", 1).await;
     assert_eq!((status, &body["outcome"]), (200, &json!("Held")), "{body}");
     let held = s.trainjob().await;
-    assert_eq!(annotation(&held, ANN_HOLD_HOLDER), Some(dispatch.user.as_str()));
+    assert_eq!(
+        annotation(&held, ANN_HOLD_HOLDER),
+        Some(dispatch.user.as_str())
+    );
 
     let refused = s.call(intruder, "release", 1).await;
     assert_not_holder(&refused, &dispatch.user, &intruder.user);
@@ -258,10 +261,18 @@ async fn a_second_caller_may_not_release_the_holders_hold() {
 
     // The holder's own release lands.
     let (status, body) = s.call(dispatch, "release", 1).await;
-    assert_eq!((status, &body["outcome"]), (200, &json!("Released")), "{body}");
+    assert_eq!(
+        (status, &body["outcome"]),
+        (200, &json!("Released")),
+        "{body}"
+    );
     let tj = s.trainjob().await;
     assert!(!suspended(&tj));
-    assert_eq!(annotation(&tj, ANN_HOLD_HOLDER), None, "removed with the hold");
+    assert_eq!(
+        annotation(&tj, ANN_HOLD_HOLDER),
+        None,
+        "removed with the hold"
+    );
 }
 
 /// The `Hold(u64::MAX)` attack: the instance is readable from the annotations, and a hold of
@@ -332,7 +343,11 @@ async fn an_overrider_may_release_and_becomes_the_holder() {
 
     // The overrider, its holder now, releases it.
     let (status, body) = s.call(ops, "release", 2).await;
-    assert_eq!((status, &body["outcome"]), (200, &json!("Released")), "{body}");
+    assert_eq!(
+        (status, &body["outcome"]),
+        (200, &json!("Released")),
+        "{body}"
+    );
     let tj = s.trainjob().await;
     assert!(!suspended(&tj));
     assert_eq!(annotation(&tj, ANN_HOLD_HOLDER), None);
@@ -341,7 +356,11 @@ async fn an_overrider_may_release_and_becomes_the_holder() {
     let (status, _) = s.call(dispatch, "hold", 3).await;
     assert_eq!(status, 200);
     let (status, body) = s.call(ops, "release", 3).await;
-    assert_eq!((status, &body["outcome"]), (200, &json!("Released")), "{body}");
+    assert_eq!(
+        (status, &body["outcome"]),
+        (200, &json!("Released")),
+        "{body}"
+    );
 }
 
 /// A hold written by a holdfast that recorded no holder (before an upgrade) is released or
@@ -350,8 +369,9 @@ async fn an_overrider_may_release_and_becomes_the_holder() {
 async fn a_hold_from_before_holders_were_recorded_is_released_as_before() {
     let s = Scene::new("holder-legacy").await;
     let (dispatch, intruder) = (&s.callers.dispatch, &s.callers.intruder);
-    // The hold an older controller wrote: suspend and the annotations, no holder.
-    let controller = s.cp.client(Identity::Controller).await.expect("controller");
+    // The hold an older controller wrote: suspend and the annotations, no holder (written
+    // here as the admin: no webhook runs on this topic's control plane).
+    let controller = s.cp.client(Identity::Admin).await.expect("admin");
     let legacy = json!({
         "metadata": {"annotations": {ANN_HOLD_INSTANCE: "1",
             "holdfast.dev/hold-placed-at": holdfast_core::rfc3339::seconds(jiff::Timestamp::now())}},
@@ -384,5 +404,9 @@ async fn a_hold_from_before_holders_were_recorded_is_released_as_before() {
         .await
         .expect("an older controller's hold");
     let (status, body) = s.call(dispatch, "release", 1).await;
-    assert_eq!((status, &body["outcome"]), (200, &json!("Released")), "{body}");
+    assert_eq!(
+        (status, &body["outcome"]),
+        (200, &json!("Released")),
+        "{body}"
+    );
 }
