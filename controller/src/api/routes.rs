@@ -265,7 +265,10 @@ async fn preflight(
             ));
         }
     };
-    let report = s.executor.preflight(target).await;
+    let mut report = s.executor.preflight(target).await;
+    if let Some((ns, _)) = target {
+        s.unprotected.mark(&mut report, ns);
+    }
     (StatusCode::OK, Json(report.body())).into_response()
 }
 

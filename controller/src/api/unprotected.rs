@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 
 use holdfast_core::hold::{CallKind, HoldError};
 
+use crate::hold::preflight::{CallSupport, Gated, PreflightReport};
+
 /// The namespaces the chart excludes from admission (empty: every namespace is judged).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unprotected(BTreeSet<String>);
@@ -28,6 +30,20 @@ impl Unprotected {
                 .filter(|ns| !ns.is_empty())
                 .collect(),
         )
+    }
+
+    /// A targeted preflight's `report` of a TrainJob in `namespace`: Hold is not supported
+    /// there, for the reason a Hold would be refused with.
+    pub fn mark(&self, report: &mut PreflightReport, namespace: &str) {
+        if let Some(HoldError::Unsupported { reason }) = self.refusal(CallKind::Hold, namespace) {
+            report.calls.insert(
+                Gated::Hold,
+                CallSupport {
+                    supported: false,
+                    reason: Some(reason),
+                },
+            );
+        }
     }
 
     /// Why a `kind` call on a TrainJob in `namespace` is refused, if it is.
@@ -70,6 +86,10 @@ mod tests {
         for kind in [CallKind::Release, CallKind::Open] {
             assert!(u.refusal(kind, "team-x").is_none(), "{kind}");
         }
-        assert!(Unprotected::default().refusal(CallKind::Hold, "team-x").is_none());
+        assert!(
+            Unprotected::default()
+                .refusal(CallKind::Hold, "team-x")
+                .is_none()
+        );
     }
 }

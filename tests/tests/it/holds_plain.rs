@@ -996,7 +996,13 @@ async fn a_hold_in_a_namespace_excluded_from_admission_is_unsupported() {
     let exec = executor(cp).await;
     let excluded = holdfast_controller::api::Unprotected::new([ns.clone()]);
     let api = start_api_with(cp, exec, excluded).await;
-    grant_alice(cp, &ns, &["hold", "release"], &["create"]).await;
+    grant_alice(
+        cp,
+        &ns,
+        &["hold", "release", "preflight"],
+        &["create", "get"],
+    )
+    .await;
     let alice = cp.token(Identity::User);
     let base = format!("/v1/namespaces/{ns}/trainjobs/mnist");
     let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string();
@@ -1019,6 +1025,18 @@ async fn a_hold_in_a_namespace_excluded_from_admission_is_unsupported() {
     );
     let tj = read_trainjob(cp, &ns, "mnist").await;
     assert!(hold_annotations(&tj).is_empty(), "nothing written: {tj:#}");
+    // A preflight of the job says so too.
+    let (status, report) = api
+        .get(&format!("/v1/preflight?namespace={ns}&name=mnist"), alice)
+        .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["calls"]["hold"]["supported"], false, "{report}");
+    assert!(
+        report["calls"]["hold"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("webhook.excludeNamespaces")),
+        "{report}"
+    );
 
     let (status, answer) = api
         .post(
