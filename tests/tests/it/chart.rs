@@ -271,9 +271,10 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
         assert_eq!(env["HOLDFAST_MAX_CONNECTIONS_PER_IP"], "32");
         assert_eq!(env["HOLDFAST_MAX_LOOKUPS"], "16");
         assert!(!env.contains_key("HOLDFAST_CLIENT_CA_FILE"), "{combo:?}");
-        // The NetworkPolicy, on by default: the webhook port from any address (the apiserver,
-        // wherever it calls from), the metrics port from nobody but the node.
-        assert_eq!(count("NetworkPolicy"), 1, "{combo:?}");
+        // The NetworkPolicies, on by default: the webhook port from any address (the apiserver,
+        // wherever it calls from), the metrics port from nobody but the node; the controller's
+        // (its own test below).
+        assert_eq!(count("NetworkPolicy"), 2, "{combo:?}");
         let np = find(&docs, "NetworkPolicy", "-webhook");
         assert_eq!(
             np["spec"]["podSelector"]["matchLabels"], webhook["spec"]["selector"]["matchLabels"],
@@ -2324,4 +2325,111 @@ fn chart_conventions_render_as_documented() {
             ["httpGet"]["path"],
         "/livez"
     );
+}
+
+/// The controller's NetworkPolicy: by default nothing but the node and port-forwards reach the
+/// controller pods (an empty `ingress`); `networkPolicy.holdApi.from` admits the supervisors to
+/// the hold API port and `networkPolicy.metrics.from` the scraper to the admin port. The hold
+/// API's bounds and token audiences reach the controller's flags; the chart's FlowSchemas put
+/// the controller ServiceAccount's reviews and its other requests on two priority levels. The
+/// real apiserver accepts all of them.
+#[tokio::test]
+async fn the_controller_network_policy_bounds_audiences_and_flow_control_render_as_documented() {
+    let helm = helm();
+    let defaults = helm
+        .render(&Install::new("holdfast", "holdfast-system"))
+        .expect("render");
+    let np = find(&defaults, "NetworkPolicy", "-controller");
+    assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    assert_eq!(
+        np["spec"]["ingress"],
+        serde_json::json!([]),
+        "no pod admitted by default"
+    );
+    let args = controller_args_from_rendered(&defaults);
+    let (connections, api) = args.hold_api.limits();
+    assert_eq!(connections, holdfast_controller::args::HOLD_API_LIMITS);
+    assert_eq!(api, holdfast_controller::api::ApiLimits::DEFAULT);
+    assert!(args.hold_api.audiences().is_empty());
+
+    let install = Install::new("holdfast", "holdfast-system")
+        .set("networkPolicy.holdApi.from[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=dispatch")
+        .set("networkPolicy.holdApi.from[1].ipBlock.cidr=192.0.2.0/24")
+        .set("networkPolicy.metrics.from[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring")
+        .set("controller.tokenAudiences={holdfast,https://kubernetes.default.svc}")
+        .set("controller.apiLimits.maxProvisionalConnections=100")
+        .set("controller.apiLimits.maxReviewsInFlight=4")
+        .set("controller.apiLimits.bodyReadTimeout=2s");
+    helm.lint(&install).expect("lint");
+    let docs = helm.render(&install).expect("render");
+    let np = find(&docs, "NetworkPolicy", "-controller");
+    let rules = np["spec"]["ingress"].as_array().expect("rules");
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(
+        rules[0]["ports"],
+        serde_json::json!([{"port": 8443, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        rules[0]["from"],
+        serde_json::json!([
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "dispatch"}}},
+            {"ipBlock": {"cidr": "192.0.2.0/24"}}
+        ])
+    );
+    assert_eq!(
+        rules[1]["ports"],
+        serde_json::json!([{"port": 9090, "protocol": "TCP"}])
+    );
+    let args = controller_args_from_rendered(&docs);
+    let (connections, api) = args.hold_api.limits();
+    assert_eq!(connections.admission.map(|a| a.max_provisional), Some(100));
+    assert_eq!(api.max_reviews_in_flight, 4);
+    assert_eq!(api.body_read_timeout, Duration::from_secs(2));
+    assert_eq!(
+        args.hold_api.audiences(),
+        ["holdfast", "https://kubernetes.default.svc"]
+    );
+
+    // Flow control: the reviews first, everything else of the controller next, each on its
+    // own level; both match the controller's ServiceAccount, before service-accounts (9000).
+    let schemas = helm::of_kind(&docs, "FlowSchema");
+    let levels = helm::of_kind(&docs, "PriorityLevelConfiguration");
+    assert_eq!((schemas.len(), levels.len()), (2, 2));
+    let reviews = find(&docs, "FlowSchema", "-controller-reviews");
+    let rest = find(&docs, "FlowSchema", "holdfast-controller");
+    assert_eq!(reviews["spec"]["matchingPrecedence"], 1000);
+    assert_eq!(rest["spec"]["matchingPrecedence"], 1001);
+    for fs in [reviews, rest] {
+        assert_eq!(
+            fs["spec"]["rules"][0]["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "serviceAccount": {"namespace": "holdfast-system", "name": "holdfast-controller"}}])
+        );
+    }
+    let reviewed: Vec<&str> = reviews["spec"]["rules"][0]["resourceRules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["resources"][0].as_str())
+        .collect();
+    assert_eq!(reviewed, ["tokenreviews", "subjectaccessreviews"]);
+    let off = helm
+        .render(
+            &Install::new("holdfast", "holdfast-system")
+                .set("controller.flowControl.enabled=false"),
+        )
+        .expect("render");
+    assert!(helm::of_kind(&off, "FlowSchema").is_empty());
+
+    // The real apiserver accepts them (server-side dry run: the shared control plane's
+    // priority and fairness is left alone).
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("hf-ctrl-netpol").await.expect("namespace");
+    let mut np = np.clone();
+    np["metadata"]["namespace"] = serde_json::json!(ns);
+    for doc in std::iter::once(&np).chain(levels).chain(schemas) {
+        rbac::apply(&admin, doc, &ns, true)
+            .await
+            .unwrap_or_else(|e| panic!("the apiserver accepts {}: {e:#}", doc["kind"]));
+    }
 }
