@@ -22,6 +22,7 @@ mod cluster_smoke;
 mod controller_configmaps;
 mod events;
 mod faults;
+mod hold_api_audience;
 mod hold_race;
 mod holds_kueue;
 mod holder;

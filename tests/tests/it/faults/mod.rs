@@ -8,6 +8,7 @@ mod compaction;
 mod controller;
 mod flood;
 mod forged_reviews;
+mod hold_api_flood;
 mod kueue;
 mod snapshot_bombs;
 mod webhook_server;
