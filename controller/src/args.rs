@@ -110,10 +110,6 @@ pub struct Args {
     /// are read, watched and snapshotted (the chart passes `runtimes.extra`).
     #[arg(long, env = "HOLDFAST_EXTRA_RUNTIME_RESOURCES", value_delimiter = ',')]
     pub extra_runtime_resources: Vec<String>,
-    /// Time between preflight probes while the hold API is in use (the capability of each
-    /// call is probed again this often; a call trusts a probe at most twice this old, and
-    /// probes itself otherwise). An idle controller, no call for twice this long, sends no
-    /// probe: its next call probes first.
     /// Namespaces the admission webhook and policies do not judge, comma-separated (the chart
     /// passes kube-system, its own namespace and webhook.excludeNamespaces): a Hold there is
     /// answered Unsupported, since nothing keeps anyone from lifting it.
@@ -124,6 +120,10 @@ pub struct Args {
     /// enforces them: Hold, Release and Open answer Unsupported until it does).
     #[arg(long, env = "HOLDFAST_VALIDATION_ENGINE", default_value = "webhook", value_parser = ["webhook", "policy", "both"])]
     pub validation_engine: String,
+    /// Time between preflight probes while the hold API is in use (the capability of each
+    /// call is probed again this often; a call trusts a probe at most twice this old, and
+    /// probes itself otherwise). An idle controller, no call for twice this long, sends no
+    /// probe: its next call probes first.
     #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL", default_value = "30s", value_parser = duration::parse)]
     pub preflight_interval: Duration,
 }
