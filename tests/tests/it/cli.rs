@@ -241,9 +241,16 @@ async fn a_static_token_user_lists_every_held_job_with_status_all_namespaces() {
     assert_eq!(ours.len(), 1, "only the held job is listed:\n{table}");
     let row = &ours[0];
     assert_eq!(
-        &row[..5],
-        [ns.as_str(), "held", "plain", "7", "drain"],
-        "{table}"
+        &row[..6],
+        [
+            ns.as_str(),
+            "held",
+            "plain",
+            "7",
+            Identity::Admin.username(),
+            "drain"
+        ],
+        "the holder is the user name that placed it: {table}"
     );
     assert_eq!(row.last(), Some(&"HeldByUs"), "{table}");
 
@@ -256,6 +263,7 @@ async fn a_static_token_user_lists_every_held_job_with_status_all_namespaces() {
         .unwrap_or_else(|| panic!("{ns} is not listed: {listed}"));
     assert_eq!(item["name"], "held");
     assert_eq!(item["hold"]["instance"], 7);
+    assert_eq!(item["hold"]["holder"], Identity::Admin.username());
     assert_eq!(item["state"]["kind"], "HeldByUs");
 }
 
