@@ -9,9 +9,9 @@ use holdfast_core::hold::mark::{self, MarkStep, Marked};
 use holdfast_core::hold::object::hold_state;
 use holdfast_core::hold::{HoldError, HoldState, Write, apply};
 use holdfast_core::mode::Mode;
-use holdfast_core::names::{ANN_HOLD_MARK, JOB_UID_LABEL};
+use holdfast_core::names::JOB_UID_LABEL;
 use jiff::Timestamp;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use super::requests::{CallRequests, RequestError};
@@ -160,16 +160,25 @@ pub async fn sweep(
             let Some(write) = mark::stale(&value, workload_hold, Timestamp::now(), bound) else {
                 continue;
             };
-            let patch = json!({"metadata": {
-                "resourceVersion": write.precondition,
-                "annotations": {ANN_HOLD_MARK: null},
-            }});
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), ns, &resources::trainjob());
-            match api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
+            // An update (the controller's RBAC has no patch on TrainJobs) of the whole object,
+            // preconditioned on the version the decision was made on, not the one just read.
+            let result = match api.get_opt(name).await? {
+                None => continue,
+                Some(full) => {
+                    let mut object =
+                        serde_json::to_value(&full).map_err(kube::Error::SerdeError)?;
+                    if apply(&write, &mut object, Mode::Kueue).is_err() {
+                        continue;
+                    }
+                    object["metadata"]["resourceVersion"] = json!(write.precondition);
+                    let object: DynamicObject =
+                        serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
+                    api.replace(name, &PostParams::default(), &object).await
+                }
+            };
+            match result {
                 Ok(_) => {
                     removed += 1;
                     tracing::info!(

@@ -1425,3 +1425,65 @@ async fn a_hold_landing_between_the_webhooks_read_and_kueues_unsuspend_keeps_the
     webhook.stop().await;
     f.finish().await;
 }
+
+/// The mark's lifetime when a Hold ends between its two writes: the mark is on the TrainJob,
+/// the Workload was never deactivated. The sweep keeps the mark while a call that wrote it
+/// may still write (its deadline plus the CallBound not passed), and removes it after, with
+/// a preconditioned update as the controller's RBAC allows; it keeps the mark of a hold in
+/// force however old its call.
+#[tokio::test]
+async fn a_mark_left_by_a_hold_that_ended_between_its_writes_is_swept_only_once_its_calls_are_over()
+{
+    let f = Fixture::start("kq-mark-sweep").await;
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "Kueue made the Workload", |_| true)
+        .await;
+    let controller = f.cp.client(Identity::Controller).await.expect("controller");
+    let bound = f.exec.call_bound();
+
+    // Hold 1 stops between its mark and its Workload update, and its deadline passes there.
+    let stalled = f.exec.clone().with_hooks(holdfast_controller::hold::Hooks {
+        between_read_and_write: Some(std::sync::Arc::new(|_| {
+            Box::pin(tokio::time::sleep(Duration::from_secs(4)))
+        })),
+    });
+    let err = stalled
+        .hold(&f.ns, "job", meta(Some(1), Duration::from_secs(2)))
+        .await
+        .expect_err("the deadline passes before the Workload's update");
+    assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
+    let tj = f.trainjob("job").await;
+    let mark = annotation(&tj, ANN_HOLD_MARK).and_then(Mark::parse);
+    assert_eq!(
+        mark.as_ref().map(|m| m.instance),
+        Some(1),
+        "{:#}",
+        tj["metadata"]
+    );
+    let wl = f.workload_when("job", "the Workload", |_| true).await;
+    assert!(active(&wl) && annotation(&wl, ANN_HOLD_INSTANCE).is_none());
+
+    // Within the CallBound after the deadline a request of the call could still land: kept.
+    let sweep = |bound| holdfast_controller::hold::sweep_marks(&controller, Some(&f.ns), bound);
+    assert_eq!(sweep(bound).await.expect("sweep"), 0);
+    assert!(annotation(&f.trainjob("job").await, ANN_HOLD_MARK).is_some());
+    // Once it has passed (a CallBound of zero: the deadline is behind), removed.
+    assert_eq!(sweep(Duration::ZERO).await.expect("sweep"), 1);
+    assert_eq!(annotation(&f.trainjob("job").await, ANN_HOLD_MARK), None);
+
+    // A hold in force keeps its mark, whatever its call's age.
+    assert_eq!(
+        f.exec
+            .hold(&f.ns, "job", meta(Some(2), Duration::from_secs(2)))
+            .await,
+        Ok(Outcome::Held)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sweep(Duration::ZERO).await.expect("sweep"), 0);
+    let tj = f.trainjob("job").await;
+    assert_eq!(
+        annotation(&tj, ANN_HOLD_MARK).and_then(|m| Mark::parse(m).map(|m| m.instance)),
+        Some(2)
+    );
+    f.finish().await;
+}
