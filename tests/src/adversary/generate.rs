@@ -365,6 +365,7 @@ impl Gen {
                 2,    // 21 re-own such a pod
                 1,    // 22 a decoy pod
                 k(2), // 23 the batch-admin swaps LocalQueue main
+                2,    // 24 a second caller releases or replaces the hold in force
             ],
         ) {
             0 => self.settle(),
@@ -433,8 +434,11 @@ impl Gen {
                 by: self.actor(),
                 bound: self.chance(0.5),
             },
-            _ => Op::SwapLocalQueue {
+            23 => Op::SwapLocalQueue {
                 gated: self.chance(0.3),
+            },
+            _ => Op::SecondCaller {
+                replace: self.chance(0.5),
             },
         }
     }
@@ -581,6 +585,21 @@ mod tests {
                 ops.contains(&Op::SwapLocalQueue { gated }),
                 "no swap to gated={gated} in 60 sequences"
             );
+        }
+    }
+
+    #[test]
+    fn sequences_draw_a_second_callers_release_and_replacement_in_both_modes() {
+        for mode in [Mode::Plain, Mode::Kueue] {
+            let ops: Vec<Op> = (0..60)
+                .flat_map(|i| generate(mode, sequence_seed(7, mode, i), 30).ops)
+                .collect();
+            for replace in [false, true] {
+                assert!(
+                    ops.contains(&Op::SecondCaller { replace }),
+                    "{mode}: no second caller with replace={replace} in 60 sequences"
+                );
+            }
         }
     }
 

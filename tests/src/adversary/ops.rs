@@ -319,6 +319,14 @@ pub enum Op {
     SwapLocalQueue {
         gated: bool,
     },
+    /// A second caller whom RBAC allows every hold call (another supervisor, a person's CLI),
+    /// but who is not the holder: Release of the hold in force, or (`replace`) Hold of the
+    /// largest instance over it. Not one of dispatch's calls: were it let through, the hold
+    /// would end, or a hold appear, outside any of dispatch's calls (the invariants
+    /// `hold-lifted-only-by-its-release` and `hold-placed-only-by-hold`).
+    SecondCaller {
+        replace: bool,
+    },
     /// Let the controllers settle.
     Settle {
         ms: u32,

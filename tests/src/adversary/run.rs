@@ -758,6 +758,7 @@ impl Ctx<'_> {
                 )
             }
             Op::SwapLocalQueue { gated } => self.swap_local_queue(*gated).await,
+            Op::SecondCaller { replace } => self.second_caller(*replace).await,
             Op::KueueDeactivate { reason } => {
                 let Some(w) = self.workloads_waiting().await.into_iter().next() else {
                     return Err("no Workload".into());
@@ -812,6 +813,49 @@ impl Ctx<'_> {
                 });
                 Ok(text)
             }
+        }
+    }
+
+    /// [`Op::SecondCaller`]: only while none of dispatch's calls is in flight (so the hold
+    /// it reads stays in force through its call), and only on a hold that records its holder
+    /// (every hold here is dispatch's). Its answer is not a dispatch call's record: a lift or a
+    /// replacement it made would be seen by the invariants as one nobody's call covers.
+    async fn second_caller(&mut self, replace: bool) -> Step {
+        if lock(&self.calls)
+            .iter()
+            .any(|c| matches!(c.answer, Answer::Pending))
+        {
+            return Ok("skipped: a call of dispatch's is in flight".to_owned());
+        }
+        let exec = self.c.executor(self.mode).clone();
+        let hold = match exec.status(&self.ns, JOB).await {
+            Ok(s) => s.hold,
+            Err(e) => return Ok(format!("no status: {e}")),
+        };
+        let Some((instance, holder)) = hold.and_then(|h| Some((h.instance?, h.holder?))) else {
+            return Ok("no hold with a holder in force: nothing to take".to_owned());
+        };
+        let (kind, target) = if replace {
+            (holdfast_core::hold::CallKind::Hold, u64::MAX)
+        } else {
+            (holdfast_core::hold::CallKind::Release, instance)
+        };
+        let meta = CallMeta {
+            instance: Some(target),
+            deadline: Timestamp::now() + jiff::SignedDuration::from_secs(10),
+            reason: Some("a second caller".to_owned()),
+        };
+        let intruder = holdfast_controller::hold::CallerIdentity::new(format!(
+            "system:serviceaccount:{}:intruder",
+            self.ns
+        ));
+        match exec.call_as(kind, &self.ns, JOB, meta, &intruder).await {
+            Ok(outcome) => Ok(format!(
+                "{kind}({target}) of {holder}'s hold {instance} answered {outcome:?}"
+            )),
+            Err(e) => Ok(format!(
+                "{kind}({target}) of {holder}'s hold {instance}: {e}"
+            )),
         }
     }
 
