@@ -162,7 +162,10 @@ pub(crate) fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec
         ],
         &[
             ("holdfast.dev/hold-instance", "3"),
-            ("holdfast.dev/hold-holder", "system:serviceaccount:team-a:dispatch"),
+            (
+                "holdfast.dev/hold-holder",
+                "system:serviceaccount:team-a:dispatch",
+            ),
         ],
         &[("holdfast.dev/opened", "true")],
         &[("holdfast.dev/attempt", "2")],
