@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use holdfast_core::hold::Outcome;
-use holdfast_core::names::{ANN_HOLD_INSTANCE, HOLD_FINALIZER};
+use holdfast_core::names::{ANN_HOLD_INSTANCE, ANN_HOLD_MARK, HOLD_FINALIZER};
 use holdfast_tests::hold_support::{
     self, annotation, create_trainjob, executor, hold_annotations, meta, read_trainjob, suspended,
 };
@@ -194,7 +194,20 @@ async fn removing_holdfast_in_kueue_mode_needs_the_check_off_the_queue_and_the_w
             tj["spec"]["suspend"] == false
         })
         .await;
-    assert!(hold_annotations(&tj).is_empty());
+    // The TrainJob keeps only the hold's mark (inert without holdfast); the book's step 3
+    // takes it off too.
+    assert_eq!(
+        hold_annotations(&tj),
+        vec![ANN_HOLD_MARK.to_owned()],
+        "{tj:#}"
+    );
+    let (unmark, _) = lift_by_hand(&tj, json!({}));
+    f.trainjobs(&f.admin)
+        .patch("job", &pp, &unmark)
+        .await
+        .expect("the mark off the TrainJob");
+    let tj = f.trainjob("job").await;
+    assert!(hold_annotations(&tj).is_empty(), "{tj:#}");
     let lifted = f.workload_when("job", "admitted, no hold", active).await;
     assert!(
         !finalizers(&lifted).contains(&HOLD_FINALIZER.to_owned()),

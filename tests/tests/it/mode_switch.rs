@@ -300,6 +300,9 @@ async fn deleting_a_workload_held_in_kueue_mode_after_the_switch_neither_starts_
     let (plain, exec) = held_in_kueue_mode_then_switched_to_plain(&mut f).await;
     let held = f.workload_when("job", "held", |w| !active(w)).await;
     let wname = held["metadata"]["name"].as_str().expect("name").to_owned();
+    // Kueue names a job's Workload after the job, so the one it creates once the deleted one
+    // is gone has the same name: the deleted one is told by its uid.
+    let wuid = held["metadata"]["uid"].as_str().expect("uid").to_owned();
     f.workload_api(&f.admin)
         .delete(&wname, &Default::default())
         .await
@@ -317,7 +320,7 @@ async fn deleting_a_workload_held_in_kueue_mode_after_the_switch_neither_starts_
             .workloads("job")
             .await
             .iter()
-            .all(|w| w["metadata"]["name"] != wname.as_str());
+            .all(|w| w["metadata"]["uid"] != wuid.as_str());
         gone.then_some(())
     })
     .await;
