@@ -95,12 +95,12 @@ impl Marked {
 /// What Hold does with the TrainJob's mark before it updates the Workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MarkStep {
-    /// The mark already covers this call (same instance, a deadline at least as late): go
-    /// on to the Workload.
+    /// The mark already covers this call (same instance, a deadline at least as late, or a
+    /// newer instance whose call may still write): go on to the Workload.
     Covered,
     /// Write this (preconditioned on the TrainJob's read), then go on to the Workload.
     Write(Write),
-    /// A newer Hold call may still be writing: this one is stale.
+    /// The TrainJob cannot be marked (its read has no resourceVersion).
     Fail(HoldError),
 }
 
@@ -111,9 +111,10 @@ pub enum MarkStep {
 /// - a mark of an older instance: replace it, keeping the later of the two deadlines, so
 ///   the mark outlives every call that wrote it;
 /// - the same instance: covered when its deadline is at least this call's, else extended;
-/// - a newer instance whose calls may still write (not [`Mark::expired`]): `StaleHold`, as
-///   for a newer hold in force; an expired one is replaced (the Workload then decides, by
-///   the seed's rules).
+/// - a newer instance whose calls may still write (not [`Mark::expired`]): covered — it
+///   already keeps every unsuspend out, and what is in force on the Workload decides the
+///   answer by the seed's rules (a newer hold only in flight is not one in force: answering
+///   `StaleHold` for it would not be true); an expired one is replaced.
 pub fn for_hold(
     trainjob: &Value,
     instance: u64,
@@ -128,12 +129,7 @@ pub fn for_hold(
             return MarkStep::Covered;
         }
         Marked::Mark(m) if m.instance <= instance => mark(m.deadline.max(deadline)),
-        Marked::Mark(m) if !m.expired(now, bound) => {
-            return MarkStep::Fail(HoldError::stale(format!(
-                "Hold {instance}: the TrainJob is marked for hold {} ({ANN_HOLD_MARK}), a newer call that may still be placing it",
-                m.instance
-            )));
-        }
+        Marked::Mark(m) if !m.expired(now, bound) => return MarkStep::Covered,
         Marked::Mark(_) => mark(deadline),
     };
     let Some(rv) = resource_version(trainjob) else {
@@ -152,8 +148,8 @@ pub fn for_hold(
 ///
 /// - the same instance, released: removed;
 /// - otherwise as the sweep decides ([`stale`]): removed once no call that wrote it can
-///   still write, and the Workload holds no hold of its instance; a mark of a newer
-///   instance whose call may still be writing always stays.
+///   still write and the Workload holds no hold at all; a mark of a newer instance whose
+///   call may still be writing always stays.
 pub fn after_release(
     trainjob: &Value,
     instance: u64,
@@ -173,8 +169,10 @@ pub fn after_release(
 /// The sweep: the write that removes `trainjob`'s mark when it is stale, or `None`.
 ///
 /// Stale: every Hold call that wrote it has ended for good ([`Mark::expired`]) and the
-/// Workload (`workload_hold`: the instance its hold in force names, if any) holds no hold
-/// of the mark's instance. An unreadable mark is stale unless the Workload is held.
+/// Workload (`workload_hold`: the instance its hold in force names, if any) holds no hold.
+/// A mark kept while another instance is in force still keeps that hold's unsuspends out (a
+/// Hold under a newer live mark writes none of its own). An unreadable mark is stale unless
+/// the Workload is held.
 /// Preconditioned on the TrainJob's read: a Hold that marks it again in between makes the
 /// removal fail.
 pub fn stale(
@@ -192,7 +190,7 @@ fn is_stale(marked: &Marked, workload_hold: Option<u64>, now: Timestamp, bound: 
     match marked {
         Marked::None => false,
         Marked::Unreadable(_) => workload_hold.is_none(),
-        Marked::Mark(m) => m.expired(now, bound) && workload_hold != Some(m.instance),
+        Marked::Mark(m) => m.expired(now, bound) && workload_hold.is_none(),
     }
 }
 
@@ -345,16 +343,17 @@ mod tests {
             ),
             MarkStep::Covered
         );
-        match for_hold(
-            &job(Some(&mark(6, "2026-12-05T00:08:30Z"))),
-            5,
-            d,
-            now,
-            BOUND,
-        ) {
-            MarkStep::Fail(e) => assert_eq!(e.cause(), Some(super::super::RejectCause::StaleHold)),
-            other => panic!("{other:?}"),
-        }
+        // A newer Hold still placing its hold covers this one: the Workload decides.
+        assert_eq!(
+            for_hold(
+                &job(Some(&mark(6, "2026-12-05T00:08:30Z"))),
+                5,
+                d,
+                now,
+                BOUND,
+            ),
+            MarkStep::Covered
+        );
         let no_rv = json!({"metadata": {"name": "job"}});
         assert!(matches!(
             for_hold(&no_rv, 5, d, now, BOUND),
@@ -430,12 +429,12 @@ mod tests {
                 false,
             ),
             (
-                "expired, Workload holds another",
+                "expired, Workload holds another: kept, it guards that hold",
                 Some(dead),
                 false,
                 Some(4),
-                true,
-                true,
+                false,
+                false,
             ),
             (
                 "unreadable, Workload free",
