@@ -21,6 +21,7 @@
 //! (`cargo build -p holdfast-webhook`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::metric;
 use bytes::Bytes;
 use holdfast_tests::holdfast::{
     WebhookReplica, owned_control_plane, register_webhook as register, serving_cert,
@@ -396,26 +397,6 @@ async fn user_edits(alice: kube::Client, ns: String, ends: Instant, writes: Arc<
         let r = tjs.patch("target", &PatchParams::default(), &patch).await;
         writes.record(Actor::User, &r, started.elapsed());
     }
-}
-
-/// The sum of every series of counter `name` whose labels include `labels`.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            let wanted = n == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-            if wanted {
-                value.parse::<f64>().ok()
-            } else {
-                None
-            }
-        })
-        .fold(0.0, |sum, v| sum + v)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@
 //! can be measured by naming it in `HOLDFAST_FORGED_REVIEWS_WEBHOOK`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::metric;
 use bytes::Bytes;
 use holdfast_tests::control_plane::free_port;
 use holdfast_tests::holdfast::{
@@ -327,26 +328,6 @@ async fn user_edits(alice: &kube::Client, ns: &str, writes: &Writes) {
         let r = tjs.patch("target", &PatchParams::default(), &patch).await;
         writes.record(Actor::User, &r, started.elapsed());
     }
-}
-
-/// The sum of every series of `name` whose labels include `labels`.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            let wanted = n == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-            if wanted {
-                value.parse::<f64>().ok()
-            } else {
-                None
-            }
-        })
-        .sum()
 }
 
 // ---------------------------------------------------------------------------------------

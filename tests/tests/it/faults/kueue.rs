@@ -650,8 +650,9 @@ async fn release_passes_the_gate_exactly_once_when_kueue_restarts_during_readmis
         "gate writes: one claim, one raise, one Ready"
     );
 
-    // The apiserver's count: the controller wrote the TrainJob once (the raise). Its writes
-    // that the restarting Kueue's webhooks refused are counted for the report.
+    // The apiserver's count: the controller wrote the TrainJob twice, the Release taking the
+    // hold's mark off and the gate's raise of A (A's history above shows one raise). Its
+    // writes that the restarting Kueue's webhooks refused are counted for the report.
     let events = settled_audit(f.cp).await;
     let writes = controller_writes(&events, audit_from, &f.ns);
     let landed = |resource: &str, subresource: Option<&str>| {
@@ -664,7 +665,11 @@ async fn release_passes_the_gate_exactly_once_when_kueue_restarts_during_readmis
             })
             .count()
     };
-    assert_eq!(landed("trainjobs", None), 1, "one raise of A landed");
+    assert_eq!(
+        landed("trainjobs", None),
+        2,
+        "the unmark and one raise of A landed"
+    );
     let refused = writes
         .iter()
         .filter(|e| e["responseStatus"]["code"].as_i64().unwrap_or_default() >= 500)

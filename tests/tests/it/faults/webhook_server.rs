@@ -36,6 +36,7 @@
 //! webhook binary must be built first (`cargo build -p holdfast-webhook`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::metric;
 use holdfast_tests::holdfast::{
     WebhookReplica, owned_control_plane, register_webhook as register, serving_cert,
 };
@@ -361,26 +362,6 @@ const SHED: (&str, (&str, &str)) = (
 );
 /// Answered AdmissionReviews.
 const ADMISSIONS: &str = "holdfast_webhook_admissions_total";
-
-/// The sum of every series of counter `name` whose labels include `labels`.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            let wanted = n == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-            if wanted {
-                value.parse::<f64>().ok()
-            } else {
-                None
-            }
-        })
-        .fold(0.0, |sum, v| sum + v)
-}
 
 fn trainjobs() -> ApiResource {
     ApiResource::from_gvk_with_plural(
