@@ -68,6 +68,7 @@ tests/demo.sh --node --exit
 echo "== benchmarks at a tiny size (so that none rots; the README has the real sizes)"
 cargo run --locked -q -p holdfast-webhook --example admission_bench -- --seconds 1 --rate 50 --connections 2
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_bench
+HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_kueue_bench
 cargo run --locked -q -p holdfast-tests --example hold_wave_bench -- --jobs 20 --concurrency 4
 cargo run --locked -q -p holdfast-tests --example snapshot_bench -- --jobs 20 --steady 5 --webhook
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example admission_cost_bench
