@@ -325,6 +325,8 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
 {{- $jobUid := printf "(request.resource.resource == 'workloads' && object != null && oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && %s)" (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/job-uid")) -}}
 {{- $heldWorkload := "(request.resource.resource == 'workloads' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
 {{- $heldTrainJob := "(request.resource.resource == 'trainjobs' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
+{{- /* Kueue mode: an unsuspend of a TrainJob carrying a hold's mark (its Workload's hold is being placed or is in force); only the unsuspend, so that Kueue's own suspend never waits on holdfast. */ -}}
+{{- $markedUnsuspend := printf "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-mark' in oldObject.metadata.annotations && %s && !%s)" (include "holdfast.cel.suspended" "oldObject") (include "holdfast.cel.suspended" "object") -}}
 {{- $stateChanges := include "holdfast.cel.stateChanges" "" -}}
 {{- $kueueMode := eq .Values.mode "kueue" -}}
 - name: holdfast-state
@@ -358,6 +360,7 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
     || {{ $queueKeys }}
     || {{ $heldWorkload }}
     || ({{ $flip }} && {{ $heldTrainJob }})
+    || {{ $markedUnsuspend }}
 {{- end }}
 {{- end -}}
 

@@ -167,6 +167,10 @@ pub(crate) fn catalogue(resource: &Resource, owners: &[(String, String)]) -> Vec
                 "system:serviceaccount:team-a:dispatch",
             ),
         ],
+        &[(
+            "holdfast.dev/hold-mark",
+            "instance=3 deadline=2026-12-05T00:10:00Z",
+        )],
         &[("holdfast.dev/opened", "true")],
         &[("holdfast.dev/attempt", "2")],
         &[("holdfast.dev/admitted-runtime-resource-version", "5")],
