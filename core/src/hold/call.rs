@@ -10,6 +10,13 @@ use super::HoldError;
 use crate::mode::Mode;
 use crate::rfc3339;
 
+/// The furthest ahead a call's deadline reaches: a later one is taken as this long after the
+/// call arrived. A call that waits (an `Open` for its Workload or snapshot) or retries needs
+/// minutes at most, and in Kueue mode a Hold's mark on the TrainJob lasts until its deadline
+/// (plus the CallBound): unclipped, a caller allowed to hold could mark a job for a century
+/// and keep Kueue from ever starting it again.
+pub const MAX_DEADLINE_AHEAD: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
 /// The longest `reason` a Hold may carry, in bytes. It is stored in an annotation, and
 /// annotations share a 256 KiB budget with everyone else's.
 pub const MAX_REASON_BYTES: usize = 1024;
@@ -150,6 +157,10 @@ impl CallMeta {
         let deadline = rfc3339::parse(&raw).map_err(|e| {
             HoldError::invalid(format!("{kind}: deadline {raw:?} is not RFC 3339: {e}"))
         })?;
+        let deadline = jiff::SignedDuration::try_from(MAX_DEADLINE_AHEAD)
+            .ok()
+            .and_then(|ahead| now.checked_add(ahead).ok())
+            .map_or(deadline, |furthest| deadline.min(furthest));
         let instance = match kind {
             CallKind::Open => None,
             CallKind::Hold | CallKind::Release => Some(
@@ -379,6 +390,28 @@ mod tests {
     }
 
     #[test]
+    fn a_deadline_further_ahead_than_ten_minutes_is_clipped_to_ten_minutes() {
+        let now: Timestamp = "2026-12-05T00:00:00Z".parse().expect("now");
+        let call = |deadline: &str| CallRequest {
+            instance: Some(1),
+            deadline: Some(deadline.to_owned()),
+            reason: None,
+        };
+        let far = CallMeta::validate(CallKind::Hold, call("9999-01-01T00:00:00Z"), now)
+            .expect("a far deadline is accepted");
+        assert_eq!(
+            far.deadline,
+            "2026-12-05T00:10:00Z".parse::<Timestamp>().expect("ts")
+        );
+        let near = CallMeta::validate(CallKind::Hold, call("2026-12-05T00:01:00Z"), now)
+            .expect("a near deadline");
+        assert_eq!(
+            near.deadline,
+            "2026-12-05T00:01:00Z".parse::<Timestamp>().expect("ts")
+        );
+    }
+
+    #[test]
     fn call_without_deadline_is_invalid() {
         for kind in [CallKind::Hold, CallKind::Release, CallKind::Open] {
             let err = CallMeta::validate(kind, req(Some(1), None), t(NOW)).expect_err("invalid");
@@ -437,14 +470,14 @@ mod tests {
     fn open_takes_no_instance() {
         let (call, meta) = parse_call(
             CallKind::Open,
-            br#"{"instance":0,"deadline":"2026-11-29T13:00:00+01:00"}"#,
+            br#"{"instance":0,"deadline":"2026-11-29T12:05:00+01:00"}"#,
             t(NOW),
             by(),
         )
         .expect("valid");
         assert_eq!(call, Call::Open);
         assert_eq!(meta.instance, None);
-        assert_eq!(meta.deadline, t("2026-11-29T12:00:00Z"));
+        assert_eq!(meta.deadline, t("2026-11-29T11:05:00Z"));
     }
 
     #[test]
