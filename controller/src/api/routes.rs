@@ -357,6 +357,7 @@ async fn read_body(s: &ApiState, body: Body) -> Result<axum::body::Bytes, (Statu
         Err(_) => {
             super::scope::refused();
             Err((
+                // The handlers answer it with `closing`, like a refusal.
                 StatusCode::REQUEST_TIMEOUT,
                 HoldError::invalid(format!(
                     "the request body did not arrive within {deadline:?}"
@@ -377,8 +378,8 @@ fn refused(s: &ApiState, metric: MetricCall, refusal: Refusal) -> Response {
         message: refusal.to_string(),
     };
     let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
-    let mut response = error_response(status, &body);
-    // No keep-alive for a refused caller: its connection goes back to the pool.
+    let mut response = closing(error_response(status, &body));
+    // No keep-alive for a refused caller: its connection is closed after this answer.
     super::scope::refused();
     if let Some(secs) = refusal.retry_after() {
         response
@@ -400,5 +401,20 @@ fn hold_error(e: &HoldError) -> Response {
 }
 
 fn error_response(status: StatusCode, body: &ErrorBody) -> Response {
-    (status, Json(body)).into_response()
+    let response = (status, Json(body)).into_response();
+    if status == StatusCode::REQUEST_TIMEOUT {
+        return closing(response);
+    }
+    response
+}
+
+/// An answer after which the server closes the connection says so (`Connection: close`), so
+/// that an HTTP/1.1 client does not put the connection back in its pool and send its next
+/// request on a socket being closed (HTTP/2 says it with GOAWAY; hyper drops the header there).
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    response
 }

@@ -676,6 +676,38 @@ async fn stale_open_does_not_unsuspend_a_held_job() {
     assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("1"));
 }
 
+/// The hold API closes a refused caller's connection after its answer, and says so: an
+/// HTTP/1.1 client that pooled the connection would otherwise send its next call on a socket
+/// being closed and see a transport error (a lost answer, to a supervisor).
+#[tokio::test]
+async fn a_refused_callers_answer_says_its_connection_closes() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("api-close").await.expect("namespace");
+    let exec = executor(cp).await;
+    let api = start_api(cp, exec).await;
+    let http1 = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cp.ca_pem().as_bytes()).expect("CA"))
+        .http1_only()
+        .build()
+        .expect("http client");
+    let url = format!("{}/v1/namespaces/{ns}/trainjobs/mnist/status", api.base);
+    for token in [None, Some("not-a-token")] {
+        let mut req = http1.get(&url);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("an answer");
+        assert_eq!(resp.status().as_u16(), 401, "{token:?}");
+        assert_eq!(
+            resp.headers()
+                .get(reqwest::header::CONNECTION)
+                .and_then(|v| v.to_str().ok()),
+            Some("close"),
+            "{token:?}: the refusal says the connection closes"
+        );
+    }
+}
+
 #[tokio::test]
 async fn api_refuses_anonymous_and_unauthorised_callers() {
     let cp = ControlPlane::shared();
