@@ -322,17 +322,28 @@ impl ServiceHoldApi {
         if let Some(i) = instance {
             body["instance"] = i.into();
         }
-        let resp = self
-            .http
-            .post(format!(
-                "{}/v1/namespaces/{ns}/trainjobs/{name}/{call}",
-                self.base
-            ))
-            .bearer_auth(token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{call} through the Service: {e:#}"));
+        let url = format!("{}/v1/namespaces/{ns}/trainjobs/{name}/{call}", self.base);
+        // A connection that could not be made sent nothing: kube-proxy may route the Service
+        // to a controller pod a moment after it is Ready again (scaled back up, failed over),
+        // so that alone is tried again, a bounded number of times; any other error fails.
+        let mut tries = 0;
+        let resp = loop {
+            match self
+                .http
+                .post(&url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+            {
+                Ok(resp) => break resp,
+                Err(e) if e.is_connect() && tries < 30 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => panic!("{call} through the Service: {e:?}"),
+            }
+        };
         let status = resp.status().as_u16();
         (status, resp.json().await.expect("a JSON body"))
     }
