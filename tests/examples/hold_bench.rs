@@ -8,7 +8,7 @@
 //! `cargo run --release -p holdfast-tests --example hold_bench` (`HOLDFAST_BENCH_ITERS`, default
 //! 300).
 
-use holdfast_tests::bench::percentile;
+use holdfast_tests::bench::Series;
 use holdfast_tests::hold_support;
 
 use std::time::{Duration, Instant};
@@ -21,23 +21,6 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 
 const WARMUP: usize = 20;
-
-struct Series {
-    name: &'static str,
-    samples: Vec<Duration>,
-}
-
-impl Series {
-    fn new(name: &'static str) -> Self {
-        Series {
-            name,
-            samples: Vec::new(),
-        }
-    }
-    fn p(&self, p: f64) -> Duration {
-        percentile(&self.samples, p)
-    }
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {

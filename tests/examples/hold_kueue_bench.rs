@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use holdfast_core::hold::Outcome;
 use holdfast_core::names::JOB_UID_LABEL;
-use holdfast_tests::bench::percentile;
+use holdfast_tests::bench::Series;
 use holdfast_tests::hold_support::{
     client_without_retries, controller_requests, meta, settled_audit, user_agent, verb,
 };
@@ -20,23 +20,6 @@ use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::json;
 
 const WARMUP: usize = 5;
-
-struct Series {
-    name: &'static str,
-    samples: Vec<Duration>,
-}
-
-impl Series {
-    fn new(name: &'static str) -> Self {
-        Series {
-            name,
-            samples: Vec::new(),
-        }
-    }
-    fn p(&self, p: f64) -> Duration {
-        percentile(&self.samples, p)
-    }
-}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {

@@ -13,6 +13,26 @@ pub fn percentile(samples: &[Duration], p: f64) -> Duration {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// One measured operation's latencies, by name.
+pub struct Series {
+    pub name: &'static str,
+    pub samples: Vec<Duration>,
+}
+
+impl Series {
+    pub fn new(name: &'static str) -> Self {
+        Series {
+            name,
+            samples: Vec::new(),
+        }
+    }
+
+    /// The `p`th percentile of the samples ([`percentile`]).
+    pub fn p(&self, p: f64) -> Duration {
+        percentile(&self.samples, p)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
