@@ -48,46 +48,14 @@ pub fn rendered() -> Vec<Value> {
     mine
 }
 
-/// The apiserver's type check of the policy's CEL against the Workload CRD's schema (run by
-/// kube-controller-manager's `validatingadmissionpolicy-status-controller`), on an unbound
-/// copy with the versions pinned to `v1beta2` (the apiserver skips wildcard versions): its
-/// warnings, empty when every field the CEL names exists with the type it is used as.
+/// The apiserver's type check of the policy's CEL against the Workload CRD's schema, on a
+/// pinned, unbound copy ([`crate::registration::type_check_warnings`]).
 pub async fn type_check_warnings(admin: &kube::Client) -> Value {
     let policy = rendered()
         .into_iter()
         .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
         .expect("the policy");
-    let mut copy = policy;
-    let name = format!("{}-typecheck", name());
-    copy["metadata"] = json!({"name": name});
-    for rule in copy["spec"]["matchConstraints"]["resourceRules"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-    {
-        rule["apiVersions"] = json!(["v1beta2"]);
-    }
-    let api =
-        Api::<DynamicObject>::all_with(admin.clone(), &crate::registration::policy_resource());
-    let copy: DynamicObject = serde_json::from_value(copy).expect("the copy");
-    api.create(&PostParams::default(), &copy)
-        .await
-        .expect("create the pinned copy");
-    let status = wait_for(
-        &format!("{name} to be type-checked"),
-        Duration::from_secs(60),
-        || async {
-            let stored = api.get(&name).await.expect("the copy");
-            let status = stored.data["status"].clone();
-            status["observedGeneration"]
-                .as_i64()
-                .is_some()
-                .then_some(status)
-        },
-    )
-    .await;
-    let _ = api.delete(&name, &Default::default()).await;
-    status["typeChecking"]["expressionWarnings"].clone()
+    crate::registration::type_check_warnings(admin, &policy).await
 }
 
 /// Registers the chart's readmission-gate policy (kueue mode, every other value at its

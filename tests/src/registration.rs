@@ -189,6 +189,54 @@ pub fn policy_resource() -> ApiResource {
     admission_resource("ValidatingAdmissionPolicy", "validatingadmissionpolicies")
 }
 
+/// The apiserver's type check of a ValidatingAdmissionPolicy's CEL against the schemas of the
+/// resources it matches (run by kube-controller-manager's
+/// `validatingadmissionpolicy-status-controller`): its warnings, empty when every field the
+/// CEL names exists with the type it is used as. The apiserver skips rules whose versions are
+/// a wildcard, so the check runs on an unbound copy (it judges nothing) named
+/// `<name>-typecheck`, with each rule's versions pinned: `v1alpha1` TrainJobs, `v1beta2`
+/// Workloads; rules of other groups are left as they are.
+pub async fn type_check_warnings(admin: &kube::Client, policy: &Value) -> Value {
+    let mut copy = policy.clone();
+    let name = format!(
+        "{}-typecheck",
+        policy["metadata"]["name"].as_str().unwrap_or_default()
+    );
+    copy["metadata"] = serde_json::json!({ "name": name });
+    for rule in copy["spec"]["matchConstraints"]["resourceRules"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        let pinned = match rule["apiGroups"][0].as_str() {
+            Some("trainer.kubeflow.org") => "v1alpha1",
+            Some("kueue.x-k8s.io") => "v1beta2",
+            _ => continue,
+        };
+        rule["apiVersions"] = serde_json::json!([pinned]);
+    }
+    let api = Api::<DynamicObject>::all_with(admin.clone(), &policy_resource());
+    let copy: DynamicObject = serde_json::from_value(copy).expect("the copy");
+    api.create(&PostParams::default(), &copy)
+        .await
+        .expect("create the pinned copy");
+    let status = crate::wait::wait_for(
+        &format!("{name} to be type-checked"),
+        std::time::Duration::from_secs(60),
+        || async {
+            let stored = api.get(&name).await.expect("the copy");
+            let status = stored.data["status"].clone();
+            status["observedGeneration"]
+                .as_i64()
+                .is_some()
+                .then_some(status)
+        },
+    )
+    .await;
+    let _ = api.delete(&name, &DeleteParams::default()).await;
+    status["typeChecking"]["expressionWarnings"].clone()
+}
+
 pub fn binding_resource() -> ApiResource {
     admission_resource(
         "ValidatingAdmissionPolicyBinding",

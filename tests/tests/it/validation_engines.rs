@@ -20,9 +20,7 @@ use holdfast_core::mode::Mode;
 use holdfast_core::policy::{queue_check, requests_check, unsuspend_check, validate};
 use holdfast_tests::control_plane::Options;
 use holdfast_tests::in_process_webhook::InProcessWebhook;
-use holdfast_tests::registration::{
-    Engine, Namespaces, Registration, Target, policy_resource, refused_by_policy,
-};
+use holdfast_tests::registration::{Engine, Namespaces, Registration, Target, refused_by_policy};
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use serde_json::json;
@@ -270,45 +268,13 @@ impl Scene {
 /// pinned (`v1alpha1` TrainJobs, `v1beta2` Workloads; not bound, so it judges nothing).
 /// There must be no warning.
 async fn assert_type_checked(admin: &kube::Client, registration: &Registration) {
-    let api = kube::Api::<kube::api::DynamicObject>::all_with(admin.clone(), &policy_resource());
     for p in registration.policies() {
-        let mut copy = serde_json::to_value(&p).expect("policy as JSON");
-        let name = format!("{}-typecheck", p.metadata.name.clone().unwrap_or_default());
-        copy["metadata"] = json!({"name": name});
-        for rule in copy["spec"]["matchConstraints"]["resourceRules"]
-            .as_array_mut()
-            .into_iter()
-            .flatten()
-        {
-            let pinned = match rule["apiGroups"][0].as_str() {
-                Some("trainer.kubeflow.org") => "v1alpha1",
-                Some("kueue.x-k8s.io") => "v1beta2",
-                _ => continue,
-            };
-            rule["apiVersions"] = json!([pinned]);
-        }
-        let copy: kube::api::DynamicObject = serde_json::from_value(copy).expect("the copy");
-        api.create(&Default::default(), &copy)
-            .await
-            .expect("create the pinned copy");
-        let status = wait_for(
-            &format!("{name} to be type-checked"),
-            Duration::from_secs(60),
-            || async {
-                let stored = api.get(&name).await.expect("the copy");
-                let status = stored.data["status"].clone();
-                status["observedGeneration"]
-                    .as_i64()
-                    .is_some()
-                    .then_some(status)
-            },
-        )
-        .await;
-        let _ = api.delete(&name, &Default::default()).await;
-        let warnings = &status["typeChecking"]["expressionWarnings"];
+        let policy = serde_json::to_value(&p).expect("policy as JSON");
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let warnings = holdfast_tests::registration::type_check_warnings(admin, &policy).await;
         assert!(
             warnings.as_array().is_none_or(Vec::is_empty),
-            "{name}: the apiserver's type check warns: {warnings:#}"
+            "{name}-typecheck: the apiserver's type check warns: {warnings:#}"
         );
     }
 }
