@@ -554,6 +554,17 @@ impl ConnectionHandle {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The reason given if [`close`](Self::close) was called, else `None`.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.0.close.is_cancelled().then(|| {
+            *self
+                .0
+                .close_reason
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        })
+    }
+
     /// Resolves when the connection was evicted to make room for another: drop it.
     pub async fn evicted(&self) {
         self.0.evict.cancelled().await

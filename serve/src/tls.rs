@@ -392,6 +392,11 @@ impl Connection {
                     if let Err(e) = ended {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
+                    // A handler asked for the close and the answer said `Connection: close`:
+                    // hyper may end the connection before the branch below sees the request.
+                    if let (None, Some(reason)) = (closing, handle.close_reason()) {
+                        self.metrics.closed(reason);
+                    }
                     return;
                 }
                 _ = self.shutdown.cancelled(), if closing.is_none() => {
@@ -426,5 +431,70 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::ADMIN_LIMITS;
+    use prometheus_client::registry::Registry;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A handler that refuses its caller asks for the connection to be closed, and its answer
+    /// says `Connection: close`; hyper may then end the connection before the close request is
+    /// seen. Every such connection is still counted as closed after a refusal.
+    #[tokio::test]
+    async fn every_connection_closed_after_a_refusal_is_counted() {
+        const CALLS: usize = 20;
+        let mut registry = Registry::default();
+        let metrics = ConnectionMetrics::register(registry.sub_registry_with_prefix("t"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let router = Router::new().route(
+            "/",
+            axum::routing::get(|handle: axum::Extension<ConnectionHandle>| async move {
+                handle.close_because(CloseReason::Refused);
+                (
+                    http::StatusCode::UNAUTHORIZED,
+                    [(http::header::CONNECTION, "close")],
+                    "refused",
+                )
+            }),
+        );
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(
+            PlainServer::new(listener, ADMIN_LIMITS, metrics).serve(router, stop.clone()),
+        );
+        for _ in 0..CALLS {
+            let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .expect("write");
+            let mut out = String::new();
+            tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out))
+                .await
+                .expect("the server closes the connection")
+                .expect("read");
+            assert!(out.starts_with("HTTP/1.1 401"), "{out}");
+            assert!(
+                out.to_ascii_lowercase().contains("connection: close"),
+                "{out}"
+            );
+        }
+        let want = format!("t_connections_closed_total{{reason=\"refused_caller\"}} {CALLS}");
+        let mut text = String::new();
+        // The count is made as each connection's task ends, just after the client saw EOF.
+        for _ in 0..100 {
+            text.clear();
+            prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+            if text.contains(&want) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(text.contains(&want), "{want} in:\n{text}");
+        stop.cancel();
+        server.await.expect("joined").expect("served");
     }
 }
