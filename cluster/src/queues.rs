@@ -13,7 +13,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use holdfast_core::readmission::{
     is_our_check,
-    queues::{QueueGate, admitted_without_flavor, cluster_queue_of, covered_resources, queue_gate},
+    queues::{
+        QueueGate, admitted_without_flavor, cluster_queue_of, covered_resources, queue_gate,
+        requests_nothing_covered,
+    },
 };
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -166,9 +169,25 @@ impl Queues {
         store.get(&r).and_then(|o| serde_json::to_value(&*o).ok())
     }
 
-    /// Whether `workload` (as read) goes through holdfast's readmission gate.
+    /// Whether `workload` (as read) goes through holdfast's readmission gate: its queue's
+    /// [`gate_and_coverage`](Self::gate_and_coverage), and, where that is gated, whether its
+    /// pods request anything the ClusterQueue covers (else Kueue admits it with no flavor and
+    /// runs no AdmissionCheck: the admission it has, or the next one after an eviction).
     pub fn gate_for(&self, workload: &Value) -> QueueGate {
-        self.gate_and_coverage(workload).0
+        match self.gate_and_coverage(workload) {
+            (QueueGate::Gated { cluster_queue }, covered)
+                if requests_nothing_covered(workload, &covered) =>
+            {
+                QueueGate::Ungated {
+                    why: format!(
+                        "the pods of Workload {} request nothing ClusterQueue {cluster_queue} covers, so Kueue admits it with no flavor and runs none of the queue's AdmissionChecks, holdfast's readmission gate among them: give the pods resource requests and create the TrainJob again",
+                        workload_name(workload),
+                    ),
+                    cluster_queue,
+                }
+            }
+            (gate, _) => gate,
+        }
     }
 
     /// [`Queues::gate_for`], and the resources the Workload's ClusterQueue covers (empty
@@ -197,15 +216,8 @@ impl Queues {
             QueueGate::Gated { cluster_queue } if admitted_without_flavor(workload) => {
                 QueueGate::Ungated {
                     why: format!(
-                        "Workload {}/{} was admitted to ClusterQueue {cluster_queue} with no flavor (its pods request nothing the queue covers), so Kueue ran none of the queue's AdmissionChecks, holdfast's readmission gate among them: give the pods resource requests and create the TrainJob again",
-                        workload
-                            .pointer("/metadata/namespace")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default(),
-                        workload
-                            .pointer("/metadata/name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default(),
+                        "Workload {} was admitted to ClusterQueue {cluster_queue} with no flavor (its pods request nothing the queue covers), so Kueue ran none of the queue's AdmissionChecks, holdfast's readmission gate among them: give the pods resource requests and create the TrainJob again",
+                        workload_name(workload),
                     ),
                     cluster_queue,
                 }
@@ -286,4 +298,19 @@ fn watch_into(
         futures::future::ready(())
     }));
     Watched { store, synced }
+}
+
+/// `namespace/name` of `workload`.
+fn workload_name(workload: &Value) -> String {
+    let field = |p| {
+        workload
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    format!(
+        "{}/{}",
+        field("/metadata/namespace"),
+        field("/metadata/name")
+    )
 }

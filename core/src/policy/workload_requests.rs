@@ -29,8 +29,7 @@ use crate::mode::Mode;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-/// Kueue counts a pod set's pods as the resource `pods` when its ClusterQueue covers it.
-pub const PODS_RESOURCE: &str = "pods";
+pub use crate::readmission::queues::PODS_RESOURCE;
 
 /// A TrainJob's Workload whose requests the webhook checks against its ClusterQueue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,33 +90,8 @@ pub fn requests_check(input: &AdmissionInput, mode: Mode) -> Option<RequestsChec
 
 /// The resource names a Workload's pods request or limit, and `pods`.
 fn requested_resources(workload: Object<'_>) -> BTreeSet<String> {
-    let mut names = BTreeSet::from([PODS_RESOURCE.to_owned()]);
     let pod_sets = workload.get(POD_SETS).and_then(Value::as_array);
-    for spec in pod_sets
-        .into_iter()
-        .flatten()
-        .filter_map(|ps| ps.pointer("/template/spec"))
-    {
-        let containers = ["containers", "initContainers"]
-            .iter()
-            .filter_map(|k| spec.get(*k).and_then(Value::as_array))
-            .flatten();
-        // Pod-level resources (KEP-2837, `spec.resources`) count like a container's.
-        let lists = containers
-            .chain(std::iter::once(spec))
-            .flat_map(|c| {
-                [
-                    c.pointer("/resources/requests"),
-                    c.pointer("/resources/limits"),
-                ]
-            })
-            .flatten()
-            .chain(spec.get("overhead"));
-        for list in lists.filter_map(Value::as_object) {
-            names.extend(list.keys().cloned());
-        }
-    }
-    names
+    crate::readmission::queues::pod_sets_requests(pod_sets.map(Vec::as_slice).unwrap_or_default())
 }
 
 /// The verdict on a Workload [`requests_check`] named. `problem` is why its ClusterQueue

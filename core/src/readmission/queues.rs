@@ -168,6 +168,52 @@ pub fn queue_gate(name: &str, cluster_queue: Option<&Value>, ours: &BTreeSet<Str
     }
 }
 
+/// Kueue counts a pod set's pods as the resource `pods` when its ClusterQueue covers it.
+pub const PODS_RESOURCE: &str = "pods";
+
+/// Every resource name the pods of `pod_sets` (a Workload's `spec.podSets`) request or
+/// limit (containers, init containers, pod-level resources, overhead), zero quantities
+/// included, and `pods`.
+pub fn pod_sets_requests(pod_sets: &[Value]) -> BTreeSet<String> {
+    let mut names = BTreeSet::from([PODS_RESOURCE.to_owned()]);
+    for spec in pod_sets
+        .iter()
+        .filter_map(|ps| ps.pointer("/template/spec"))
+    {
+        let containers = ["containers", "initContainers"]
+            .iter()
+            .filter_map(|k| spec.get(*k).and_then(Value::as_array))
+            .flatten();
+        // Pod-level resources (KEP-2837, `spec.resources`) count like a container's.
+        let lists = containers
+            .chain(std::iter::once(spec))
+            .flat_map(|c| {
+                [
+                    c.pointer("/resources/requests"),
+                    c.pointer("/resources/limits"),
+                ]
+            })
+            .flatten()
+            .chain(spec.get("overhead"));
+        for list in lists.filter_map(Value::as_object) {
+            names.extend(list.keys().cloned());
+        }
+    }
+    names
+}
+
+/// Whether Kueue would admit `workload` with no flavor in a ClusterQueue covering
+/// `covered`: it has pod sets and none of their requests is covered. Kueue then runs none
+/// of the queue's AdmissionChecks, so a release would re-admit it past the readmission gate
+/// (the webhook refuses such Workloads when Kueue creates them; one made before holdfast, or
+/// before the queue changed, is still there).
+pub fn requests_nothing_covered(workload: &Value, covered: &BTreeSet<String>) -> bool {
+    workload
+        .pointer("/spec/podSets")
+        .and_then(Value::as_array)
+        .is_some_and(|sets| !sets.is_empty() && pod_sets_requests(sets).is_disjoint(covered))
+}
+
 /// Whether Kueue admitted `workload` with no flavor at all: every pod set assignment of its
 /// `status.admission` has empty `flavors`. Kueue then ran none of its ClusterQueue's
 /// AdmissionChecks (it runs those of the flavors it assigned), so the readmission gate did
@@ -302,6 +348,38 @@ mod tests {
         assert!(!admitted_without_flavor(
             &json!({"spec": {"queueName": "q"}})
         ));
+    }
+
+    #[test]
+    fn a_workload_whose_pods_request_nothing_covered_would_be_admitted_without_flavor() {
+        let covered = BTreeSet::from(["cpu".to_owned(), "memory".to_owned()]);
+        let workload = |containers: Value| {
+            json!({"spec": {"podSets": [{"name": "node", "count": 1,
+                "template": {"spec": {"containers": containers}}}]}})
+        };
+        let bare = workload(json!([{"name": "t"}]));
+        assert!(requests_nothing_covered(&bare, &covered));
+        let gpu_only =
+            workload(json!([{"name": "t", "resources": {"limits": {"nvidia.com/gpu": 1}}}]));
+        assert!(requests_nothing_covered(&gpu_only, &covered));
+        let zero_cpu = workload(json!([{"name": "t", "resources": {"requests": {"cpu": "0"}}}]));
+        assert!(
+            !requests_nothing_covered(&zero_cpu, &covered),
+            "a zero request still gets a flavor"
+        );
+        let init = json!({"spec": {"podSets": [{"name": "a", "template": {"spec": {
+            "containers": [{"name": "t"}],
+            "initContainers": [{"name": "i", "resources": {"requests": {"memory": "1Mi"}}}]}}}]}});
+        assert!(!requests_nothing_covered(&init, &covered));
+        let pods = BTreeSet::from([PODS_RESOURCE.to_owned()]);
+        assert!(
+            !requests_nothing_covered(&bare, &pods),
+            "a queue covering pods gives every pod set a flavor"
+        );
+        assert!(
+            !requests_nothing_covered(&json!({"spec": {}}), &covered),
+            "no pod sets: nothing to judge"
+        );
     }
 
     #[test]

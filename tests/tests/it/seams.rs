@@ -1036,7 +1036,9 @@ async fn job_with_resources(f: &Fixture, name: &str, resources: Option<Value>) {
 /// webhook was installed, as here, or where Kueue drops a request holdfast counts) passed no
 /// AdmissionCheck, so holdfast treats its job as ungated: Release and Open answer
 /// `Unsupported`, naming why, rather than promise a readmission gate that never ran; Hold
-/// stops it (stopping is always safe).
+/// stops it (stopping is always safe). Once the hold's eviction has cleared the admission,
+/// Release is still refused: the pods request nothing the queue covers, so the next admission
+/// would skip the gate too.
 #[tokio::test]
 async fn a_workload_admitted_with_no_flavor_is_not_held_as_if_the_gate_kept_it() {
     let f = Fixture::start("no-flavor").await;
@@ -1064,8 +1066,15 @@ async fn a_workload_admitted_with_no_flavor_is_not_held_as_if_the_gate_kept_it()
     }
     let hold = f.exec.hold(&f.ns, "bare", meta(Some(1), MINUTE)).await;
     assert_eq!(hold, Ok(Outcome::Held), "hold: {hold:?}");
-    f.workload_when("bare", "deactivated by the hold", |w| !active(w))
-        .await;
+    // Kueue evicts the deactivated Workload and clears its admission: the next one would be
+    // flavorless too, so a release is still refused (it was answered Released once the
+    // admission was gone).
+    f.workload_when(
+        "bare",
+        "deactivated by the hold, its admission cleared",
+        |w| !active(w) && w["status"]["admission"].is_null(),
+    )
+    .await;
     let release = f.exec.release(&f.ns, "bare", meta(Some(1), MINUTE)).await;
     assert!(
         matches!(&release, Err(HoldError::Unsupported { reason }) if reason.contains("with no flavor")),
