@@ -120,6 +120,11 @@ pub struct Args {
     /// enforces them: Hold, Release and Open answer Unsupported until it does).
     #[arg(long, env = "HOLDFAST_VALIDATION_ENGINE", default_value = "webhook", value_parser = ["webhook", "policy", "both"])]
     pub validation_engine: String,
+    /// Kueue mode: the chart's readmission-gate ValidatingAdmissionPolicy (and binding) name
+    /// (`<fullname>-readmission-gate`), read by preflight: Release and Open answer
+    /// Unsupported while it is missing or weakened. Unset: not probed.
+    #[arg(long, env = "HOLDFAST_READMISSION_GATE_POLICY")]
+    pub readmission_gate_policy: Option<String>,
     /// Time between preflight probes while the hold API is in use (the capability of each
     /// call is probed again this often; a call trusts a probe at most twice this old, and
     /// probes itself otherwise). An idle controller, no call for twice this long, sends no
@@ -313,6 +318,10 @@ impl Args {
                     namespace: self.lease_namespace.clone(),
                     engine: self.validation_engine.clone(),
                 }),
+                gate_policy: self
+                    .readmission_gate_policy
+                    .clone()
+                    .filter(|n| !n.is_empty()),
                 ..ExecutorConfig::default()
             },
             preflight_interval,

@@ -806,6 +806,7 @@ pub fn activate_check(check: &mut Value, now: &str) -> bool {
     true
 }
 
+pub mod gate_policy;
 pub mod queues;
 
 #[cfg(test)]

@@ -29,6 +29,10 @@ pub struct ExecutorConfig {
     /// and preflight proves the apiserver enforces them ([`PolicyProbe`]). `None` (the
     /// webhook judges them): not probed.
     pub policy_probe: Option<PolicyProbe>,
+    /// Kueue mode: the name of the chart's readmission-gate ValidatingAdmissionPolicy (and
+    /// its binding), which preflight reads: Release and Open answer `Unsupported` while it is
+    /// missing or weakened. `None`: not probed (the chart always names it).
+    pub gate_policy: Option<String>,
 }
 
 /// Where preflight dry-runs a write holdfast's ValidatingAdmissionPolicy must refuse: a
@@ -54,6 +58,7 @@ impl Default for ExecutorConfig {
             transient_backoff: Duration::from_millis(50),
             preflight_max_age: Duration::from_secs(60),
             policy_probe: None,
+            gate_policy: None,
         }
     }
 }

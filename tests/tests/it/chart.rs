@@ -1364,6 +1364,21 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("update", tj, "trainjobs", "tenant", "job"),
         ("list", kq, "localqueues", "", ""),
         ("watch", kq, "clusterqueues", "", ""),
+        // Preflight reads the readmission-gate policy and its binding, by name.
+        (
+            "get",
+            adm,
+            "validatingadmissionpolicies",
+            "",
+            "tbk-holdfast-readmission-gate",
+        ),
+        (
+            "get",
+            adm,
+            "validatingadmissionpolicybindings",
+            "",
+            "tbk-holdfast-readmission-gate",
+        ),
     ];
     let denied: Vec<Access> = vec![
         ("delete", kq, "workloads", "tenant", "w"),
@@ -1380,6 +1395,14 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ("update", kq, "clusterqueues", "", "q"),
         ("create", "", "secrets", "release", ""),
         ("get", "", "secrets", "release", "tbk-holdfast-ca"),
+        (
+            "get",
+            adm,
+            "validatingadmissionpolicies",
+            "",
+            "someone-elses",
+        ),
+        ("list", adm, "validatingadmissionpolicybindings", "", ""),
         (
             "get",
             adm,

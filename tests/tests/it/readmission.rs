@@ -450,3 +450,59 @@ async fn the_readmission_gate_policy_fits_the_workload_schema() {
         "the apiserver's type check warns: {warnings:#}"
     );
 }
+
+/// Preflight reads the chart's readmission-gate policy and its binding by name: while they are
+/// missing (an install that skipped them, or someone deleted them), Release and Open answer
+/// `Unsupported` naming the policy, since Kueue could admit a released job before the gate is
+/// Ready; once they exist as the chart renders them, the probe passes.
+#[tokio::test]
+async fn release_and_open_are_unsupported_while_the_readmission_gate_policy_is_missing() {
+    use holdfast_controller::hold::preflight::{CheckResult, Gated, Probe};
+    use holdfast_controller::hold::{ExecutorConfig, HoldExecutor};
+    use holdfast_core::hold::HoldError;
+    use holdfast_core::mode::Mode;
+    use holdfast_tests::hold_support::{client_without_retries, config};
+
+    let f = Fixture::start("rq-probe").await;
+    f.create_job("job", json!({})).await;
+    let executor = |policy: String| async move {
+        HoldExecutor::new(
+            client_without_retries(f.cp, Identity::Controller).await,
+            Mode::Kueue,
+            ExecutorConfig {
+                gate_policy: Some(policy),
+                ..config()
+            },
+        )
+    };
+    let probe = |report: &holdfast_controller::hold::preflight::PreflightReport| {
+        report
+            .checks
+            .iter()
+            .find(|c| c.probe == Probe::ReadmissionGatePolicy)
+            .cloned()
+            .expect("the probe is made in kueue mode")
+    };
+
+    // The chart grants the controller a get of its own release's policy only, so a policy of
+    // another name reads as forbidden; an apiserver without it reads as absent. Both fail.
+    let missing = executor(format!("{}-gone", readmission_policy::name())).await;
+    let report = missing.preflight(None).await;
+    let check = probe(&report);
+    assert_eq!(check.result, CheckResult::Failed, "{check:?}");
+    assert!(report.check(Gated::Release).is_err(), "{report:?}");
+    assert!(report.check(Gated::Open).is_err(), "{report:?}");
+    let open = missing.open(&f.ns, "job", meta(None, MINUTE)).await;
+    assert!(
+        matches!(&open, Err(HoldError::Unsupported { reason }) if reason.contains("-gone")),
+        "open: {open:?}"
+    );
+
+    // The release's own name, before the policy is installed (a cluster where no other test
+    // installed it yet), then after.
+    let ours = executor(readmission_policy::name()).await;
+    readmission_policy::register(f.cp, &f.ns).await;
+    let check = probe(&ours.preflight(None).await);
+    assert_eq!(check.result, CheckResult::Passed, "{check:?}");
+    f.finish().await;
+}
