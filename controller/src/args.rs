@@ -15,22 +15,6 @@ use holdfast_serve::{AdminArgs, Admission, ClientArgs, ConnectionLimits, LogArgs
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// Environment variables of earlier releases, refused at start (`holdfast_serve::retired`).
-pub const RETIRED_ENV: holdfast_serve::retired::Retired = &[
-    (
-        "HOLDFAST_LEASE_DURATION_SECS",
-        "HOLDFAST_LEASE_DURATION (e.g. 15s)",
-    ),
-    (
-        "HOLDFAST_HOLD_TRANSIT_MARGIN_MS",
-        "HOLDFAST_HOLD_TRANSIT_MARGIN (e.g. 50ms)",
-    ),
-    (
-        "HOLDFAST_PREFLIGHT_INTERVAL_SECS",
-        "HOLDFAST_PREFLIGHT_INTERVAL (e.g. 30s)",
-    ),
-];
-
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
     name = "holdfast-controller",

@@ -19,7 +19,6 @@ pub mod kube_requests;
 pub mod logging;
 pub mod process_metrics;
 pub mod reload;
-pub mod retired;
 pub mod shutdown;
 pub mod tls;
 

@@ -10,30 +10,6 @@ use holdfast_core::policy::Identities;
 use holdfast_serve::{AdminArgs, ClientArgs, ConnectionLimits, LogArgs, TlsArgs};
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-/// Environment variables of earlier releases, refused at start (`holdfast_serve::retired`).
-pub const RETIRED_ENV: holdfast_serve::retired::Retired = &[
-    (
-        "HOLDFAST_BODY_READ_TIMEOUT_MS",
-        "HOLDFAST_BODY_READ_TIMEOUT (e.g. 2s)",
-    ),
-    (
-        "HOLDFAST_IDLE_TIMEOUT_MS",
-        "HOLDFAST_IDLE_TIMEOUT (e.g. 60s)",
-    ),
-    (
-        "HOLDFAST_REQUEST_TIMEOUT_MS",
-        "HOLDFAST_REQUEST_TIMEOUT (e.g. 4s)",
-    ),
-    (
-        "HOLDFAST_RUNTIME_LOOKUP_TIMEOUT_MS",
-        "HOLDFAST_RUNTIME_LOOKUP_TIMEOUT (e.g. 2s)",
-    ),
-    (
-        "HOLDFAST_SHUTDOWN_DELAY_MS",
-        "HOLDFAST_SHUTDOWN_DELAY (e.g. 5s)",
-    ),
-];
-
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
     name = "holdfast-webhook",

@@ -9,7 +9,6 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    holdfast_serve::retired::refuse(holdfast_webhook::args::RETIRED_ENV)?;
     let args = holdfast_webhook::Args::parse();
     holdfast_webhook::run(args)
 }

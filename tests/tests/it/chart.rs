@@ -2050,40 +2050,6 @@ async fn rendered_manifests_are_accepted_by_the_real_apiserver() {
         .await;
 }
 
-/// A variable an earlier release read, left set after an upgrade (an older manifest, a
-/// hand-written Deployment), stops the real binary at start with the replacement named,
-/// instead of being ignored while its flag falls back to the default.
-#[test]
-fn a_renamed_environment_variable_is_refused_at_start_naming_its_replacement() {
-    for (binary, retired) in [
-        (
-            "holdfast-controller",
-            holdfast_controller::args::RETIRED_ENV,
-        ),
-        ("holdfast-webhook", holdfast_webhook::args::RETIRED_ENV),
-    ] {
-        assert!(!retired.is_empty(), "{binary} retires nothing");
-        for (old, new) in retired {
-            let out = std::process::Command::new(holdfast_tests::holdfast::binary(binary))
-                .arg("--help")
-                .env(old, "15")
-                .output()
-                .expect("run the binary");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(!out.status.success(), "{binary} started with {old} set");
-            assert!(
-                stderr.contains(&format!("{old} is no longer read: use {new}")),
-                "{binary}, {old}: {stderr}"
-            );
-        }
-        let out = std::process::Command::new(holdfast_tests::holdfast::binary(binary))
-            .arg("--help")
-            .output()
-            .expect("run the binary");
-        assert!(out.status.success(), "{binary} --help without them");
-    }
-}
-
 /// The values table of the book's reference page (`docs/src/reference/values.md`) is what
 /// `values.yaml` says, so the two cannot drift. `HOLDFAST_BLESS=1` rewrites the table instead
 /// of comparing.
