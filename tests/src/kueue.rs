@@ -83,7 +83,7 @@ pub fn webhook_configurations(
                     .to_owned();
                 h["clientConfig"] = serde_json::json!({
                     "url": format!("https://127.0.0.1:{port}{path}"),
-                    "caBundle": holdfast_core::policy::request::base64(ca_pem.as_bytes()),
+                    "caBundle": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca_pem.as_bytes()),
                 });
                 h["timeoutSeconds"] = serde_json::json!(10);
             }

@@ -881,7 +881,10 @@ state = "{state}"
         crate::rbac::apply(&admin, &crb, "default", false).await?;
 
         let dir = self.cp.dir();
-        let ca_bundle = holdfast_core::policy::request::base64(self.cp.ca_pem().as_bytes());
+        let ca_bundle = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            self.cp.ca_pem().as_bytes(),
+        );
 
         // JobSet.
         let js_dir = dir.join("jobset");

@@ -232,22 +232,5 @@ fn decode_request(request: &mut Map<String, Value>) -> Result<AdmissionInput, Pr
     })
 }
 
-/// Standard base64 with padding (RFC 4648 §4), as the JSON encoding of a Kubernetes `[]byte`
-/// (`AdmissionResponse.patch`, a `caBundle`) wants.
-pub fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let sextet = |n: u32, shift: u32| char::from(ALPHABET[((n >> shift) & 63) as usize]);
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = |i: usize| u32::from(chunk.get(i).copied().unwrap_or(0));
-        let n = (b(0) << 16) | (b(1) << 8) | b(2);
-        out.push(sextet(n, 18));
-        out.push(sextet(n, 12));
-        out.push(if chunk.len() > 1 { sextet(n, 6) } else { '=' });
-        out.push(if chunk.len() > 2 { sextet(n, 0) } else { '=' });
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,8 @@
 //! Go's lenient decoding accepts; kube-rs/kube#1781), and an allowed answer carries no
 //! `status` (kube writes an empty one). Members are written in name order.
 
-use holdfast_core::policy::request::{DecodeError, base64};
+use base64::Engine as _;
+use holdfast_core::policy::request::DecodeError;
 use holdfast_core::policy::{Mutation, Verdict};
 use kube::core::Status;
 use kube::core::admission::AdmissionResponse;
@@ -98,7 +99,10 @@ pub fn to_json(r: &AdmissionResponse) -> serde_json::Result<Vec<u8>> {
     let mut response = Map::new();
     response.insert("allowed".to_owned(), Value::Bool(r.allowed));
     if let Some(patch) = &r.patch {
-        response.insert("patch".to_owned(), Value::String(base64(patch)));
+        response.insert(
+            "patch".to_owned(),
+            Value::String(base64::engine::general_purpose::STANDARD.encode(patch)),
+        );
         // The only patch type there is (`with_patch` sets it, privately).
         response.insert("patchType".to_owned(), Value::from("JSONPatch"));
     }

@@ -156,37 +156,16 @@ fn trainjob(annotations: Value, labels: Value, suspend: Option<bool>) -> Value {
     tj
 }
 
-fn base64_decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => u32::from(c - b'A'),
-            b'a'..=b'z' => u32::from(c - b'a') + 26,
-            b'0'..=b'9' => u32::from(c - b'0') + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => panic!("not base64: {c}"),
-        }
-    };
-    let mut out = Vec::new();
-    for chunk in s.as_bytes().chunks(4) {
-        let pad = chunk.iter().filter(|&&c| c == b'=').count();
-        let n = chunk
-            .iter()
-            .map(|&c| if c == b'=' { 0 } else { val(c) })
-            .fold(0u32, |acc, v| (acc << 6) | v);
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..3 - pad]);
-    }
-    out
-}
-
 /// The object after the answer's patch, as the apiserver would apply it.
 fn patched(response: &Value, object: &Value) -> Value {
     assert_eq!(response["allowed"], true, "{response}");
     let mut object = object.clone();
     if let Some(p) = response["patch"].as_str() {
         assert_eq!(response["patchType"], "JSONPatch");
-        let patch: json_patch::Patch = serde_json::from_slice(&base64_decode(p)).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(
+            &base64::Engine::decode(&base64::engine::general_purpose::STANDARD, p).unwrap(),
+        )
+        .unwrap();
         json_patch::patch(&mut object, &patch.0).unwrap();
     }
     object
