@@ -103,7 +103,7 @@ pub struct Reads<'a> {
 }
 
 /// Why a pod of the execution still counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Why {
     /// It has not finished (pending, running, or its phase is unknown).
@@ -123,7 +123,7 @@ impl Why {
 }
 
 /// A pod of the execution that remains.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemainingPod {
     pub name: String,
@@ -138,7 +138,7 @@ pub struct RemainingPod {
 }
 
 /// What a remaining pod's node says of itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum NodeState {
     /// Its `Ready` condition is `True`: its kubelet reports, and will report the pod's end.

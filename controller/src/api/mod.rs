@@ -7,7 +7,11 @@
 //! GET  /v1/namespaces/{ns}/trainjobs/{name}/status
 //! GET  /v1/preflight[?namespace=NS&name=NAME]
 //! GET  /v1/drift[?namespace=NS]
+//! POST /v1/nodes/{node}/fence                        {}
+//! GET  /v1/openapi.json                              (authenticated only: the contract)
 //! ```
+//!
+//! The routes and bodies are described by [`contract`], committed as `api/openapi.json`.
 //!
 //! Every request is authenticated (TokenReview of its bearer token) and authorised
 //! (SubjectAccessReview: `holdfast.dev` `trainjobs/<call>`, verb `create` for the POSTs and
@@ -19,6 +23,7 @@
 //! shape.
 
 pub mod auth;
+pub mod contract;
 pub mod limits;
 pub mod review_cache;
 mod routes;

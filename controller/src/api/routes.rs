@@ -10,11 +10,12 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use holdfast_core::hold::{CallKind, CallMeta, CallRequest, ErrorBody, HoldError};
+use holdfast_core::hold::{CallKind, CallMeta, CallRequest, ErrorBody, ErrorKind, HoldError};
 use jiff::Timestamp;
 use serde::Deserialize;
 
 use super::auth::{Access, Caller, KubeAuth, Refusal, bearer_token, check_names};
+use super::contract::{self, FenceAnswer, paths};
 use crate::hold::{AskOverride, CallerIdentity, HoldExecutor, MetricCall};
 use crate::snapshot::Snapshotter;
 
@@ -62,22 +63,14 @@ pub fn router(state: ApiState) -> Router {
         )
     };
     Router::new()
-        .route(
-            "/v1/namespaces/{ns}/trainjobs/{name}/hold",
-            call(CallKind::Hold),
-        )
-        .route(
-            "/v1/namespaces/{ns}/trainjobs/{name}/release",
-            call(CallKind::Release),
-        )
-        .route(
-            "/v1/namespaces/{ns}/trainjobs/{name}/open",
-            call(CallKind::Open),
-        )
-        .route("/v1/namespaces/{ns}/trainjobs/{name}/status", get(status))
-        .route("/v1/nodes/{node}/fence", post(fence))
-        .route("/v1/preflight", get(preflight))
-        .route("/v1/drift", get(drift))
+        .route(paths::HOLD, call(CallKind::Hold))
+        .route(paths::RELEASE, call(CallKind::Release))
+        .route(paths::OPEN, call(CallKind::Open))
+        .route(paths::STATUS, get(status))
+        .route(paths::FENCE, post(fence))
+        .route(paths::PREFLIGHT, get(preflight))
+        .route(paths::DRIFT, get(drift))
+        .route(paths::OPENAPI, get(openapi))
         .layer(axum::middleware::from_fn(super::scope::layer))
         .with_state(state)
 }
@@ -218,11 +211,12 @@ async fn fence(
     {
         Ok(at) => {
             tracing::info!(node, fenced_at = %at, "node fenced");
-            (
-                StatusCode::OK,
-                Json(serde_json::json!({"result": "Ok", "node": node, "fencedAt": at.to_string()})),
-            )
-                .into_response()
+            let answer = FenceAnswer {
+                result: holdfast_core::hold::Success::Ok,
+                node,
+                fenced_at: at.to_string(),
+            };
+            (StatusCode::OK, Json(answer)).into_response()
         }
         Err(e) => {
             tracing::warn!(node, error = %e, "recording a fence failed");
@@ -311,7 +305,7 @@ async fn drift(
             let mut response = error_response(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &ErrorBody {
-                    error: "Unavailable".to_owned(),
+                    error: ErrorKind::Unavailable.as_str().to_owned(),
                     cause: None,
                     message: format!(
                         "{message}: drift is computed by the replica holding the Lease, one computation at a time; ask again"
@@ -324,6 +318,35 @@ async fn drift(
             response
         }
     }
+}
+
+/// `GET /v1/openapi.json`: the contract this controller was built with. It says nothing the
+/// repository does not, so any authenticated caller may read it (no SubjectAccessReview);
+/// an unauthenticated one is refused like every other request, and its connection closed.
+async fn openapi(State(s): State<ApiState>, headers: HeaderMap) -> Response {
+    if let Err(refusal) = authenticated(&s, &headers).await {
+        return refused(&s, MetricCall::preflight, refusal);
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        contract::served(),
+    )
+        .into_response()
+}
+
+/// TokenReview only, then the caller's budget.
+async fn authenticated(s: &ApiState, headers: &HeaderMap) -> Result<Caller, Refusal> {
+    let header = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let token = bearer_token(header)?;
+    let caller = s
+        .auth
+        .authenticate_from(token, super::scope::source())
+        .await?;
+    super::scope::allowed(s.auth.budget(), &caller.username).map_err(Refusal::Shed)?;
+    Ok(caller)
 }
 
 /// Names checked, then TokenReview, then SubjectAccessReview.

@@ -50,7 +50,19 @@ use crate::resources;
 use holdfast_cluster::queues::Queues;
 
 /// What preflight probes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Probe {
     /// RBAC: get TrainJobs.
@@ -153,7 +165,19 @@ impl Probe {
 }
 
 /// A call, as preflight reports its support.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Gated {
     Hold,
@@ -174,7 +198,7 @@ impl From<CallKind> for Gated {
 }
 
 /// How a probe went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum CheckResult {
     Passed,
     Failed,
@@ -183,7 +207,7 @@ pub enum CheckResult {
 }
 
 /// One probe's result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Check {
     pub probe: Probe,
     pub result: CheckResult,
@@ -217,7 +241,7 @@ impl Check {
 pub const REPROBE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Whether a call is supported, and if not why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CallSupport {
     pub supported: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,7 +249,7 @@ pub struct CallSupport {
 }
 
 /// `GET /v1/preflight`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightReport {
     pub mode: Mode,
@@ -243,8 +267,16 @@ pub struct PreflightReport {
     pub ungated_cluster_queues: Vec<UngatedQueue>,
 }
 
+/// `GET /v1/preflight`'s answer: the report with `"result":"Ok"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PreflightAnswer {
+    pub result: holdfast_core::hold::Success,
+    #[serde(flatten)]
+    pub report: PreflightReport,
+}
+
 /// A ClusterQueue without holdfast's readmission check.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UngatedQueue {
     pub name: String,
     pub why: String,
@@ -306,14 +338,13 @@ impl PreflightReport {
         }
     }
 
-    /// The success body: `{"result":"Ok", ...}`.
+    /// The success body: `{"result":"Ok", ...}` ([`PreflightAnswer`]).
     pub fn body(&self) -> Value {
-        let mut body = json!({"result": "Ok"});
-        if let (Some(b), Ok(Value::Object(o))) = (body.as_object_mut(), serde_json::to_value(self))
-        {
-            b.extend(o);
-        }
-        body
+        serde_json::to_value(PreflightAnswer {
+            result: holdfast_core::hold::Success::Ok,
+            report: self.clone(),
+        })
+        .unwrap_or(Value::Null)
     }
 }
 

@@ -35,7 +35,7 @@ use crate::trainjob::TrainJob;
 use holdfast_core::names;
 
 /// The `GET /v1/drift` answer.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DriftReport {
     /// Unfinished TrainJobs whose snapshot differs from the live runtime.
@@ -43,7 +43,7 @@ pub struct DriftReport {
 }
 
 /// One drifted TrainJob.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DriftedTrainJob {
     pub namespace: String,

@@ -96,7 +96,7 @@ impl fmt::Display for CallKind {
 }
 
 /// The object a call reads and writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum HeldObject {
     /// The TrainJob: the held object in plain mode, and Open's target in both modes.
     TrainJob,
@@ -108,7 +108,7 @@ pub enum HeldObject {
 ///
 /// `{"instance":3,"deadline":"2026-11-29T12:00:00Z","reason":"node lost"}`. Unknown fields
 /// are refused, so that a misspelt `deadline` is reported as such.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallRequest {
     #[serde(default)]

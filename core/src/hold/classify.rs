@@ -16,7 +16,7 @@ use crate::mode::Mode;
 pub const KUEUE_DEACTIVATED_DUE_TO: &str = "DeactivatedDueTo";
 
 /// A TrainJob's state, classified.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind")]
 pub enum ObjectState {
     /// The TrainJob is Complete (`succeeded`) or Failed.
@@ -39,15 +39,31 @@ pub enum ObjectState {
     /// Not yet opened, and held at the start gate (plain mode: suspended; Kueue mode: the
     /// TrainJob is suspended, waiting for admission and the readmission gate).
     AtStartGate,
-    /// Kueue mode: opened, but waiting for its Workload, for Kueue admission or for the
-    /// readmission gate.
-    Pending,
+    /// Kueue mode: opened, but waiting: `waitingFor` says for what (its Workload, Kueue's
+    /// quota, or an admission check such as the readmission gate).
+    Pending {
+        #[serde(rename = "waitingFor")]
+        waiting_for: Waiting,
+    },
     /// Not stopped: the execution is (or is about to be) running.
     Running,
 }
 
+/// What a `Pending` TrainJob waits for (Kueue mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub enum Waiting {
+    /// Kueue has not created the TrainJob's Workload yet: Open would answer `NoWorkload`.
+    Workload,
+    /// The Workload waits for Kueue to reserve quota for it.
+    Quota,
+    /// Quota is reserved, and an admission check is not Ready yet: holdfast's readmission
+    /// gate (the previous execution's pods remain, see `remainingPods`) or another check of
+    /// the ClusterQueue; or, for a moment, Kueue has admitted it and not yet unsuspended it.
+    AdmissionChecks,
+}
+
 /// A stop under a hold of ours, which is not ours and which Release does not lift.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind")]
 pub enum Underlying {
     /// Kueue mode: Kueue deactivated the Workload for its own reason.
@@ -88,6 +104,8 @@ pub struct Observed<'a> {
     pub trainjob_suspended: bool,
     /// Kueue mode: whether the TrainJob has a Workload.
     pub workload_present: bool,
+    /// Kueue mode: the Workload's `QuotaReserved` condition is `True`.
+    pub quota_reserved: bool,
     /// Kueue mode: Kueue's own deactivation reason, from [`kueue_deactivation_reason`].
     pub kueue_reason: Option<&'a str>,
     /// The hold's [`crate::names::ANN_HOLD_FOUND`]: what stopped the held object before the
@@ -127,14 +145,22 @@ pub fn classify(o: &Observed<'_>) -> ObjectState {
         // No Workload: Kueue does not manage the job (no queue name). Suspended, it waits;
         // not suspended, it runs — never reported as waiting.
         Mode::Kueue if !o.workload_present && !o.trainjob_suspended => ObjectState::Running,
-        Mode::Kueue if !o.workload_present => gate_or(ObjectState::Pending),
+        Mode::Kueue if !o.workload_present => gate_or(ObjectState::Pending {
+            waiting_for: Waiting::Workload,
+        }),
         Mode::Kueue if o.held_stopped => match o.kueue_reason {
             Some(reason) => ObjectState::DeactivatedByKueue {
                 reason: reason.to_owned(),
             },
             None => ObjectState::DeactivatedBySomeoneElse,
         },
-        Mode::Kueue if o.trainjob_suspended => gate_or(ObjectState::Pending),
+        Mode::Kueue if o.trainjob_suspended => gate_or(ObjectState::Pending {
+            waiting_for: if o.quota_reserved {
+                Waiting::AdmissionChecks
+            } else {
+                Waiting::Quota
+            },
+        }),
         Mode::Kueue => ObjectState::Running,
     }
 }
@@ -205,6 +231,7 @@ mod tests {
             held_stopped: false,
             trainjob_suspended: false,
             workload_present: true,
+            quota_reserved: false,
             kueue_reason: None,
             found: None,
         }
@@ -374,7 +401,9 @@ mod tests {
                     trainjob_suspended: true,
                     ..base(Mode::Kueue)
                 },
-                ObjectState::Pending,
+                ObjectState::Pending {
+                    waiting_for: Waiting::Workload,
+                },
             ),
             (
                 "kueue, no Workload, not suspended: running, never waiting",
@@ -421,12 +450,25 @@ mod tests {
                 ObjectState::AtStartGate,
             ),
             (
-                "kueue, opened, waiting for admission",
+                "kueue, opened, waiting for quota",
                 Observed {
                     trainjob_suspended: true,
                     ..base(Mode::Kueue)
                 },
-                ObjectState::Pending,
+                ObjectState::Pending {
+                    waiting_for: Waiting::Quota,
+                },
+            ),
+            (
+                "kueue, opened, quota reserved, waiting at a gate",
+                Observed {
+                    trainjob_suspended: true,
+                    quota_reserved: true,
+                    ..base(Mode::Kueue)
+                },
+                ObjectState::Pending {
+                    waiting_for: Waiting::AdmissionChecks,
+                },
             ),
             ("kueue, admitted", base(Mode::Kueue), ObjectState::Running),
         ];

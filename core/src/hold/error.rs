@@ -3,9 +3,11 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use super::ErrorKind;
+
 /// Why a call was [`HoldError::Rejected`]: it was well formed, but the state of the world
 /// (or the clock) overtook it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum RejectCause {
     /// A newer call has overtaken this one: a newer hold instance is in force, the instance
     /// in force changed between this call's read and its write, or (Release) the instance
@@ -146,13 +148,18 @@ impl HoldError {
 
     /// The `error` field of the API body: the variant's name.
     pub fn kind(&self) -> &'static str {
+        self.error_kind().as_str()
+    }
+
+    /// The `error` field of the API body.
+    pub fn error_kind(&self) -> ErrorKind {
         match self {
-            HoldError::Invalid { .. } => "Invalid",
-            HoldError::Rejected { .. } => "Rejected",
-            HoldError::Unsupported { .. } => "Unsupported",
-            HoldError::PodsRemain => "PodsRemain",
-            HoldError::Conflict { .. } => "Conflict",
-            HoldError::Unknown { .. } => "Unknown",
+            HoldError::Invalid { .. } => ErrorKind::Invalid,
+            HoldError::Rejected { .. } => ErrorKind::Rejected,
+            HoldError::Unsupported { .. } => ErrorKind::Unsupported,
+            HoldError::PodsRemain => ErrorKind::PodsRemain,
+            HoldError::Conflict { .. } => ErrorKind::Conflict,
+            HoldError::Unknown { .. } => ErrorKind::Unknown,
         }
     }
 
@@ -231,9 +238,11 @@ impl Serialize for HoldError {
 }
 
 /// The body of a failed hold API call, as sent and as a client parses it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
-    /// `Invalid`, `Rejected`, `Unsupported`, `PodsRemain`, `Conflict` or `Unknown`.
+    /// One of [`ErrorKind`]: a call's `Invalid`, `Rejected`, `Unsupported`, `PodsRemain`,
+    /// `Conflict` or `Unknown`, or a refusal's.
+    #[schema(value_type = ErrorKind)]
     pub error: String,
     /// Present for `Rejected` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]

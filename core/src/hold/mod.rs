@@ -10,6 +10,7 @@
 //! mark and A always live on the TrainJob, so in Kueue mode Hold and Release write the
 //! Workload and Open writes the TrainJob ([`Call::target`]).
 
+mod answer;
 mod call;
 pub mod classify;
 mod decide;
@@ -28,6 +29,7 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
+pub use answer::{CallAnswer, ErrorKind, StatusAnswer, Success};
 pub use call::{
     CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, CallerId, HeldObject,
     MAX_REASON_BYTES, call_bound, first_unprintable, parse_call, printable, unprintable,

@@ -2,8 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::answer::{CallAnswer, Success};
+
 /// What a successful call did, as reported in `{"result":"Ok","outcome":...}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "outcome")]
 pub enum Outcome {
     /// Hold: the hold was written (with the stop, in one update).
@@ -26,13 +28,12 @@ pub enum Outcome {
 
 impl Outcome {
     /// The success body: `{"result":"Ok","outcome":"Released","resumed":true}`.
+    /// The typed body is [`CallAnswer`].
     pub fn body(&self) -> serde_json::Value {
-        let mut body = serde_json::json!({"result": "Ok"});
-        if let (Some(b), Ok(serde_json::Value::Object(o))) =
-            (body.as_object_mut(), serde_json::to_value(self))
-        {
-            b.extend(o);
-        }
-        body
+        serde_json::to_value(CallAnswer {
+            result: Success::Ok,
+            outcome: *self,
+        })
+        .unwrap_or(serde_json::Value::Null)
     }
 }

@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::answer::{StatusAnswer, Success};
+#[cfg(test)]
+use super::classify::Waiting;
 use super::classify::{self, ObjectState, Observed};
 use super::{HeldObject, HoldError, HoldState, object};
 use crate::{
@@ -12,7 +15,7 @@ use crate::{
 };
 
 /// The hold in force, as Status reports it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HoldStatus {
     /// `None` when the annotation is not a decimal u64; `unreadableInstance` then has it.
@@ -31,7 +34,7 @@ pub struct HoldStatus {
 }
 
 /// `GET .../status`: the hold in force, the opened mark, A, and the state classified.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub mode: Mode,
@@ -42,6 +45,11 @@ pub struct Status {
     pub opened: bool,
     pub attempt: u64,
     pub state: ObjectState,
+    /// Kueue mode: the name of the TrainJob's Workload (the one its controller
+    /// ownerReference names). Absent while it has none, and in plain mode: a supervisor's
+    /// Start waits for it before it Opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
     /// The pods of the TrainJob's executions that remain (found by ownership, as the
     /// readmission gate and Release find them), each with its node and what that node
     /// says: while any remains, a Release or the gate waits. Empty when none does.
@@ -78,6 +86,16 @@ impl Status {
             holder: hold_state.holder().map(str::to_owned),
         });
         let opened = object::opened(trainjob);
+        let quota_reserved = workload
+            .filter(|_| mode == Mode::Kueue)
+            .and_then(|w| w.pointer("/status/conditions"))
+            .and_then(Value::as_array)
+            .is_some_and(|conditions| {
+                conditions.iter().any(|c| {
+                    c.get("type").and_then(Value::as_str) == Some("QuotaReserved")
+                        && c.get("status").and_then(Value::as_str) == Some("True")
+                })
+            });
         let kueue_reason = workload
             .filter(|_| mode == Mode::Kueue)
             .and_then(|w| w.pointer("/status/conditions"))
@@ -90,6 +108,7 @@ impl Status {
             held_stopped: held.is_some_and(|h| object::stopped(h, held_object)),
             trainjob_suspended: object::stopped(trainjob, HeldObject::TrainJob),
             workload_present: workload.is_some(),
+            quota_reserved,
             kueue_reason: kueue_reason.as_deref(),
             found: held.and_then(|h| object::annotation(h, ANN_HOLD_FOUND)),
         });
@@ -100,19 +119,23 @@ impl Status {
             opened,
             attempt: object::attempt(trainjob)?,
             state,
+            workload: workload
+                .filter(|_| mode == Mode::Kueue)
+                .and_then(|w| w.pointer("/metadata/name"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             remaining_pods: Vec::new(),
             start_blocked: None,
         })
     }
 
-    /// The success body: this status with `"result":"Ok"`.
+    /// The success body: this status with `"result":"Ok"` ([`StatusAnswer`]).
     pub fn body(&self) -> Value {
-        let mut body = serde_json::json!({"result": "Ok"});
-        if let (Some(b), Ok(Value::Object(o))) = (body.as_object_mut(), serde_json::to_value(self))
-        {
-            b.extend(o);
-        }
-        body
+        serde_json::to_value(StatusAnswer {
+            result: Success::Ok,
+            status: self.clone(),
+        })
+        .unwrap_or(Value::Null)
     }
 }
 
@@ -167,11 +190,63 @@ mod tests {
                 reason: "DeactivatedDueToRequeuingLimitExceeded".into()
             }
         );
-        let status = Status::read(Mode::Kueue, &tj, None).expect("status");
+    }
+
+    #[test]
+    fn status_tells_no_workload_yet_from_waiting_at_a_gate() {
+        let tj =
+            json!({"metadata": {"annotations": {ANN_OPENED: "true"}}, "spec": {"suspend": true}});
+        let none = Status::read(Mode::Kueue, &tj, None).expect("status");
         assert_eq!(
-            status.state,
-            ObjectState::Pending,
-            "waiting for its Workload"
+            none.state,
+            ObjectState::Pending {
+                waiting_for: Waiting::Workload
+            }
+        );
+        assert_eq!(none.workload, None);
+        let body = none.body();
+        assert_eq!(
+            body["state"],
+            json!({"kind": "Pending", "waitingFor": "Workload"})
+        );
+        assert!(body.get("workload").is_none(), "{body}");
+
+        let queued = json!({"metadata": {"name": "trainjob-job-1a2b3"}, "spec": {"active": true},
+                            "status": {"conditions": []}});
+        let waiting = Status::read(Mode::Kueue, &tj, Some(&queued)).expect("status");
+        assert_eq!(
+            waiting.state,
+            ObjectState::Pending {
+                waiting_for: Waiting::Quota
+            }
+        );
+        assert_eq!(waiting.workload.as_deref(), Some("trainjob-job-1a2b3"));
+
+        let gated = json!({"metadata": {"name": "trainjob-job-1a2b3"}, "spec": {"active": true},
+                           "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}],
+                                      "admissionChecks": [{"name": "holdfast-readmission",
+                                                           "state": "Pending"}]}});
+        let at_gate = Status::read(Mode::Kueue, &tj, Some(&gated)).expect("status");
+        assert_eq!(
+            at_gate.state,
+            ObjectState::Pending {
+                waiting_for: Waiting::AdmissionChecks
+            }
+        );
+        assert_eq!(
+            at_gate.body()["state"],
+            json!({"kind": "Pending", "waitingFor": "AdmissionChecks"})
+        );
+
+        // Not opened: at the start gate either way, and `workload` tells the two apart.
+        let unopened = json!({"metadata": {}, "spec": {"suspend": true}});
+        let before = Status::read(Mode::Kueue, &unopened, None).expect("status");
+        let after = Status::read(Mode::Kueue, &unopened, Some(&queued)).expect("status");
+        assert_eq!(before.state, ObjectState::AtStartGate);
+        assert_eq!(after.state, ObjectState::AtStartGate);
+        assert_eq!(
+            (before.workload, after.workload.as_deref()),
+            (None, Some("trainjob-job-1a2b3"))
         );
     }
 

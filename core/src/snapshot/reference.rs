@@ -8,7 +8,7 @@ use super::{RefField, SnapshotError};
 use crate::names;
 
 /// The runtime a TrainJob references: `spec.runtimeRef`, with the CRD's defaults applied.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeRef {
     /// `spec.runtimeRef.apiGroup`; the CRD defaults it to `trainer.kubeflow.org`.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use hold_support::{annotation, meta, settled_audit};
 use holdfast_controller::events::{EventMetrics, Publisher, PublisherConfig};
 use holdfast_core::{
-    hold::classify::ObjectState,
+    hold::classify::{ObjectState, Waiting},
     hold::mark::Mark,
     hold::{Outcome, RejectCause},
     mode::Mode,
@@ -1099,7 +1099,12 @@ async fn status_classifies_what_real_kueue_writes() {
         check(w).1.contains("pods of the previous execution")
     })
     .await;
-    assert_eq!(state("job").await, ObjectState::Pending);
+    assert_eq!(
+        state("job").await,
+        ObjectState::Pending {
+            waiting_for: Waiting::AdmissionChecks
+        }
+    );
     f.delete_pods("job").await;
     f.job_when("job", "runs", |tj| tj["spec"]["suspend"] == false)
         .await;
