@@ -13,6 +13,9 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 echo "== control plane"
 tests/cluster/build.sh
 tests/cluster/helm/build.sh
+# promtool, for the alerts' tests (tests/tests/it/alerts.rs): built from Prometheus's Go module
+# once (about 8 min), cached like helm.
+tests/tools/promtool/build.sh
 echo "== tier-3 node (containerd, runc, CNI, kubelet, JobSet, Trainer; cached like the control plane)"
 tests/cluster/node/build.sh
 echo "== fmt"

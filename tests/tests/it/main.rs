@@ -14,6 +14,7 @@
 mod admission;
 mod adoption;
 mod adversary;
+mod alerts;
 mod cert_rotation;
 mod chart;
 mod cli;

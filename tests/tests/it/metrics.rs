@@ -598,9 +598,10 @@ fn rules(docs: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-/// Every metric the dashboard and the alerts select is one the real controller and webhook
-/// expose, and every alert links to a section of docs/src/operating/runbooks.md (and every
-/// section is an alert's).
+/// Every metric the dashboard selects, and every series the alerts' promtool tests feed them
+/// (`alerts::`: each alert fires on those series and on no others), is one the real
+/// controller and webhook expose, and every alert links to a section of
+/// docs/src/operating/runbooks.md (and every section is an alert's).
 #[tokio::test]
 async fn dashboard_and_alerts_select_only_exposed_metrics_and_link_existing_runbooks() {
     let cp = ControlPlane::shared();
@@ -617,13 +618,13 @@ async fn dashboard_and_alerts_select_only_exposed_metrics_and_link_existing_runb
     let docs = render_with_operator();
     let rules = rules(&docs);
     assert!(rules.len() >= 7, "{rules:?}");
-    let mut exprs = dashboard_exprs(&docs);
-    exprs.extend(
-        rules
-            .iter()
-            .map(|r| r["expr"].as_str().expect("expr").to_owned()),
-    );
-    for expr in &exprs {
+    for name in crate::alerts::series_names() {
+        assert!(
+            exposed.contains(&name),
+            "{name} (a series the alerts are tested on) is not exposed by the binaries"
+        );
+    }
+    for expr in &dashboard_exprs(&docs) {
         let names = selected_names(expr);
         assert!(!names.is_empty(), "no metric in {expr}");
         for name in names {
