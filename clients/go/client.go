@@ -123,11 +123,11 @@ func (c *Client) Open(ctx context.Context, job TrainJob, m CallMeta) (Outcome, e
 // Status reads the hold in force, the opened mark, A, the state and the remaining pods. It
 // writes nothing; it needs no deadline (the context's, if any, bounds it).
 func (c *Client) Status(ctx context.Context, job TrainJob) (*Status, error) {
-	var s Status
-	if err := c.read(ctx, expand(RouteStatus, job), nil, &s); err != nil {
-		return nil, err
+	var a StatusAnswer
+	if err := c.read(ctx, expand(RouteStatus, job), nil, &a); err != nil {
+		return nil, fmt.Errorf("status of %s: %w", job, err)
 	}
-	return &s, nil
+	return &a.Status, nil
 }
 
 // Preflight reads which calls the cluster supports, and why not, and the CallBound, which
@@ -138,12 +138,12 @@ func (c *Client) Preflight(ctx context.Context, job *TrainJob) (*PreflightReport
 	if job != nil {
 		q = url.Values{"namespace": {job.Namespace}, "name": {job.Name}}
 	}
-	var p PreflightReport
-	if err := c.read(ctx, expand(RoutePreflight, TrainJob{}), q, &p); err != nil {
-		return nil, err
+	var a PreflightAnswer
+	if err := c.read(ctx, expand(RoutePreflight, TrainJob{}), q, &a); err != nil {
+		return nil, fmt.Errorf("preflight: %w", err)
 	}
-	c.bound.Store(int64(seconds(p.CallBoundSeconds)))
-	return &p, nil
+	c.bound.Store(int64(seconds(a.CallBoundSeconds)))
+	return &a.PreflightReport, nil
 }
 
 // CallBound is how long after a call's deadline a write already sent may still land, as the
@@ -199,11 +199,11 @@ func (c *Client) write(ctx context.Context, route string, job TrainJob, m CallMe
 	if err != nil {
 		return Outcome{}, &callError{class: ErrInvalid, msg: call, err: err}
 	}
-	var out Outcome
-	if err := c.do(ctx, http.MethodPost, expand(route, job), nil, body, &out, true); err != nil {
+	var a CallAnswer
+	if err := c.do(ctx, http.MethodPost, expand(route, job), nil, body, &a, true); err != nil {
 		return Outcome{}, fmt.Errorf("%s of %s: %w", call, job, err)
 	}
-	return out, nil
+	return a.Outcome, nil
 }
 
 func (c *Client) read(ctx context.Context, path string, q url.Values, into any) error {

@@ -84,7 +84,10 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
-	kind := e.Body.Error
+	kind := string(e.Body.Error)
+	if kind == "" {
+		kind = http.StatusText(e.StatusCode)
+	}
 	if e.Body.Cause != nil {
 		kind += " (" + string(*e.Body.Cause) + ")"
 	}
@@ -119,9 +122,9 @@ func (e *UnsupportedError) Unwrap() error {
 // hold API's (a proxy's page), by its status.
 func classOf(status int, body ErrorBody) error {
 	switch body.Error {
-	case "Invalid":
+	case ErrorKindInvalid:
 		return ErrInvalid
-	case "Rejected":
+	case ErrorKindRejected:
 		if body.Cause != nil {
 			switch *body.Cause {
 			case RejectCauseStaleHold:
@@ -137,21 +140,21 @@ func classOf(status int, body ErrorBody) error {
 			}
 		}
 		return ErrRejected
-	case "Unsupported":
+	case ErrorKindUnsupported:
 		return ErrUnsupported
-	case "PodsRemain":
+	case ErrorKindPodsRemain:
 		return ErrPodsRemain
-	case "Conflict":
+	case ErrorKindConflict:
 		return ErrConflict
-	case "Unknown":
+	case ErrorKindUnknown:
 		return ErrUnknown
-	case "Unauthenticated":
+	case ErrorKindUnauthenticated:
 		return ErrUnauthenticated
-	case "Forbidden":
+	case ErrorKindForbidden:
 		return ErrForbidden
-	case "TooManyRequests":
+	case ErrorKindTooManyRequests:
 		return ErrTooManyRequests
-	case "Unavailable":
+	case ErrorKindUnavailable:
 		return ErrUnavailable
 	}
 	switch status {

@@ -1,9 +1,10 @@
 package holdfast
 
-// WaitingForWorkload reports whether Status says the job has no Workload yet (Kueue mode),
-// as opposed to waiting at a gate with one.
+// WaitingForWorkload reports whether Status says the job has no Workload yet (Kueue mode:
+// Status names the Workload once Kueue has made it), as opposed to waiting at a gate with
+// one. A finished job waits for nothing.
 func WaitingForWorkload(st *Status) bool {
-	return st.Mode == ModeKueue && st.Workload != nil && !*st.Workload
+	return st.Mode == ModeKueue && st.Workload == nil && st.State.Kind != ObjectStateKindFinished
 }
 
 // HoldInstance is the instance of the hold in force, if one is and its instance is readable.

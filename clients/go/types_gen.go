@@ -3,39 +3,146 @@
 package holdfast
 
 // APIVersion is the version of the document the types were generated from.
-const APIVersion = "1"
+const APIVersion = "1.1.0"
 
 // The hold API's routes, by operationId: method and path template.
 const (
-	RouteHold      = "POST /v1/namespaces/{ns}/trainjobs/{name}/hold"
-	RouteOpen      = "POST /v1/namespaces/{ns}/trainjobs/{name}/open"
+	// RouteDrift: `GET /v1/drift`.
+	RouteDrift = "GET /v1/drift"
+	// RouteFence: `POST /v1/nodes/{node}/fence`.
+	RouteFence = "POST /v1/nodes/{node}/fence"
+	// RouteHold: `POST .../hold`.
+	RouteHold = "POST /v1/namespaces/{ns}/trainjobs/{name}/hold"
+	// RouteOpen: `POST .../open`.
+	RouteOpen = "POST /v1/namespaces/{ns}/trainjobs/{name}/open"
+	// RouteOpenapi: `GET /v1/openapi.json`.
+	RouteOpenapi = "GET /v1/openapi.json"
+	// RoutePreflight: `GET /v1/preflight`.
 	RoutePreflight = "GET /v1/preflight"
-	RouteRelease   = "POST /v1/namespaces/{ns}/trainjobs/{name}/release"
-	RouteStatus    = "GET /v1/namespaces/{ns}/trainjobs/{name}/status"
+	// RouteRelease: `POST .../release`.
+	RouteRelease = "POST /v1/namespaces/{ns}/trainjobs/{name}/release"
+	// RouteStatus: `GET .../status`.
+	RouteStatus = "GET /v1/namespaces/{ns}/trainjobs/{name}/status"
 )
 
+// A Hold, Release or Open that succeeded: `{"result":"Ok","outcome":"Released","resumed":true}`.
+type CallAnswer struct {
+	Outcome
+	Result Success `json:"result"`
+}
+
+// A hold-family call's body as it arrives over the API, before any check.
+//
+// `{"instance":3,"deadline":"2026-11-29T12:00:00Z","reason":"node lost"}`. Unknown fields
+// are refused, so that a misspelt `deadline` is reported as such.
 type CallRequest struct {
+	// RFC 3339.
 	Deadline *string `json:"deadline,omitempty"`
 	Instance *uint64 `json:"instance,omitempty"`
 	Reason   *string `json:"reason,omitempty"`
 }
 
+// Whether a call is supported, and if not why.
 type CallSupport struct {
 	Reason    *string `json:"reason,omitempty"`
 	Supported bool    `json:"supported"`
 }
 
+// One probe's result.
+type Check struct {
+	Detail *string     `json:"detail,omitempty"`
+	Probe  Probe       `json:"probe"`
+	Result CheckResult `json:"result"`
+}
+
+// How a probe went.
+type CheckResult string
+
+const (
+	CheckResultPassed     CheckResult = "Passed"
+	CheckResultFailed     CheckResult = "Failed"
+	CheckResultNotChecked CheckResult = "NotChecked"
+)
+
+// The `GET /v1/drift` answer.
+type DriftReport struct {
+	// Unfinished TrainJobs whose snapshot differs from the live runtime.
+	Trainjobs []DriftedTrainJob `json:"trainjobs"`
+}
+
+// One drifted TrainJob.
+type DriftedTrainJob struct {
+	Namespace string `json:"namespace"`
+	// JSON pointers into the runtime of the first differences (at most
+	// `holdfast_core::snapshot::MAX_DRIFT_PATHS`); empty when the runtime is gone.
+	Paths []string `json:"paths"`
+	// `spec.runtimeRef`.
+	Runtime RuntimeRef `json:"runtime"`
+	// The runtime no longer exists.
+	RuntimeMissing bool   `json:"runtimeMissing"`
+	Trainjob       string `json:"trainjob"`
+}
+
+// The body of a failed hold API call, as sent and as a client parses it.
 type ErrorBody struct {
-	Cause   *RejectCause `json:"cause,omitempty"`
-	Error   string       `json:"error"`
-	Message string       `json:"message"`
+	Cause *RejectCause `json:"cause,omitempty"`
+	// One of [`ErrorKind`]: a call's `Invalid`, `Rejected`, `Unsupported`, `PodsRemain`,
+	// `Conflict` or `Unknown`, or a refusal's.
+	Error ErrorKind `json:"error"`
+	// For people; never parse it.
+	Message string `json:"message"`
 }
 
+// The `error` of a failed call's body. A hold-family call fails with one of the first six
+// (the seed's closed set, [`super::HoldError`]); the others are refusals before any call is
+// made: `Unauthenticated` (401), `Forbidden` (403), `TooManyRequests` (429) and
+// `Unavailable` (503), the last two with `Retry-After`.
+type ErrorKind string
+
+const (
+	ErrorKindInvalid         ErrorKind = "Invalid"
+	ErrorKindRejected        ErrorKind = "Rejected"
+	ErrorKindUnsupported     ErrorKind = "Unsupported"
+	ErrorKindPodsRemain      ErrorKind = "PodsRemain"
+	ErrorKindConflict        ErrorKind = "Conflict"
+	ErrorKindUnknown         ErrorKind = "Unknown"
+	ErrorKindUnauthenticated ErrorKind = "Unauthenticated"
+	ErrorKindForbidden       ErrorKind = "Forbidden"
+	ErrorKindTooManyRequests ErrorKind = "TooManyRequests"
+	ErrorKindUnavailable     ErrorKind = "Unavailable"
+)
+
+// A recorded fence: `{"result":"Ok","node":"gpu-7","fencedAt":"2026-12-01T10:00:00Z"}`.
+type FenceAnswer struct {
+	// When the fence was recorded (RFC 3339): the node's pods being deleted that were
+	// created before it are let go.
+	FencedAt string  `json:"fencedAt"`
+	Node     string  `json:"node"`
+	Result   Success `json:"result"`
+}
+
+// The object a call reads and writes.
+type HeldObject string
+
+const (
+	HeldObjectTrainJob HeldObject = "TrainJob"
+	HeldObjectWorkload HeldObject = "Workload"
+)
+
+// The hold in force, as Status reports it.
 type HoldStatus struct {
-	Holder   *string `json:"holder,omitempty"`
-	Instance *uint64 `json:"instance"`
+	// Who placed it (`holdfast.dev/hold-holder`): the username that alone may release it or
+	// replace it with another instance, besides an overrider. Absent for a hold placed
+	// before holdfast recorded holders, which any caller allowed the call may release.
+	Holder *string `json:"holder,omitempty"`
+	// `None` when the annotation is not a decimal u64; `unreadableInstance` then has it.
+	Instance           *uint64 `json:"instance,omitempty"`
+	PlacedAt           *string `json:"placedAt,omitempty"`
+	Reason             *string `json:"reason,omitempty"`
+	UnreadableInstance *string `json:"unreadableInstance,omitempty"`
 }
 
+// `--mode plain|kueue`.
 type Mode string
 
 const (
@@ -43,24 +150,56 @@ const (
 	ModeKueue Mode = "kueue"
 )
 
+// What a remaining pod's node says of itself.
+type NodeState string
+
+const (
+	NodeStateReady    NodeState = "ready"
+	NodeStateNotReady NodeState = "notReady"
+	NodeStateGone     NodeState = "gone"
+)
+
+// A TrainJob's state, classified.
+//
 // One struct for all its variants: Kind says which, and only that variant's fields are set.
 type ObjectState struct {
-	Instance  *uint64         `json:"instance,omitempty"`
-	Kind      ObjectStateKind `json:"kind"`
-	Succeeded *bool           `json:"succeeded,omitempty"`
+	Instance   *uint64         `json:"instance,omitempty"`
+	Kind       ObjectStateKind `json:"kind"`
+	Reason     *string         `json:"reason,omitempty"`
+	Succeeded  *bool           `json:"succeeded,omitempty"`
+	Underlying *Underlying     `json:"underlying,omitempty"`
+	WaitingFor *Waiting        `json:"waitingFor,omitempty"`
 }
 
 // ObjectStateKind is the discriminator of ObjectState.
 type ObjectStateKind string
 
 const (
-	ObjectStateKindFinished    ObjectStateKind = "Finished"
-	ObjectStateKindHeldByUs    ObjectStateKind = "HeldByUs"
+	// The TrainJob is Complete (`succeeded`) or Failed.
+	ObjectStateKindFinished ObjectStateKind = "Finished"
+	// A hold of ours is on the held object. `instance` is `None` when the annotation is
+	// not a decimal u64. `underlying`: what had already stopped the object when the hold was
+	// placed (or, in Kueue mode, a deactivation of Kueue's own since), which Release leaves
+	// in place.
+	ObjectStateKindHeldByUs ObjectStateKind = "HeldByUs"
+	// Kueue mode: Kueue deactivated the Workload for its own reason (a requeueing limit, a
+	// maximum execution time, a rejected admission check). Not a hold.
+	ObjectStateKindDeactivatedByKueue ObjectStateKind = "DeactivatedByKueue"
+	// Stopped without a hold of ours and not by Kueue for a reason of its own: plain mode,
+	// an opened TrainJob someone suspended; Kueue mode, a Workload someone deactivated.
+	ObjectStateKindDeactivatedBySomeoneElse ObjectStateKind = "DeactivatedBySomeoneElse"
+	// Not yet opened, and held at the start gate (plain mode: suspended; Kueue mode: the
+	// TrainJob is suspended, waiting for admission and the readmission gate).
 	ObjectStateKindAtStartGate ObjectStateKind = "AtStartGate"
-	ObjectStateKindPending     ObjectStateKind = "Pending"
-	ObjectStateKindRunning     ObjectStateKind = "Running"
+	// Kueue mode: opened, but waiting: `waitingFor` says for what (its Workload, Kueue's
+	// quota, or an admission check such as the readmission gate).
+	ObjectStateKindPending ObjectStateKind = "Pending"
+	// Not stopped: the execution is (or is about to be) running.
+	ObjectStateKindRunning ObjectStateKind = "Running"
 )
 
+// What a successful call did, as reported in `{"result":"Ok","outcome":...}`.
+//
 // One struct for all its variants: Outcome says which, and only that variant's fields are set.
 type Outcome struct {
 	Outcome OutcomeOutcome `json:"outcome"`
@@ -72,19 +211,71 @@ type Outcome struct {
 type OutcomeOutcome string
 
 const (
-	OutcomeOutcomeHeld           OutcomeOutcome = "Held"
+	// Hold: the hold was written (with the stop, in one update).
+	OutcomeOutcomeHeld OutcomeOutcome = "Held"
+	// Hold: this instance was already in force (an earlier try landed); nothing written.
 	OutcomeOutcomeAlreadyInForce OutcomeOutcome = "AlreadyInForce"
-	OutcomeOutcomeReleased       OutcomeOutcome = "Released"
-	OutcomeOutcomeOpened         OutcomeOutcome = "Opened"
-	OutcomeOutcomeAlreadyOpen    OutcomeOutcome = "AlreadyOpen"
+	// Release: the hold was lifted. `resumed`: plain mode, the TrainJob was unsuspended and
+	// A raised; Kueue mode, the Workload was re-activated (its next execution still waits
+	// for Kueue admission and the readmission gate). `false`: only the annotations were
+	// removed (never opened, ended, or stopped by someone else — or by Kueue for its own
+	// reason — before the hold was placed: that stop is left in place).
+	OutcomeOutcomeReleased OutcomeOutcome = "Released"
+	// Open: the opened mark was written. `started`: plain mode, the TrainJob was also
+	// unsuspended and A raised in the same update. `false`: a hold is in force, the job
+	// has ended, or Kueue mode (Kueue admission and the readmission gate start it).
+	OutcomeOutcomeOpened OutcomeOutcome = "Opened"
+	// Open: the gate was already open; nothing written.
+	OutcomeOutcomeAlreadyOpen OutcomeOutcome = "AlreadyOpen"
 )
 
-type PreflightReport struct {
-	CallBoundSeconds float64                `json:"callBoundSeconds"`
-	Calls            map[string]CallSupport `json:"calls"`
-	Mode             Mode                   `json:"mode"`
+// `GET /v1/preflight`'s answer: the report with `"result":"Ok"`.
+type PreflightAnswer struct {
+	PreflightReport
+	Result Success `json:"result"`
 }
 
+// `GET /v1/preflight`.
+type PreflightReport struct {
+	// The apiserver request timeout CallBound was computed from.
+	ApiserverRequestTimeoutSeconds float64 `json:"apiserverRequestTimeoutSeconds"`
+	// CallBound: how long after a call's deadline a request already sent may still land.
+	CallBoundSeconds float64 `json:"callBoundSeconds"`
+	// Per call (`hold`, `release`, `open`, `status`): supported, or why not.
+	Calls     map[string]CallSupport `json:"calls"`
+	CheckedAt string                 `json:"checkedAt"`
+	Checks    []Check                `json:"checks"`
+	Mode      Mode                   `json:"mode"`
+	// Kueue mode: every ClusterQueue that lists MultiKueue's AdmissionCheck, and why that
+	// matters. holdfast does not support MultiKueue yet: Hold, Release and Open of a job
+	// queued there answer `Unsupported`.
+	MultikueueClusterQueues []UngatedQueue `json:"multikueueClusterQueues,omitempty"`
+	// Kueue mode: every ClusterQueue that does not require holdfast's readmission check on
+	// every flavor, and why. A job queued there can be held, but not released or opened.
+	UngatedClusterQueues []UngatedQueue `json:"ungatedClusterQueues,omitempty"`
+}
+
+// What preflight probes.
+type Probe string
+
+const (
+	ProbeGetTrainjobs               Probe = "get-trainjobs"
+	ProbeUpdateTrainjobs            Probe = "update-trainjobs"
+	ProbeListPods                   Probe = "list-pods"
+	ProbeListWorkloads              Probe = "list-workloads"
+	ProbeUpdateWorkloads            Probe = "update-workloads"
+	ProbeCreateTokenreviews         Probe = "create-tokenreviews"
+	ProbeCreateSubjectaccessreviews Probe = "create-subjectaccessreviews"
+	ProbeTrainjobsServed            Probe = "trainjobs-served"
+	ProbeWorkloadsServed            Probe = "workloads-served"
+	ProbeReadmissionCheck           Probe = "readmission-check"
+	ProbeReadmissionGatePolicy      Probe = "readmission-gate-policy"
+	ProbeHoldRoundTrip              Probe = "hold-round-trip"
+	ProbeAdmissionPolicies          Probe = "admission-policies"
+)
+
+// Why a call was [`HoldError::Rejected`]: it was well formed, but the state of the world
+// (or the clock) overtook it.
 type RejectCause string
 
 const (
@@ -95,11 +286,98 @@ const (
 	RejectCauseNotHolder      RejectCause = "NotHolder"
 )
 
-type Status struct {
-	Attempt  uint64      `json:"attempt"`
-	Hold     *HoldStatus `json:"hold,omitempty"`
-	Mode     Mode        `json:"mode"`
-	Opened   bool        `json:"opened"`
-	State    ObjectState `json:"state"`
-	Workload *bool       `json:"workload,omitempty"`
+// A pod of the execution that remains.
+type RemainingPod struct {
+	Name string `json:"name"`
+	// The node it is bound to; `None` if it was never scheduled.
+	Node      *string    `json:"node,omitempty"`
+	NodeState *NodeState `json:"nodeState,omitempty"`
+	Why       Why        `json:"why"`
 }
+
+// The runtime a TrainJob references: `spec.runtimeRef`, with the CRD's defaults applied.
+type RuntimeRef struct {
+	// `spec.runtimeRef.apiGroup`; the CRD defaults it to `trainer.kubeflow.org`.
+	ApiGroup string `json:"apiGroup"`
+	// `spec.runtimeRef.kind`; the CRD defaults it to `ClusterTrainingRuntime`.
+	Kind string `json:"kind"`
+	// `spec.runtimeRef.name` (required).
+	Name string `json:"name"`
+}
+
+// `GET .../status`: the hold in force, the opened mark, A, and the state classified.
+type Status struct {
+	Attempt uint64 `json:"attempt"`
+	// The object holds are written on: the Workload in Kueue mode, the TrainJob in plain.
+	HeldObject HeldObject  `json:"heldObject"`
+	Hold       *HoldStatus `json:"hold,omitempty"`
+	Mode       Mode        `json:"mode"`
+	Opened     bool        `json:"opened"`
+	// The pods of the TrainJob's executions that remain (found by ownership, as the
+	// readmission gate and Release find them), each with its node and what that node
+	// says: while any remains, a Release or the gate waits. Empty when none does.
+	RemainingPods []RemainingPod `json:"remainingPods,omitempty"`
+	// Why the start gate will not open this managed TrainJob, and what to fix: it has no
+	// runtime snapshot (`holdfast_core::snapshot::open_gate`). Absent when nothing blocks it.
+	StartBlocked *string     `json:"startBlocked,omitempty"`
+	State        ObjectState `json:"state"`
+	// Kueue mode: the name of the TrainJob's Workload (the one its controller
+	// ownerReference names). Absent while it has none, and in plain mode: a supervisor's
+	// Start waits for it before it Opens.
+	Workload *string `json:"workload,omitempty"`
+}
+
+// A Status that succeeded: the [`Status`] with `"result":"Ok"`.
+type StatusAnswer struct {
+	Status
+	Result Success `json:"result"`
+}
+
+// The `result` of every success body: always `Ok`.
+type Success string
+
+const (
+	SuccessOk Success = "Ok"
+)
+
+// A stop under a hold of ours, which is not ours and which Release does not lift.
+//
+// One struct for all its variants: Kind says which, and only that variant's fields are set.
+type Underlying struct {
+	Kind   UnderlyingKind `json:"kind"`
+	Reason *string        `json:"reason,omitempty"`
+}
+
+// UnderlyingKind is the discriminator of Underlying.
+type UnderlyingKind string
+
+const (
+	// Kueue mode: Kueue deactivated the Workload for its own reason.
+	UnderlyingKindDeactivatedByKueue UnderlyingKind = "DeactivatedByKueue"
+	// Someone else suspended the TrainJob (plain mode) or deactivated the Workload (Kueue
+	// mode).
+	UnderlyingKindDeactivatedBySomeoneElse UnderlyingKind = "DeactivatedBySomeoneElse"
+)
+
+// A ClusterQueue without holdfast's readmission check.
+type UngatedQueue struct {
+	Name string `json:"name"`
+	Why  string `json:"why"`
+}
+
+// What a `Pending` TrainJob waits for (Kueue mode).
+type Waiting string
+
+const (
+	WaitingWorkload        Waiting = "Workload"
+	WaitingQuota           Waiting = "Quota"
+	WaitingAdmissionChecks Waiting = "AdmissionChecks"
+)
+
+// Why a pod of the execution still counts.
+type Why string
+
+const (
+	WhyNotFinished Why = "notFinished"
+	WhyTerminating Why = "terminating"
+)

@@ -328,6 +328,9 @@ func (g *generator) named(name string, s schema) error {
 	if members, ok := s["oneOf"].([]any); ok {
 		return g.union(name, &b, members)
 	}
+	if members, ok := s["allOf"].([]any); ok && anyRef(members) {
+		return g.embedding(name, &b, members)
+	}
 	obj, err := g.object(s)
 	if err != nil {
 		return err
@@ -472,10 +475,13 @@ func (g *generator) union(name string, b *strings.Builder, members []any) error 
 	merged := map[string]schema{}
 	required := map[string]bool{tag: true}
 	var variants, variantDocs []string
-	for _, o := range objs {
+	for i, o := range objs {
 		v, _ := singleValue(o.props[tag])
 		variants = append(variants, v)
-		d, _ := o.props[tag]["description"].(string)
+		d, _ := members[i].(map[string]any)["description"].(string)
+		if d == "" {
+			d, _ = o.props[tag]["description"].(string)
+		}
 		variantDocs = append(variantDocs, d)
 		for k, p := range o.props {
 			if k == tag {
@@ -631,4 +637,61 @@ func sameJSON(a, b schema) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+func anyRef(members []any) bool {
+	for _, m := range members {
+		if mm, ok := m.(map[string]any); ok {
+			if _, ref := mm["$ref"]; ref {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// embedding declares an allOf that names other schemas (serde's flatten): a struct that
+// embeds each named one, whose fields encoding/json promotes, and holds the inline ones'.
+func (g *generator) embedding(name string, b *strings.Builder, members []any) error {
+	var embedded []string
+	props := map[string]schema{}
+	required := map[string]bool{}
+	for _, m := range members {
+		mm, ok := m.(map[string]any)
+		if !ok {
+			return fmt.Errorf("an allOf member is not a schema")
+		}
+		if ref, ok := mm["$ref"].(string); ok {
+			t, err := g.baseType(schema{"$ref": ref}, name)
+			if err != nil {
+				return err
+			}
+			embedded = append(embedded, t)
+			continue
+		}
+		o, err := g.object(mm)
+		if err != nil {
+			return err
+		}
+		if o == nil {
+			return fmt.Errorf("an allOf member is neither a $ref nor an object schema")
+		}
+		for k, v := range o.props {
+			props[k] = v
+		}
+		for k := range o.required {
+			required[k] = true
+		}
+	}
+	body, err := g.fields(name, props, required, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "type %s struct {\n", name)
+	for _, e := range embedded {
+		fmt.Fprintf(b, "\t%s\n", e)
+	}
+	fmt.Fprintf(b, "%s}\n", body)
+	g.decls[name] = b.String()
+	return nil
 }

@@ -26,6 +26,7 @@ func TestTheSubsetTheDocumentUsesBecomesGoTypes(t *testing.T) {
 		"Calls map[string]bool `json:\"calls,omitempty\"`",
 		"CallBoundSeconds *float64",
 		"Holder *string `json:\"holder,omitempty\"`",
+		"type CallAnswer struct { Outcome Result CallAnswerResult `json:\"result\"` }",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, src)
