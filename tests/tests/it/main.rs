@@ -17,6 +17,7 @@ mod adversary;
 mod alerts;
 mod cert_rotation;
 mod chart;
+mod chart_conventions;
 mod cli;
 mod cli_oidc;
 mod cluster_smoke;
