@@ -38,6 +38,7 @@ mod node;
 mod outage;
 mod pod_replacement;
 mod readmission;
+mod release;
 mod seams;
 mod snapshots;
 mod validation_engines;
