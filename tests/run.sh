@@ -47,6 +47,10 @@ deny=$(tool cargo-deny 0.20.2)
 "$deny" --locked check --hide-inclusion-graph licenses bans sources
 echo "== import cycles (no module imports from one that imports it back; issue #13)"
 python3 tests/tools/import_cycles.py */src
+echo "== go client (gofmt, vet)"
+unformatted=$(cd clients/go && gofmt -l .)
+[ -z "$unformatted" ] || { echo "gofmt would change: $unformatted (run gofmt -w in clients/go)"; exit 1; }
+(cd clients/go && GOFLAGS=-mod=mod go vet ./...)
 echo "== build (the fault tests and the demo run the real binaries)"
 cargo build --workspace --bins --locked
 echo "== tests"

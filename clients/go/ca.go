@@ -8,8 +8,9 @@ import (
 )
 
 // LoadCA reads the CA that signs the hold API's serving certificate from a PEM file: the
-// key ca.crt of the ConfigMap the chart publishes for every namespace, or of the Secret
-// <fullname>-controller-tls in holdfast's namespace, mounted as a volume.
+// key ca.crt of the ConfigMap <fullname>-hold-api-ca the chart publishes in holdfast's
+// namespace (readable by every authenticated user), or of the Secret
+// <fullname>-controller-tls there, mounted as a volume or copied into the supervisor's.
 func LoadCA(path string) (*x509.CertPool, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {

@@ -29,7 +29,9 @@ func Example() {
 	// Preflight first: which calls the cluster supports, and the CallBound.
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pre, err := c.Preflight(pctx, nil)
+	job := holdfast.TrainJob{Namespace: "team-a", Name: "mnist"}
+	pre, err := c.Preflight(pctx, &job) // about one of its jobs: a namespace-bound caller may
+	// not read the cluster-wide preflight
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,7 +41,6 @@ func Example() {
 		}
 	}
 
-	job := holdfast.TrainJob{Namespace: "team-a", Name: "mnist"}
 	hold := holdfast.CallMeta{Instance: 3, Reason: "node n1 lost"} // larger than any before
 	if err := settle(ctx, c, job, hold, true); err != nil {
 		log.Fatal(err)

@@ -101,7 +101,14 @@ func TestNoDeadlineIsRefusedBeforeAnythingIsSent(t *testing.T) {
 
 func TestAgainstTheRealController(t *testing.T) {
 	w := newWorld(t, "HOLDFAST_IT_TOKEN_FILE")
-	p, err := w.client.Preflight(deadlineIn(t, 30*time.Second), nil)
+	// A supervisor bound in its namespace (rbac.holdCallerBindings) may not read the
+	// cluster-wide preflight; it asks about one of its TrainJobs.
+	_, err := w.client.Preflight(deadlineIn(t, 30*time.Second), nil)
+	if !errors.Is(err, ErrForbidden) {
+		t.Fatalf("the cluster-wide preflight by a namespace-bound caller: want ErrForbidden, got %v", err)
+	}
+	stale := w.job("stale")
+	p, err := w.client.Preflight(deadlineIn(t, 30*time.Second), &stale)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ mod cluster_smoke;
 mod controller_configmaps;
 mod events;
 mod faults;
+mod go_client;
 mod hold_api_audience;
 mod hold_race;
 mod holder;
