@@ -1198,11 +1198,22 @@ async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_read
     // The remedy: a runtime whose containers request resources (the fixture's). Its job is
     // admitted, and only through holdfast's check: once Kueue has reserved quota the Workload
     // carries it, or nothing would keep the job at its start gate.
+    // Kueue lists a queue's checks on the Workload in its own write after reserving quota, so
+    // the Workload is judged once it lists some, or once it is admitted (with none listed
+    // then, the check was skipped).
     f.create_job("requesting", json!({})).await;
     let wl = f
-        .workload_when("requesting", "Kueue reserves quota", |w| {
-            !w["status"]["admission"].is_null()
-        })
+        .workload_when(
+            "requesting",
+            "Kueue reserves quota and lists the checks, or admits it",
+            |w| {
+                !w["status"]["admission"].is_null()
+                    && (w["status"]["admissionChecks"]
+                        .as_array()
+                        .is_some_and(|c| !c.is_empty())
+                        || kueue_support::condition(w, "Admitted"))
+            },
+        )
         .await;
     let checks: Vec<&str> = wl["status"]["admissionChecks"]
         .as_array()
