@@ -13,6 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use holdfast_core::readmission::{
     is_our_check,
+    multikueue::{UnderMultiKueue, is_multikueue_check, multikueue_check_of},
     queues::{
         QueueGate, admitted_without_flavor, cluster_queue_of, covered_resources, queue_gate,
         requests_nothing_covered,
@@ -163,6 +164,69 @@ impl Queues {
             .filter(|c| is_our_check(&c.data))
             .filter_map(|c| c.metadata.name.clone())
             .collect()
+    }
+
+    /// The names of MultiKueue's AdmissionChecks (`controllerName: kueue.x-k8s.io/multikueue`).
+    pub fn multikueue_checks(&self) -> BTreeSet<String> {
+        self.0
+            .checks
+            .store
+            .state()
+            .iter()
+            .filter(|c| is_multikueue_check(&c.data))
+            .filter_map(|c| c.metadata.name.clone())
+            .collect()
+    }
+
+    /// Whether `workload` (as read) goes through a ClusterQueue that lists MultiKueue's
+    /// AdmissionCheck. `None` also while the watches have not listed, or the queue cannot be
+    /// resolved: [`Queues::gate_for`] refuses Release and Open then.
+    pub fn multikueue_for(&self, workload: &Value) -> Option<UnderMultiKueue> {
+        if !self.synced() {
+            return None;
+        }
+        let local = |ns: &str, name: &str| {
+            Self::object(
+                &self.0.local.store,
+                ObjectRef::new_with(name, local_queue_resource()).within(ns),
+            )
+        };
+        let cluster_queue = cluster_queue_of(workload, local).ok()?;
+        let found = Self::object(
+            &self.0.cluster.store,
+            ObjectRef::new_with(&cluster_queue, cluster_queue_resource()),
+        )?;
+        multikueue_check_of(&found, &self.multikueue_checks()).map(|check| UnderMultiKueue::Queue {
+            cluster_queue,
+            check,
+        })
+    }
+
+    /// [`Queues::multikueue_for`] a job queued in LocalQueue `namespace/queue`.
+    pub fn multikueue_for_queue(&self, namespace: &str, queue: &str) -> Option<UnderMultiKueue> {
+        self.multikueue_for(&serde_json::json!({
+            "metadata": {"namespace": namespace, "name": "(new)"},
+            "spec": {"queueName": queue},
+        }))
+    }
+
+    /// Every ClusterQueue that lists MultiKueue's AdmissionCheck: `(queue, check)`.
+    pub fn multikueue(&self) -> Vec<(String, String)> {
+        let checks = self.multikueue_checks();
+        let mut out: Vec<(String, String)> = self
+            .0
+            .cluster
+            .store
+            .state()
+            .iter()
+            .filter_map(|cq| {
+                let name = cq.metadata.name.clone()?;
+                let value = serde_json::to_value(&**cq).ok()?;
+                multikueue_check_of(&value, &checks).map(|check| (name, check))
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     fn object(store: &Store<DynamicObject>, r: ObjectRef<DynamicObject>) -> Option<Value> {

@@ -53,6 +53,10 @@ pub struct TrainJobSpec {
     /// `spec.runtimeRef`, as stored (the CRD applies its defaults on admission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_ref: Option<RuntimeRefFields>,
+    /// `spec.managedBy`: `kueue.x-k8s.io/multikueue` puts the job under MultiKueue
+    /// (`holdfast_core::readmission::multikueue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

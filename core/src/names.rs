@@ -80,6 +80,13 @@ pub const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
 /// Kueue's label (or annotation) naming a prebuilt Workload a job is to adopt: Kueue makes
 /// the job the controller of the Workload it names and lets go of any other.
 pub const PREBUILT_WORKLOAD_LABEL: &str = "kueue.x-k8s.io/prebuilt-workload-name";
+/// Kueue's MultiKueue AdmissionCheck controller (`spec.controllerName`), and the
+/// `spec.managedBy` Kueue's webhook gives a job queued in a ClusterQueue that lists such a
+/// check (Kueue v0.19 `MultiKueueControllerName`).
+pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
+/// Kueue's label on the copies MultiKueue creates in a worker cluster (the remote Workload
+/// and the remote job), naming the manager they came from (`MultiKueueOriginLabel`).
+pub const MULTIKUEUE_ORIGIN_LABEL: &str = "kueue.x-k8s.io/multikueue-origin";
 
 /// The name of a TrainJob's snapshot ConfigMap.
 pub fn snapshot_name(trainjob: &str) -> String {

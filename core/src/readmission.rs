@@ -807,6 +807,7 @@ pub fn activate_check(check: &mut Value, now: &str) -> bool {
 }
 
 pub mod gate_policy;
+pub mod multikueue;
 pub mod queues;
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ use holdfast_core::{
         RejectCause, Status, apply, decide, switch,
     },
     mode::Mode,
+    names::QUEUE_NAME_LABEL,
+    readmission::multikueue::{UnderMultiKueue, under_multikueue},
     snapshot::OpenGate,
 };
 use jiff::Timestamp;
@@ -352,6 +354,28 @@ impl HoldExecutor {
         }
     }
 
+    /// Whether the TrainJob (as read) is under MultiKueue: its `spec.managedBy`, or in Kueue
+    /// mode the ClusterQueue of its Workload (else of its queue label). Every hold call
+    /// refuses then (`holdfast_core::readmission::multikueue`).
+    fn under_multikueue(
+        &self,
+        trainjob: &Value,
+        workload: Option<&Value>,
+    ) -> Option<UnderMultiKueue> {
+        let queue = self.queues.as_ref().and_then(|queues| match workload {
+            Some(w) => queues.multikueue_for(w),
+            None => {
+                let namespace = trainjob.pointer("/metadata/namespace")?.as_str()?;
+                let queue = trainjob
+                    .pointer("/metadata/labels")?
+                    .get(QUEUE_NAME_LABEL)?
+                    .as_str()?;
+                queues.multikueue_for_queue(namespace, queue)
+            }
+        });
+        under_multikueue(trainjob, queue)
+    }
+
     /// The read-decide-write loop of one call.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
@@ -379,6 +403,9 @@ impl HoldExecutor {
                     .and_then(Value::as_str)
                     .map(str::to_owned);
                 observed.pods.clear();
+            }
+            if let Some(under) = self.under_multikueue(&read.trainjob, read.workload.as_ref()) {
+                return Err(HoldError::unsupported(under.refusal(kind)));
             }
             if let (Some(queues), Some(workload)) = (&self.queues, &read.workload)
                 && let Some(why) = queues.gate_for(workload).refusal_for(kind)

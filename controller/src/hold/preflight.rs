@@ -34,6 +34,7 @@ use std::{
 use holdfast_core::{
     hold::{Call, CallKind, CallMeta, CallerId, Decision, HeldView, HoldError, apply, decide},
     mode::Mode,
+    readmission::multikueue::UnderMultiKueue,
     rfc3339,
 };
 use jiff::Timestamp;
@@ -265,6 +266,11 @@ pub struct PreflightReport {
     /// every flavor, and why. A job queued there can be held, but not released or opened.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ungated_cluster_queues: Vec<UngatedQueue>,
+    /// Kueue mode: every ClusterQueue that lists MultiKueue's AdmissionCheck, and why that
+    /// matters. holdfast does not support MultiKueue yet: Hold, Release and Open of a job
+    /// queued there answer `Unsupported`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub multikueue_cluster_queues: Vec<UngatedQueue>,
 }
 
 /// `GET /v1/preflight`'s answer: the report with `"result":"Ok"`.
@@ -300,6 +306,7 @@ impl PreflightReport {
             checks,
             calls,
             ungated_cluster_queues: Vec::new(),
+            multikueue_cluster_queues: Vec::new(),
         }
     }
 
@@ -584,6 +591,18 @@ pub(crate) async fn run(
             .ungated()
             .into_iter()
             .map(|(name, why)| UngatedQueue { name, why })
+            .collect();
+        report.multikueue_cluster_queues = queues
+            .multikueue()
+            .into_iter()
+            .map(|(name, check)| {
+                let why = UnderMultiKueue::Queue {
+                    cluster_queue: name.clone(),
+                    check,
+                }
+                .refusals();
+                UngatedQueue { name, why }
+            })
             .collect();
     }
     report

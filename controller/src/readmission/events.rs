@@ -2,7 +2,7 @@
 //! pods it waits for), passed, and a queue without the check. Published when the gate's
 //! write of the check lands — so once per change of what it says, not once per reconcile.
 
-use holdfast_core::readmission::WaitReason;
+use holdfast_core::readmission::{WaitReason, multikueue::UnderMultiKueue};
 
 use crate::events::Notice;
 
@@ -44,6 +44,25 @@ pub fn queue_without_check(why: &str) -> Notice {
         format!(
             "{why}. Until it does, Release and Open of this TrainJob answer Unsupported (Hold \
              goes ahead: stopping is always safe)."
+        ),
+    )
+}
+
+/// The check on a Workload MultiKueue copied into this (worker) cluster stays Pending:
+/// `message` says why.
+pub fn multikueue_copy(message: &str) -> Notice {
+    Notice::warning("MultiKueueCopyPending", ACTION, format!("{message}."))
+}
+
+/// The TrainJob is under MultiKueue, which holdfast does not support yet.
+pub fn under_multikueue(under: &UnderMultiKueue) -> Notice {
+    Notice::warning(
+        "MultiKueueUnsupported",
+        ACTION,
+        format!(
+            "{}. Its runtime snapshot stays in this cluster: the worker cluster that runs it \
+             uses its own runtime.",
+            under.refusals()
         ),
     )
 }

@@ -24,6 +24,7 @@ pub struct ReadmissionMetrics {
     writes: Family<StepLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     ungated: Gauge,
+    multikueue: Gauge,
 }
 
 impl ReadmissionMetrics {
@@ -32,7 +33,7 @@ impl ReadmissionMetrics {
         registry.register(
             "holdfast_readmission_writes",
             "Writes of the readmission gate and the hold transfer, by step (claim, raise_attempt, \
-             ready, wait_<reason>, transfer_mark, transfer_hold, transfer_release, check_active)",
+             ready, wait_<reason>, wait_multikueue_copy, transfer_mark, transfer_hold, transfer_release, check_active)",
             Declared(self.writes.clone()),
         );
         registry.register(
@@ -47,6 +48,22 @@ impl ReadmissionMetrics {
              held, released or opened until it does",
             self.ungated.clone(),
         );
+        registry.register(
+            "holdfast_readmission_multikueue_trainjobs",
+            "TrainJobs under MultiKueue (spec.managedBy, or a ClusterQueue listing MultiKueue's \
+             AdmissionCheck): holdfast does not support MultiKueue yet, so they cannot be held, \
+             released or opened, and their runtime snapshot does not reach the worker cluster",
+            self.multikueue.clone(),
+        );
+    }
+
+    pub(crate) fn set_multikueue(&self, n: usize) {
+        self.multikueue.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// TrainJobs counted as under MultiKueue (for tests).
+    pub fn multikueue(&self) -> i64 {
+        self.multikueue.get()
     }
 
     pub(crate) fn set_ungated(&self, n: usize) {

@@ -18,6 +18,9 @@
 //!   holds off Workloads being deleted, then serves the gate on each live Workload.
 //! - **The orphan sweep** ([`sweep`]): held Workloads being deleted whose TrainJob is gone
 //!   lose the hold finalizer.
+//! - **MultiKueue's copies** ([`remote`]): in a worker cluster, the Workloads MultiKueue
+//!   copies in have no TrainJob owner before admission; their check stays `Pending` with a
+//!   message saying why (holdfast does not support MultiKueue workers yet).
 //!
 //! Only the leader may run this: every write assumes it is the only gate. Run it under
 //! [`crate::leader`]; [`run`] does no leader election itself.
@@ -28,6 +31,7 @@ mod error;
 mod events;
 mod metrics;
 mod reconcile;
+mod remote;
 mod sweep;
 
 use std::sync::{Arc, Mutex};
@@ -51,6 +55,8 @@ use crate::backoff::Backoffs;
 use crate::events::{EventMetrics, Publisher, PublisherConfig};
 use crate::trainjob::{self, Feed};
 use crate::{pods::JOBSET_NAME_LABEL, resources};
+use holdfast_core::names::MULTIKUEUE_ORIGIN_LABEL;
+use kube::ResourceExt;
 
 /// The readmission gate. Cheap to clone.
 #[derive(Clone)]
@@ -163,6 +169,7 @@ impl ReadmissionGate {
         }
         let _forget = ForgetStore(&self.workloads);
         let (poke, poked) = futures::channel::mpsc::unbounded();
+        let (poke_remote, remote_poked) = futures::channel::mpsc::unbounded();
         let workload_stream = watcher(
             namespaced(&workload_ar),
             watcher::Config::default().any_semantic(),
@@ -176,6 +183,11 @@ impl ReadmissionGate {
                 && w.metadata.deletion_timestamp.is_some()
             {
                 let _ = poke.unbounded_send(());
+            }
+            if let Ok(w) = w
+                && w.labels().contains_key(MULTIKUEUE_ORIGIN_LABEL)
+            {
+                let _ = poke_remote.unbounded_send(());
             }
         });
 
@@ -229,11 +241,19 @@ impl ReadmissionGate {
             queues,
             events,
             ungated: std::sync::Mutex::default(),
+            multikueue: std::sync::Mutex::default(),
         });
         tasks.spawn(sweep::run(
             ctx.clone(),
             trainjobs.clone(),
             poked,
+            config.sweep_interval,
+            shutdown.child_token(),
+        ));
+
+        tasks.spawn(remote::run(
+            ctx.clone(),
+            remote_poked,
             config.sweep_interval,
             shutdown.child_token(),
         ));

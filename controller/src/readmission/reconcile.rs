@@ -17,7 +17,7 @@ use holdfast_core::{
     readmission::{
         CHECK_PENDING, CHECK_READY, CLAIM_TEXT, GateStep, Pods, READY_TEXT, TrainJobView,
         TransferStep, WaitReason, WorkloadView, check_message, decide_gate, decide_transfer,
-        raise_attempt, set_checks,
+        multikueue::under_multikueue, raise_attempt, set_checks,
     },
     rfc3339,
 };
@@ -57,6 +57,8 @@ pub(crate) struct Context {
     pub(crate) events: Publisher,
     /// TrainJobs under holdfast's control whose Workload is in a queue without the gate.
     pub(crate) ungated: Mutex<HashSet<(String, String)>>,
+    /// TrainJobs under MultiKueue.
+    pub(crate) multikueue: Mutex<HashSet<(String, String)>>,
 }
 
 impl Context {
@@ -133,6 +135,7 @@ pub(crate) async fn reconcile(trainjob: Arc<Watched>, ctx: Arc<Context>) -> Resu
     let cached_workloads = ctx.cached_workloads(&namespace, &uid);
     let key = ObjectRef::from_obj(&*trainjob).erase();
     watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
+    watch_multikueue(&ctx, &trainjob, &cached, &cached_workloads);
     if decoded && !needs_work(&cached, &cached_workloads, &ours) {
         ctx.backoff.succeeded(&key);
         return Ok(Action::requeue(ctx.config.resync));
@@ -183,6 +186,64 @@ async fn watch_queue(ctx: &Context, trainjob: &Watched, cached: &Value, workload
     }
 }
 
+/// Makes MultiKueue visible: a TrainJob under MultiKueue (its `spec.managedBy`, or its
+/// Workload's or queue's ClusterQueue listing MultiKueue's AdmissionCheck) gets a Warning
+/// Event when it is first seen so, and is counted in
+/// `holdfast_readmission_multikueue_trainjobs` while it stays so. Every hold call of it
+/// answers `Unsupported`.
+fn watch_multikueue(ctx: &Context, trainjob: &Watched, cached: &Value, workloads: &[Value]) {
+    let key = (
+        trainjob.namespace().unwrap_or_default(),
+        trainjob.name_any(),
+    );
+    let queue = workloads
+        .iter()
+        .filter(|w| !holdfast_core::readmission::terminating(w))
+        .find_map(|w| ctx.queues.multikueue_for(w))
+        .or_else(|| {
+            let queue = cached
+                .pointer("/metadata/labels")?
+                .get(holdfast_core::names::QUEUE_NAME_LABEL)?
+                .as_str()?;
+            ctx.queues.multikueue_for_queue(&key.0, queue)
+        });
+    let under = under_multikueue(cached, queue);
+    let newly = {
+        let Ok(mut set) = ctx.multikueue.lock() else {
+            return;
+        };
+        let newly = match &under {
+            Some(_) => set.insert(key.clone()),
+            None => {
+                set.remove(&key);
+                false
+            }
+        };
+        ctx.metrics.set_multikueue(set.len());
+        newly
+    };
+    if let (true, Some(under)) = (newly, under) {
+        tracing::warn!(namespace = key.0, trainjob = key.1, "{}", under.what());
+        ctx.events.publish(
+            &trainjob.object_ref(&()),
+            gate_events::under_multikueue(&under),
+        );
+    }
+}
+
+/// Forgets TrainJob `namespace/name` in the gauges of queues.
+fn forget(ctx: &Context, namespace: &str, name: &str) {
+    let key = (namespace.to_owned(), name.to_owned());
+    if let Ok(mut set) = ctx.ungated.lock() {
+        set.remove(&key);
+        ctx.metrics.set_ungated(set.len());
+    }
+    if let Ok(mut set) = ctx.multikueue.lock() {
+        set.remove(&key);
+        ctx.metrics.set_multikueue(set.len());
+    }
+}
+
 pub(crate) fn error_policy(trainjob: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(error.metric_label());
     let key = ObjectRef::from_obj(&*trainjob).erase();
@@ -215,10 +276,7 @@ async fn drive(
     for _ in 0..MAX_ROUNDS {
         let Some(read) = read(ctx, namespace, name, uid).await? else {
             // Gone, or another TrainJob of the same name: nothing of this one to serve.
-            if let Ok(mut set) = ctx.ungated.lock() {
-                set.remove(&(namespace.to_owned(), name.to_owned()));
-                ctx.metrics.set_ungated(set.len());
-            }
+            forget(ctx, namespace, name);
             return Ok(Action::await_change());
         };
         let result = step(ctx, namespace, name, &read, ours).await;

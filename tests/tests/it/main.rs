@@ -35,6 +35,7 @@ mod lost_nodes;
 mod match_conditions;
 mod metrics;
 mod mode_switch;
+mod multikueue;
 mod node;
 mod outage;
 mod pod_replacement;
