@@ -88,6 +88,11 @@ pub enum Probe {
     /// (`controllerName: holdfast.dev/readmission`) exists. Without it a released job would
     /// run without the gate's pod check.
     ReadmissionCheck,
+    /// Kueue mode: the chart's readmission-gate ValidatingAdmissionPolicy and its binding
+    /// exist as the chart renders them (read by name; see
+    /// `holdfast_core::readmission::gate_policy`). Without them Kueue may admit a released
+    /// job before the gate is Ready.
+    ReadmissionGatePolicy,
     /// A server-side dry-run hold: the hold write PUT with `dryRun=All`.
     HoldRoundTrip,
     /// `validation.engine` policy or both: the apiserver enforces holdfast's
@@ -101,11 +106,6 @@ impl Probe {
         let mut probes = vec![
             Probe::GetTrainjobs,
             Probe::UpdateTrainjobs,
-    /// Kueue mode: the chart's readmission-gate ValidatingAdmissionPolicy and its binding
-    /// exist as the chart renders them (read by name; see
-    /// `holdfast_core::readmission::gate_policy`). Without them Kueue may admit a released
-    /// job before the gate is Ready.
-    ReadmissionGatePolicy,
             Probe::ListPods,
             Probe::CreateTokenreviews,
             Probe::CreateSubjectaccessreviews,
@@ -136,6 +136,7 @@ impl Probe {
                 &[Hold, Release, Open, Status]
             }
             (Probe::UpdateWorkloads | Probe::ReadmissionCheck, Mode::Kueue) => &[Hold, Release],
+            (Probe::ReadmissionGatePolicy, Mode::Kueue) => &[Release, Open],
             (Probe::HoldRoundTrip, _) => &[Hold, Release],
             // Nothing keeps a hold, or the start gate, if the rules are not enforced.
             (Probe::AdmissionPolicies, _) => &[Hold, Release, Open],
@@ -149,7 +150,6 @@ impl Probe {
             Probe::GetTrainjobs => ("trainer.kubeflow.org", "trainjobs", "get"),
             Probe::UpdateTrainjobs => ("trainer.kubeflow.org", "trainjobs", "update"),
             Probe::ListPods => ("", "pods", "list"),
-            (Probe::ReadmissionGatePolicy, Mode::Kueue) => &[Release, Open],
             Probe::ListWorkloads => ("kueue.x-k8s.io", "workloads", "list"),
             Probe::UpdateWorkloads => ("kueue.x-k8s.io", "workloads", "update"),
             Probe::CreateTokenreviews => ("authentication.k8s.io", "tokenreviews", "create"),
@@ -159,6 +159,7 @@ impl Probe {
             Probe::TrainjobsServed
             | Probe::WorkloadsServed
             | Probe::ReadmissionCheck
+            | Probe::ReadmissionGatePolicy
             | Probe::HoldRoundTrip
             | Probe::AdmissionPolicies => return None,
         })
@@ -184,7 +185,6 @@ pub enum Gated {
     Hold,
     Release,
     Open,
-            | Probe::ReadmissionGatePolicy
     Status,
 }
 
@@ -535,6 +535,9 @@ pub(crate) async fn run(
     if config.policy_probe.is_some() {
         probes.push(Probe::AdmissionPolicies);
     }
+    if mode == Mode::Kueue && config.gate_policy.is_some() {
+        probes.push(Probe::ReadmissionGatePolicy);
+    }
     for probe in probes {
         let check = match probe {
             Probe::TrainjobsServed => {
@@ -556,6 +559,10 @@ pub(crate) async fn run(
                 .await
             }
             Probe::ReadmissionCheck => readmission_check(&mut reqs).await,
+            Probe::ReadmissionGatePolicy => match &config.gate_policy {
+                Some(name) => gate_policy(&mut reqs, name).await,
+                None => Check::new(probe, CheckResult::NotChecked, "not asked for"),
+            },
             Probe::AdmissionPolicies => match &config.policy_probe {
                 Some(p) => policies_enforced(&mut reqs, p).await,
                 None => Check::new(probe, CheckResult::NotChecked, "not asked for"),
@@ -573,9 +580,6 @@ pub(crate) async fn run(
                     ),
                 },
             },
-    if mode == Mode::Kueue && config.gate_policy.is_some() {
-        probes.push(Probe::ReadmissionGatePolicy);
-    }
             _ => access(&mut reqs, probe).await,
         };
         checks.push(check);
@@ -609,10 +613,6 @@ pub(crate) async fn run(
 }
 
 /// A SelfSubjectAccessReview of the probe's access, cluster-wide.
-            Probe::ReadmissionGatePolicy => match &config.gate_policy {
-                Some(name) => gate_policy(&mut reqs, name).await,
-                None => Check::new(probe, CheckResult::NotChecked, "not asked for"),
-            },
 async fn access(reqs: &mut CallRequests<'_>, probe: Probe) -> Check {
     let Some((group, resource, verb)) = probe.access() else {
         return Check::new(probe, CheckResult::NotChecked, "not an access probe");
@@ -697,6 +697,42 @@ async fn readmission_check(reqs: &mut CallRequests<'_>) -> Check {
     }
 }
 
+/// Whether the readmission-gate policy `name` and its binding are installed as the chart
+/// renders them.
+async fn gate_policy(reqs: &mut CallRequests<'_>, name: &str) -> Check {
+    let probe = Probe::ReadmissionGatePolicy;
+    let base = "/apis/admissionregistration.k8s.io/v1";
+    let mut read = Vec::with_capacity(2);
+    for kind in [
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    ] {
+        match reqs.get_path(&format!("{base}/{kind}/{name}")).await {
+            Ok(object) => read.push(Some(object)),
+            Err(e) if e.code() == Some(404) => read.push(None),
+            Err(e) if e.code() == Some(403) => {
+                return Check::new(
+                    probe,
+                    CheckResult::Failed,
+                    format!(
+                        "the controller may not get {kind} {name} (the chart grants it by \
+                         name): {e}"
+                    ),
+                );
+            }
+            Err(e) => return Check::new(probe, CheckResult::NotChecked, e.to_string()),
+        }
+    }
+    match holdfast_core::readmission::gate_policy::gate_policy_problem(
+        name,
+        read.first().and_then(Option::as_ref),
+        read.get(1).and_then(Option::as_ref),
+    ) {
+        None => Check::new(probe, CheckResult::Passed, name),
+        Some(why) => Check::new(probe, CheckResult::Failed, why),
+    }
+}
+
 /// The ConfigMap [`policies_enforced`] dry-runs: no snapshot name, label or owner.
 pub const POLICY_PROBE_CONFIGMAP: &str = "holdfast-preflight-policy-probe";
 
@@ -747,42 +783,6 @@ fn policy_verdict(
 
 /// Whether the API group version at `path` serves `resource`.
 async fn served(reqs: &mut CallRequests<'_>, probe: Probe, path: &str, resource: &str) -> Check {
-/// Whether the readmission-gate policy `name` and its binding are installed as the chart
-/// renders them.
-async fn gate_policy(reqs: &mut CallRequests<'_>, name: &str) -> Check {
-    let probe = Probe::ReadmissionGatePolicy;
-    let base = "/apis/admissionregistration.k8s.io/v1";
-    let mut read = Vec::with_capacity(2);
-    for kind in [
-        "validatingadmissionpolicies",
-        "validatingadmissionpolicybindings",
-    ] {
-        match reqs.get_path(&format!("{base}/{kind}/{name}")).await {
-            Ok(object) => read.push(Some(object)),
-            Err(e) if e.code() == Some(404) => read.push(None),
-            Err(e) if e.code() == Some(403) => {
-                return Check::new(
-                    probe,
-                    CheckResult::Failed,
-                    format!(
-                        "the controller may not get {kind} {name} (the chart grants it by \
-                         name): {e}"
-                    ),
-                );
-            }
-            Err(e) => return Check::new(probe, CheckResult::NotChecked, e.to_string()),
-        }
-    }
-    match holdfast_core::readmission::gate_policy::gate_policy_problem(
-        name,
-        read.first().and_then(Option::as_ref),
-        read.get(1).and_then(Option::as_ref),
-    ) {
-        None => Check::new(probe, CheckResult::Passed, name),
-        Some(why) => Check::new(probe, CheckResult::Failed, why),
-    }
-}
-
     match reqs.get_path(path).await {
         Ok(list) => {
             let found = list
