@@ -267,6 +267,14 @@ pub struct CertArgs {
     /// How often the Secrets and the caBundles are checked at most.
     #[arg(long, env = "HOLDFAST_CERT_CHECK_INTERVAL", default_value = "30s", value_parser = duration::parse)]
     pub cert_check_interval: Duration,
+    /// The ConfigMap (in --cert-namespace) the hold API's CA is published in, key `ca.crt`,
+    /// for supervisors in any namespace. Empty: not published.
+    #[arg(long, env = "HOLDFAST_HOLD_API_CA_CONFIGMAP", default_value = "")]
+    pub hold_api_ca_configmap: String,
+    /// External certificates: the MutatingWebhookConfiguration whose caBundle is the hold
+    /// API's CA, copied into --hold-api-ca-configmap every --cert-check-interval.
+    #[arg(long, env = "HOLDFAST_HOLD_API_CA_SOURCE", default_value = "")]
+    pub hold_api_ca_source: String,
 }
 
 /// The configuration of each part, as the flags ask for it.
@@ -375,7 +383,16 @@ impl CertArgs {
             validating_webhooks: self.cert_validating_webhooks.clone(),
             policy,
             check_interval: self.cert_check_interval.max(Duration::from_secs(1)),
+            hold_api_ca: self.hold_api_ca(),
         }))
+    }
+
+    /// Where the hold API's CA is published, if it is.
+    pub fn hold_api_ca(&self) -> Option<crate::hold_api_ca::Published> {
+        (!self.hold_api_ca_configmap.is_empty()).then(|| crate::hold_api_ca::Published {
+            namespace: self.cert_namespace.clone(),
+            name: self.hold_api_ca_configmap.clone(),
+        })
     }
 }
 

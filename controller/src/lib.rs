@@ -10,6 +10,7 @@ pub mod events;
 pub mod execution;
 pub mod held;
 pub mod hold;
+pub mod hold_api_ca;
 pub mod leader;
 pub mod metrics;
 pub mod pods;

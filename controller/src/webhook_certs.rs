@@ -71,6 +71,9 @@ pub struct CertConfig {
     pub policy: RotationPolicy,
     /// Upper bound of the wait between two reconciles in [`run`].
     pub check_interval: Duration,
+    /// Where the trust bundle is published for the hold API's clients
+    /// ([`crate::hold_api_ca`]); `None`: not published.
+    pub hold_api_ca: Option<crate::hold_api_ca::Published>,
 }
 
 /// Why a reconcile did not finish; the next one retries.
@@ -125,6 +128,8 @@ pub struct Outcome {
     pub injections: Vec<(String, Injection)>,
     /// The trust bundle now published (PEM, current CA first).
     pub bundle_pem: String,
+    /// Whether the hold API's CA ConfigMap was written ([`CertConfig::hold_api_ca`]).
+    pub ca_published: bool,
     /// When the current CA expires.
     pub ca_not_after: SystemTime,
     /// When each serving certificate now in its Secret expires, in configuration order.
@@ -148,6 +153,7 @@ impl Outcome {
                 .injections
                 .iter()
                 .any(|(_, i)| *i == Injection::Injected)
+            || self.ca_published
     }
 }
 
@@ -287,7 +293,8 @@ pub async fn inject_ca_bundle(
     }
 }
 
-/// One pass: CA, trust bundle, caBundle injection, serving certificates (in that order).
+/// One pass: CA, trust bundle, caBundle injection, the hold API's published CA, serving
+/// certificates (in that order).
 pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, CertsError> {
     let now = SystemTime::now();
     let policy = &config.policy;
@@ -365,7 +372,17 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
         }
     }
 
-    // 3. Serving certificates, from a CA the apiserver has now been given.
+    // 3. The bundle published for the hold API's clients, before a certificate they would
+    // need it for is served.
+    let ca_published = match &config.hold_api_ca {
+        Some(to) => crate::hold_api_ca::publish(client, to, &bundle_pem)
+            .await
+            .map_err(kube_err(format!("ConfigMap {}/{}", to.namespace, to.name)))?,
+        None => false,
+    };
+
+    // 4. Serving certificates, from a CA the apiserver (and the hold API's clients) have now
+    // been given.
     let mut serving = Vec::new();
     let mut serving_infos = Vec::new();
     let mut serving_not_after = Vec::new();
@@ -446,6 +463,7 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
         serving,
         injections,
         bundle_pem,
+        ca_published,
         ca_not_after: authority.info.not_after,
         serving_not_after,
         next_change,

@@ -82,6 +82,24 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let api_up = Arc::new(AtomicBool::new(false));
     let mut tasks = tokio::task::JoinSet::new();
 
+    // The hold API's CA for its clients: self-managed, the certificate reconcile publishes
+    // it; otherwise it is copied from the webhook configuration the chart names.
+    if let (None, Some(to)) = (&cert_config, args.certs.hold_api_ca()) {
+        let source = args.certs.hold_api_ca_source.clone();
+        anyhow::ensure!(
+            !source.is_empty(),
+            "--hold-api-ca-configmap needs --hold-api-ca-source (the MutatingWebhookConfiguration whose caBundle to publish) when certificates are external"
+        );
+        tasks.spawn(crate::hold_api_ca::keep_copied(
+            client.clone(),
+            source,
+            to,
+            args.certs
+                .cert_check_interval
+                .max(std::time::Duration::from_secs(1)),
+            shutdown.clone(),
+        ));
+    }
     if let Some(cert_config) = cert_config {
         tasks.spawn(webhook_certs::run(
             client.clone(),

@@ -345,7 +345,10 @@ impl ServiceHoldApi {
             }
         };
         let status = resp.status().as_u16();
-        (status, resp.json().await.expect("a JSON body"))
+        let answer = resp.json().await.expect("a JSON body");
+        let path = format!("/v1/namespaces/{ns}/trainjobs/{name}/{call}");
+        crate::contract::check_answer("POST", &path, status, &answer);
+        (status, answer)
     }
 
     /// `GET .../trainjobs/{name}/status` as the holder of `token`; the status and JSON body.
@@ -361,7 +364,10 @@ impl ServiceHoldApi {
             .await
             .unwrap_or_else(|e| panic!("status through the Service: {e:#}"));
         let status = resp.status().as_u16();
-        (status, resp.json().await.expect("a JSON body"))
+        let answer = resp.json().await.expect("a JSON body");
+        let path = format!("/v1/namespaces/{ns}/trainjobs/{name}/status");
+        crate::contract::check_answer("GET", &path, status, &answer);
+        (status, answer)
     }
 
     /// `POST /v1/nodes/{node}/fence` as the fencer of `token`; the status and JSON body.
@@ -375,6 +381,8 @@ impl ServiceHoldApi {
             .await
             .unwrap_or_else(|e| panic!("fence through the Service: {e:#}"));
         let status = resp.status().as_u16();
-        (status, resp.json().await.expect("a JSON body"))
+        let answer = resp.json().await.expect("a JSON body");
+        crate::contract::check_answer("POST", &format!("/v1/nodes/{node}/fence"), status, &answer);
+        (status, answer)
     }
 }

@@ -12,6 +12,7 @@ pub mod audit;
 pub mod bench;
 pub mod binaries;
 pub mod chart_on_node;
+pub mod contract;
 pub mod control_plane;
 pub mod controller_policy;
 pub mod crds;

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use serde_json::Value;
+
 use super::{Outcome, Status};
 
 /// The `result` of every success body: always `Ok`.
@@ -29,67 +31,25 @@ pub struct StatusAnswer {
     pub status: Status,
 }
 
-/// The `error` of a failed call's body. A hold-family call fails with one of the first six
-/// (the seed's closed set, [`super::HoldError`]); the others are refusals before any call is
-/// made: `Unauthenticated` (401), `Forbidden` (403), `TooManyRequests` (429) and
-/// `Unavailable` (503), the last two with `Retry-After`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-pub enum ErrorKind {
-    Invalid,
-    Rejected,
-    Unsupported,
-    PodsRemain,
-    Conflict,
-    Unknown,
-    Unauthenticated,
-    Forbidden,
-    TooManyRequests,
-    Unavailable,
-}
-
-impl ErrorKind {
-    pub const ALL: [ErrorKind; 10] = [
-        ErrorKind::Invalid,
-        ErrorKind::Rejected,
-        ErrorKind::Unsupported,
-        ErrorKind::PodsRemain,
-        ErrorKind::Conflict,
-        ErrorKind::Unknown,
-        ErrorKind::Unauthenticated,
-        ErrorKind::Forbidden,
-        ErrorKind::TooManyRequests,
-        ErrorKind::Unavailable,
-    ];
-
-    /// The name as sent.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::Invalid => "Invalid",
-            ErrorKind::Rejected => "Rejected",
-            ErrorKind::Unsupported => "Unsupported",
-            ErrorKind::PodsRemain => "PodsRemain",
-            ErrorKind::Conflict => "Conflict",
-            ErrorKind::Unknown => "Unknown",
-            ErrorKind::Unauthenticated => "Unauthenticated",
-            ErrorKind::Forbidden => "Forbidden",
-            ErrorKind::TooManyRequests => "TooManyRequests",
-            ErrorKind::Unavailable => "Unavailable",
-        }
+impl Outcome {
+    /// The success body: `{"result":"Ok","outcome":"Released","resumed":true}`
+    /// ([`CallAnswer`]).
+    pub fn body(&self) -> Value {
+        serde_json::to_value(CallAnswer {
+            result: Success::Ok,
+            outcome: *self,
+        })
+        .unwrap_or(Value::Null)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::Value;
-
-    #[test]
-    fn error_kinds_are_sent_by_their_names() {
-        for kind in ErrorKind::ALL {
-            assert_eq!(
-                serde_json::to_value(kind).expect("json"),
-                Value::String(kind.as_str().to_owned())
-            );
-        }
+impl Status {
+    /// The success body: this status with `"result":"Ok"` ([`StatusAnswer`]).
+    pub fn body(&self) -> Value {
+        serde_json::to_value(StatusAnswer {
+            result: Success::Ok,
+            status: self.clone(),
+        })
+        .unwrap_or(Value::Null)
     }
 }

@@ -3,8 +3,6 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use super::ErrorKind;
-
 /// Why a call was [`HoldError::Rejected`]: it was well formed, but the state of the world
 /// (or the clock) overtook it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -251,9 +249,68 @@ pub struct ErrorBody {
     pub message: String,
 }
 
+/// The `error` of a failed call's body. A hold-family call fails with one of the first six
+/// (the seed's closed set, [`HoldError`]); the others are refusals before any call is
+/// made: `Unauthenticated` (401), `Forbidden` (403), `TooManyRequests` (429) and
+/// `Unavailable` (503), the last two with `Retry-After`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+pub enum ErrorKind {
+    Invalid,
+    Rejected,
+    Unsupported,
+    PodsRemain,
+    Conflict,
+    Unknown,
+    Unauthenticated,
+    Forbidden,
+    TooManyRequests,
+    Unavailable,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::Invalid,
+        ErrorKind::Rejected,
+        ErrorKind::Unsupported,
+        ErrorKind::PodsRemain,
+        ErrorKind::Conflict,
+        ErrorKind::Unknown,
+        ErrorKind::Unauthenticated,
+        ErrorKind::Forbidden,
+        ErrorKind::TooManyRequests,
+        ErrorKind::Unavailable,
+    ];
+
+    /// The name as sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "Invalid",
+            ErrorKind::Rejected => "Rejected",
+            ErrorKind::Unsupported => "Unsupported",
+            ErrorKind::PodsRemain => "PodsRemain",
+            ErrorKind::Conflict => "Conflict",
+            ErrorKind::Unknown => "Unknown",
+            ErrorKind::Unauthenticated => "Unauthenticated",
+            ErrorKind::Forbidden => "Forbidden",
+            ErrorKind::TooManyRequests => "TooManyRequests",
+            ErrorKind::Unavailable => "Unavailable",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_kinds_are_sent_by_their_names() {
+        for kind in ErrorKind::ALL {
+            assert_eq!(
+                serde_json::to_value(kind).expect("json"),
+                serde_json::Value::String(kind.as_str().to_owned())
+            );
+        }
+    }
 
     fn every_error() -> Vec<HoldError> {
         vec![

@@ -29,13 +29,13 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use answer::{CallAnswer, ErrorKind, StatusAnswer, Success};
+pub use answer::{CallAnswer, StatusAnswer, Success};
 pub use call::{
     CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, CallerId, HeldObject,
     MAX_REASON_BYTES, call_bound, first_unprintable, parse_call, printable, unprintable,
 };
 pub use decide::{Attempts, Decision, MAX_TRIES, decide};
-pub use error::{ErrorBody, HoldError, RejectCause};
+pub use error::{ErrorBody, ErrorKind, HoldError, RejectCause};
 pub use outcome::Outcome;
 pub(crate) use state::parse_decimal;
 pub use state::{HoldRecord, HoldState, Seen};

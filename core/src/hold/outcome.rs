@@ -2,8 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::answer::{CallAnswer, Success};
-
 /// What a successful call did, as reported in `{"result":"Ok","outcome":...}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "outcome")]
@@ -24,16 +22,4 @@ pub enum Outcome {
     Opened { started: bool },
     /// Open: the gate was already open; nothing written.
     AlreadyOpen,
-}
-
-impl Outcome {
-    /// The success body: `{"result":"Ok","outcome":"Released","resumed":true}`.
-    /// The typed body is [`CallAnswer`].
-    pub fn body(&self) -> serde_json::Value {
-        serde_json::to_value(CallAnswer {
-            result: Success::Ok,
-            outcome: *self,
-        })
-        .unwrap_or(serde_json::Value::Null)
-    }
 }

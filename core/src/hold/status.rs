@@ -3,7 +3,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::answer::{StatusAnswer, Success};
 #[cfg(test)]
 use super::classify::Waiting;
 use super::classify::{self, ObjectState, Observed};
@@ -127,15 +126,6 @@ impl Status {
             remaining_pods: Vec::new(),
             start_blocked: None,
         })
-    }
-
-    /// The success body: this status with `"result":"Ok"` ([`StatusAnswer`]).
-    pub fn body(&self) -> Value {
-        serde_json::to_value(StatusAnswer {
-            result: Success::Ok,
-            status: self.clone(),
-        })
-        .unwrap_or(Value::Null)
     }
 }
 

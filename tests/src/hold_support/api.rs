@@ -79,6 +79,7 @@ pub async fn start_api_with(
     }
 }
 
+/// Each answer's body is checked against the contract ([`crate::contract`]).
 impl HoldApi {
     pub async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
         let mut req = self.http.post(format!("{}{path}", self.base)).json(body);
@@ -87,7 +88,9 @@ impl HoldApi {
         }
         let resp = req.send().await.expect("send");
         let status = resp.status().as_u16();
-        (status, resp.json().await.expect("JSON body"))
+        let body = resp.json().await.expect("JSON body");
+        crate::contract::check_answer("POST", path, status, &body);
+        (status, body)
     }
 
     pub async fn get(&self, path: &str, token: &str) -> (u16, Value) {
@@ -99,7 +102,9 @@ impl HoldApi {
             .await
             .expect("send");
         let status = resp.status().as_u16();
-        (status, resp.json().await.expect("JSON body"))
+        let body = resp.json().await.expect("JSON body");
+        crate::contract::check_answer("GET", path, status, &body);
+        (status, body)
     }
 }
 

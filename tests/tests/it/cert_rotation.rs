@@ -216,6 +216,7 @@ async fn webhook_keeps_admitting_across_serving_and_ca_rotations() {
         validating_webhooks: vec![config_name.clone()],
         policy: policy(),
         check_interval: SEC,
+        hold_api_ca: None,
     };
 
     // First pass: the CA and the serving certificate, before the configuration exists.

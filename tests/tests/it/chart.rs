@@ -1191,6 +1191,14 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         // Fenced nodes: one ConfigMap in the release namespace.
         ("update", "", "configmaps", "release", "tbl-holdfast-fences"),
         ("watch", "", "configmaps", "release", "tbl-holdfast-fences"),
+        // The hold API's CA, published for its clients.
+        (
+            "update",
+            "",
+            "configmaps",
+            "release",
+            "tbl-holdfast-hold-api-ca",
+        ),
         // Status says whether a remaining pod's node is Ready.
         ("get", "", "nodes", "", "n"),
         ("create", "events.k8s.io", "events", "tenant", ""),
@@ -1251,6 +1259,13 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
         ),
     ];
     let denied: Vec<Access> = vec![
+        (
+            "update",
+            "",
+            "configmaps",
+            "release",
+            "tbl-holdfast-ca-copy",
+        ),
         ("patch", tj, "trainjobs", "tenant", "job"),
         ("delete", tj, "trainjobs", "tenant", "job"),
         ("create", tj, "trainjobs", "tenant", ""),
@@ -1942,6 +1957,134 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     .expect("helm uninstall");
     assert!(ca_bundles(&admin, name).await.is_empty());
     assert_eq!(secret_versions(&admin, &ns, &secrets).await.len(), 3);
+}
+
+/// The hold API's CA is published in the ConfigMap `<fullname>-hold-api-ca`: written by the
+/// certificate reconcile with exactly the chart's RBAC, readable by name (and by name only)
+/// by a ServiceAccount of another namespace, and its `ca.crt` verifies the hold API's serving
+/// certificate (and a client trusting another CA does not).
+#[tokio::test]
+async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
+    let _live = LIVE_WEBHOOKS.lock().await;
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("hf-ca").await.expect("namespace");
+    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
+    let chart = helm::chart_dir().display().to_string();
+    let release = "pub";
+    let helm_args = |verb: &str| -> Vec<String> {
+        [
+            verb,
+            release,
+            &chart,
+            "--namespace",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    helm.run(&helm_args("install")).expect("helm install");
+    let docs = helm.render(&Install::new(release, &ns)).expect("render");
+    let config = cert_config_from_rendered(&docs);
+    let ctl = cp
+        .service_account_client(&ns, "pub-holdfast-controller")
+        .await
+        .expect("token");
+    let outcome = certs::reconcile(&ctl, &config)
+        .await
+        .expect("reconcile with exactly the chart's RBAC");
+    assert!(outcome.ca_published, "{outcome:?}");
+
+    // dispatch, a ServiceAccount of another namespace, granted nothing but what every
+    // authenticated user has.
+    let tenant = cp.namespace("hf-ca-tenant").await.expect("namespace");
+    let account = k8s_openapi::api::core::v1::ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some("dispatch".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::namespaced(admin.clone(), &tenant)
+        .create(&PostParams::default(), &account)
+        .await
+        .expect("ServiceAccount");
+    let dispatch = cp
+        .service_account_client(&tenant, "dispatch")
+        .await
+        .expect("token");
+    let configmaps: Api<ConfigMap> = Api::namespaced(dispatch, &ns);
+    let published = wait_for("the reader grant", Duration::from_secs(30), || async {
+        configmaps.get("pub-holdfast-hold-api-ca").await.ok()
+    })
+    .await;
+    let ca = published
+        .data
+        .as_ref()
+        .and_then(|d| d.get(holdfast_controller::hold_api_ca::KEY))
+        .cloned()
+        .expect("ca.crt");
+    assert_eq!(ca, outcome.bundle_pem);
+    let listed = configmaps.list(&Default::default()).await;
+    assert!(
+        matches!(&listed, Err(kube::Error::Api(e)) if e.code == 403),
+        "only the one ConfigMap, by name: {listed:?}"
+    );
+
+    // The hold API's serving certificate, served: verified by the published CA only.
+    let tls = Api::<Secret>::namespaced(admin.clone(), &ns)
+        .get("pub-holdfast-controller-tls")
+        .await
+        .expect("the hold API's Secret");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = holdfast_serve::CertFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    for (key, path) in [("tls.crt", &files.cert), ("tls.key", &files.key)] {
+        let bytes = tls
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| b.0.clone())
+            .expect(key);
+        std::fs::write(path, bytes).expect("write");
+    }
+    holdfast_serve::install_crypto_provider();
+    let server = holdfast_serve::TlsServer::bind("127.0.0.1:0".parse().expect("addr"), files)
+        .await
+        .expect("bind");
+    let addr = server.local_addr().expect("addr");
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(server.serve(axum::Router::new(), stop.clone()));
+    let host = format!("pub-holdfast-controller.{ns}.svc");
+    let trusting = |pem: &str| {
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(pem.as_bytes()).expect("PEM"))
+            .resolve(&host, addr)
+            .build()
+            .expect("client")
+    };
+    let url = format!("https://{host}:{}/v1/openapi.json", addr.port());
+    let answer = trusting(&ca).get(&url).send().await;
+    assert!(answer.is_ok(), "the published CA verifies it: {answer:?}");
+    let other = trusting(cp.ca_pem()).get(&url).send().await;
+    assert!(other.is_err(), "another CA does not: {other:?}");
+    stop.cancel();
+    let uninstall = [
+        "uninstall",
+        release,
+        "--namespace",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+    ];
+    helm.run(&uninstall.map(str::to_owned))
+        .expect("helm uninstall");
 }
 
 #[tokio::test]

@@ -1,11 +1,11 @@
 //! What holdfast's controller may do to ConfigMaps. Its ClusterRole lets it create and delete
 //! ConfigMaps in every namespace; the chart's policy `<fullname>-controller-configmaps`
 //! narrows that to the writes it makes (a snapshot, the deletion of an orphaned one, its
-//! fences). Each test registers the policy as the chart renders it, then acts with the
+//! fences, the hold API's CA). Each test registers the policy as the chart renders it, then acts with the
 //! controller's own token against the real apiserver.
 
-use holdfast_controller::execution;
 use holdfast_controller::snapshot::{Config, SnapshotMetrics, Snapshotter};
+use holdfast_controller::{execution, hold_api_ca};
 use holdfast_core::names;
 use holdfast_serve::Readiness;
 use holdfast_tests::controller_policy;
@@ -23,6 +23,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const MINUTE: Duration = Duration::from_secs(60);
+/// The chart's `<fullname>-hold-api-ca` for release `holdfast`.
+const HOLD_API_CA: &str = "holdfast-hold-api-ca";
 
 fn dry() -> PostParams {
     PostParams {
@@ -114,6 +116,16 @@ async fn the_controller_may_not_create_or_delete_configmaps_that_are_not_its_own
         cms.create(&dry(), &configmap(json!({"metadata": {"name": FENCES}})))
             .await,
         &format!("create of configmap {ns}/{FENCES}"),
+    );
+
+    // The hold API CA's name anywhere but the release namespace.
+    refused_by_the_policy(
+        cms.create(
+            &dry(),
+            &configmap(json!({"metadata": {"name": HOLD_API_CA}})),
+        )
+        .await,
+        &format!("create of configmap {ns}/{HOLD_API_CA}"),
     );
 
     // Someone else's ConfigMap: not deleted (nor is kube-system's own).
@@ -339,6 +351,17 @@ async fn the_controllers_own_configmap_writes_pass_the_policy() {
         fences.contains_key("node-a") && fences.contains_key("node-b"),
         "{fences:?}"
     );
+
+    // The hold API's CA, published as the certificate reconcile does: created, then updated.
+    let ca = hold_api_ca::Published {
+        namespace: RELEASE_NAMESPACE.into(),
+        name: HOLD_API_CA.into(),
+    };
+    for pem in ["first CA\n", "first CA\nsecond CA\n"] {
+        hold_api_ca::publish(&controller, &ca, pem)
+            .await
+            .unwrap_or_else(|e| panic!("publish the hold API's CA: {e}"));
+    }
 
     stop.cancel();
     let ended = tokio::time::timeout(Duration::from_secs(30), task)

@@ -285,6 +285,7 @@ async fn certificate_management_leaves_events_on_the_secrets_it_writes() {
         validating_webhooks: vec![],
         policy: holdfast_certs::RotationPolicy::default(),
         check_interval: Duration::from_secs(60),
+        hold_api_ca: None,
     };
     let stop = CancellationToken::new();
     let task = tokio::spawn(certs::run(

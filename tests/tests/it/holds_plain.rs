@@ -784,6 +784,31 @@ async fn api_refuses_anonymous_and_unauthorised_callers() {
     assert_eq!(status, 403);
 }
 
+/// `GET /v1/openapi.json` answers the committed contract to any authenticated caller (no
+/// SubjectAccessReview: alice holds no grant), and refuses one the TokenReview refuses.
+#[tokio::test]
+async fn the_contract_is_served_to_authenticated_callers_only() {
+    let cp = ControlPlane::shared();
+    let exec = executor(cp).await;
+    let api = start_api(cp, exec).await;
+    let (status, answer) = api.get("/v1/openapi.json", "not-a-token").await;
+    assert_eq!(status, 401, "{answer}");
+    assert_eq!(answer["error"], "Unauthenticated");
+
+    // alice is granted nothing here: had a SubjectAccessReview been asked, it would refuse.
+    let (status, served) = api.get("/v1/openapi.json", cp.token(Identity::User)).await;
+    assert_eq!(status, 200, "{served}");
+    let committed = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../api/openapi.json"),
+    )
+    .expect("api/openapi.json");
+    let committed: Value = serde_json::from_str(&committed).expect("JSON");
+    assert_eq!(
+        served, committed,
+        "the served contract is the committed one"
+    );
+}
+
 #[tokio::test]
 async fn api_allows_a_caller_granted_one_trainjob_by_name_that_one_only() {
     use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleRef, Subject};

@@ -456,6 +456,7 @@ async fn self_managed_certificates_export_their_expiry() {
         validating_webhooks: vec![],
         policy: holdfast_certs::RotationPolicy::default(),
         check_interval: MINUTE,
+        hold_api_ca: None,
     };
     let expiry = CertificateExpiry::default();
     let stop = tokio_util::sync::CancellationToken::new();
