@@ -316,3 +316,43 @@ func TestConfigIsChecked(t *testing.T) {
 		}
 	}
 }
+
+func TestStartWaitsUntilStatusNamesTheWorkloadThenOpens(t *testing.T) {
+	var statuses, opens atomic.Int64
+	_, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/open") {
+			opens.Add(1)
+			answer(200, `{"result":"Ok","outcome":"Opened","started":false}`)(w, r)
+			return
+		}
+		workload := ""
+		if statuses.Add(1) >= 3 {
+			workload = `,"workload":"trainjob-mnist-1a2b3"`
+		}
+		answer(200, `{"result":"Ok","mode":"kueue","heldObject":"Workload","opened":false,"attempt":0,"state":{"kind":"AtStartGate"}`+workload+`}`)(w, r)
+	})
+	out, err := c.Start(within(t, time.Minute), job, CallMeta{})
+	if err != nil || out.Outcome != OutcomeOutcomeOpened {
+		t.Fatalf("got %+v, %v", out, err)
+	}
+	if statuses.Load() != 3 || opens.Load() != 1 {
+		t.Fatalf("%d Status reads and %d Opens: want 3 and 1", statuses.Load(), opens.Load())
+	}
+}
+
+func TestStartWhoseDeadlinePassesBeforeTheWorkloadOpensNothing(t *testing.T) {
+	var opens atomic.Int64
+	_, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/open") {
+			opens.Add(1)
+		}
+		answer(200, `{"result":"Ok","mode":"kueue","heldObject":"Workload","opened":false,"attempt":0,"state":{"kind":"AtStartGate"}}`)(w, r)
+	})
+	_, err := c.Start(within(t, 500*time.Millisecond), job, CallMeta{})
+	if !errors.Is(err, ErrDeadlinePassed) || !errors.Is(err, ErrRejected) {
+		t.Fatalf("want ErrDeadlinePassed, got %v", err)
+	}
+	if opens.Load() != 0 {
+		t.Fatal("an Open was sent")
+	}
+}

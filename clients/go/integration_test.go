@@ -145,6 +145,21 @@ func TestAgainstTheRealController(t *testing.T) {
 			t.Fatalf("Release(2): %+v, %v", out, err)
 		}
 	})
+	t.Run("a release by another caller than the holder is ErrNotHolder", func(t *testing.T) {
+		other := newWorld(t, "HOLDFAST_IT_OTHER_TOKEN_FILE")
+		job := w.job("stale")
+		if _, err := w.client.Hold(deadlineIn(t, 30*time.Second), job, CallMeta{Instance: 10}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := other.client.Release(deadlineIn(t, 30*time.Second), job, CallMeta{Instance: 10})
+		var api *APIError
+		if !errors.Is(err, ErrNotHolder) || !errors.Is(err, ErrRejected) || !errors.As(err, &api) || !strings.Contains(api.Body.Message, ":dispatch") {
+			t.Fatalf("want ErrNotHolder naming the holder, got %v", err)
+		}
+		if out, err := w.client.Release(deadlineIn(t, 30*time.Second), job, CallMeta{Instance: 10}); err != nil || out.Outcome != OutcomeOutcomeReleased {
+			t.Fatalf("the holder's Release(10): %+v, %v", out, err)
+		}
+	})
 	t.Run("a call on no TrainJob is ErrNotFound", func(t *testing.T) {
 		_, err := w.client.Hold(deadlineIn(t, 30*time.Second), w.job("absent"), CallMeta{Instance: 1})
 		if !errors.Is(err, ErrNotFound) || !errors.Is(err, ErrRejected) {
@@ -229,7 +244,7 @@ func (w *world) killedDuringACall(t *testing.T) {
 	}
 	wrote := make(chan struct{})
 	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(wrote) }}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	done := make(chan error, 1)

@@ -3,7 +3,7 @@
 //! ServiceAccount token (the account bound to the chart's hold-caller role through
 //! `rbac.holdCallerBindings`) and the TrainJobs its integration tests name. Its tests cover
 //! each error class: a stale release (both `ErrStaleHold` and `ErrRejected`), a passed
-//! deadline, a TrainJob that does not exist, Kueue mode's job without a Workload, `Start`
+//! deadline, a TrainJob that does not exist, a release by a caller who is not the holder, Kueue mode's job without a Workload, `Start`
 //! waiting for the Workload, and the controller stopped and killed with a Hold written to it
 //! (`ErrUnknown`; restarted here, its `Status` after the `CallBound` shows no hold, and the
 //! retry of the same instance is `Held`).
@@ -38,8 +38,9 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, RwLock};
 
-/// The supervisor's ServiceAccount.
+/// The supervisor's ServiceAccount, and a second caller bound the same way.
 const SUPERVISOR: &str = "dispatch";
+const OTHER: &str = "other";
 
 /// The audit check needs no other Go run against a controller while it looks: it holds this
 /// for writing, every other run for reading.
@@ -131,6 +132,10 @@ async fn run_go(cp: &'static ControlPlane, ns: &str, mode: &str) {
             .await
             .expect("token"),
     );
+    let other = file(
+        "other-token",
+        &mint_token(&admin, ns, OTHER, 3600).await.expect("token"),
+    );
     let ca = file("ca.crt", cp.ca_pem());
     let kube_token = file("kube-token", cp.token(Identity::Admin));
     let pid_file = dir.join("controller.pid");
@@ -179,6 +184,7 @@ async fn run_go(cp: &'static ControlPlane, ns: &str, mode: &str) {
         ("HOLDFAST_IT_CA_FILE", path(&ca)),
         ("HOLDFAST_IT_TOKEN_FILE", path(&token)),
         ("HOLDFAST_IT_FRESH_TOKEN_FILE", path(&fresh)),
+        ("HOLDFAST_IT_OTHER_TOKEN_FILE", path(&other)),
         ("HOLDFAST_IT_NAMESPACE", ns.to_owned()),
         ("HOLDFAST_IT_MODE", mode.to_owned()),
         ("HOLDFAST_IT_KUBE_URL", cp.server.clone()),
@@ -219,23 +225,27 @@ async fn run_go(cp: &'static ControlPlane, ns: &str, mode: &str) {
 /// The chart's `rbac.holdCallerBindings` for the supervisor in `ns`: its hold-caller
 /// RoleBinding, as rendered, applied; then waits until the authorizer allows it.
 async fn bind_supervisor(admin: &kube::Client, ns: &str, mode: &str) {
-    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &ServiceAccount {
-                metadata: ObjectMeta {
-                    name: Some(SUPERVISOR.into()),
+    for name in [SUPERVISOR, OTHER] {
+        Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &ServiceAccount {
+                    metadata: ObjectMeta {
+                        name: Some(name.into()),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("ServiceAccount");
+            )
+            .await
+            .expect("ServiceAccount");
+    }
     let sets = [
         format!("rbac.holdCallerBindings[0].namespace={ns}"),
         "rbac.holdCallerBindings[0].subjects[0].kind=ServiceAccount".to_owned(),
         format!("rbac.holdCallerBindings[0].subjects[0].name={SUPERVISOR}"),
+        "rbac.holdCallerBindings[0].subjects[1].kind=ServiceAccount".to_owned(),
+        format!("rbac.holdCallerBindings[0].subjects[1].name={OTHER}"),
     ];
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
     let docs = render_holdfast_rbac(mode, &sets).expect("render the chart's RBAC");
