@@ -94,7 +94,7 @@ type ErrorBody struct {
 }
 
 // The `error` of a failed call's body. A hold-family call fails with one of the first six
-// (the seed's closed set, [`super::HoldError`]); the others are refusals before any call is
+// (the seed's closed set, [`HoldError`]); the others are refusals before any call is
 // made: `Unauthenticated` (401), `Forbidden` (403), `TooManyRequests` (429) and
 // `Unavailable` (503), the last two with `Retry-After`.
 type ErrorKind string
