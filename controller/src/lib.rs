@@ -11,6 +11,7 @@ pub mod execution;
 pub mod held;
 pub mod hold;
 pub mod hold_api_ca;
+pub mod install_check;
 pub mod leader;
 pub mod metrics;
 pub mod pods;

@@ -134,8 +134,20 @@ impl Helm {
         self.run(&args)
     }
 
-    /// `helm template` of the chart: the manifests, as YAML.
+    /// `helm template` of the chart: the manifests `helm install` applies, as YAML (not the
+    /// `helm test` hooks, which only `helm test` creates: [`Helm::template_with_tests`]).
     pub fn template(&self, install: &Install) -> anyhow::Result<String> {
+        let mut args = self.template_args(install);
+        args.push("--skip-tests".into());
+        self.run(&args)
+    }
+
+    /// `helm template` with the `helm test` hooks.
+    pub fn template_with_tests(&self, install: &Install) -> anyhow::Result<String> {
+        self.run(&self.template_args(install))
+    }
+
+    fn template_args(&self, install: &Install) -> Vec<String> {
         let mut args = vec![
             "template".to_string(),
             install.release.clone(),
@@ -144,7 +156,7 @@ impl Helm {
             install.namespace.clone(),
         ];
         args.extend(install.value_args());
-        self.run(&args)
+        args
     }
 
     /// `helm template`, parsed into one JSON value per object.

@@ -2473,10 +2473,18 @@ async fn the_controller_network_policy_bounds_audiences_and_flow_control_render_
         .expect("render");
     let np = find(&defaults, "NetworkPolicy", "-controller");
     assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    // No pod admitted by default but the release's own `helm test` pod, to the hold API.
     assert_eq!(
         np["spec"]["ingress"],
-        serde_json::json!([]),
-        "no pod admitted by default"
+        serde_json::json!([{
+            "ports": [{"port": 8443, "protocol": "TCP"}],
+            "from": [{"podSelector": {"matchLabels": {
+                "app.kubernetes.io/name": "holdfast",
+                "app.kubernetes.io/instance": "holdfast",
+                "app.kubernetes.io/component": "install-check",
+            }}}],
+        }]),
+        "no pod admitted by default but the install check"
     );
     let args = controller_args_from_rendered(&defaults);
     let (connections, api) = args.hold_api.limits();
@@ -2495,7 +2503,7 @@ async fn the_controller_network_policy_bounds_audiences_and_flow_control_render_
     helm.lint(&install).expect("lint");
     let docs = helm.render(&install).expect("render");
     let np = find(&docs, "NetworkPolicy", "-controller");
-    let rules = np["spec"]["ingress"].as_array().expect("rules");
+    let rules = &np["spec"]["ingress"].as_array().expect("rules")[1..];
     assert_eq!(rules.len(), 2, "{rules:?}");
     assert_eq!(
         rules[0]["ports"],

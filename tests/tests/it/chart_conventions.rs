@@ -1,9 +1,22 @@
 //! What Helm users expect of a chart beside its objects: NOTES.txt saying how to bind the
-//! hold-caller role and reach the hold API, Artifact Hub's annotations, and a `kubeVersion`
-//! that is the oldest Kubernetes the suite runs on.
+//! hold-caller role and reach the hold API, Artifact Hub's annotations, a `kubeVersion` that
+//! is the oldest Kubernetes the suite runs on, and a `helm test` hook: its Pod admitted under
+//! the restricted Pod Security level by the real apiserver, and its check
+//! (`holdfast-controller check-install`) run against the real apiserver, webhook and hold API.
 
+use clap::Parser;
+use holdfast_controller::install_check::{self, CheckArgs};
+use holdfast_core::mode::Mode;
 use holdfast_tests::helm::{self, Helm};
+use holdfast_tests::hold_support::api::{grant_alice, start_api};
+use holdfast_tests::hold_support::executor;
+use holdfast_tests::holdfast::register_webhook;
+use holdfast_tests::in_process_webhook::InProcessWebhook;
+use holdfast_tests::{ControlPlane, Identity};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -198,4 +211,201 @@ fn chart_metadata_has_artifact_hub_annotations_and_the_oldest_tested_kubernetes_
     );
     let e = format!("{:#}", at(&below).expect_err("the minor below is refused"));
     assert!(e.contains("kubeVersion"), "{e}");
+}
+
+/// The `helm test` objects: rendered only as `helm test` hooks (and left out by `helm template
+/// --skip-tests`), running holdfast's image as `check-install` with the release's names; the
+/// real apiserver admits the Pod in a namespace enforcing the restricted Pod Security level
+/// (and refuses it there without the chart's securityContexts, so the level is enforced).
+#[tokio::test]
+async fn the_helm_test_pod_is_a_test_hook_admitted_under_restricted_pod_security() {
+    let rendered = helm::documents(
+        &helm()
+            .template_with_tests(&helm::Install::new("hf", "holdfast-system"))
+            .expect("render"),
+    )
+    .expect("documents");
+    let installed = helm()
+        .render(&helm::Install::new("hf", "holdfast-system"))
+        .expect("render");
+    assert!(
+        installed
+            .iter()
+            .all(|d| d["metadata"]["annotations"]["helm.sh/hook"].is_null()),
+        "what helm install applies holds no test hook"
+    );
+    let hooks: Vec<&Value> = rendered
+        .iter()
+        .filter(|d| d["metadata"]["annotations"]["helm.sh/hook"] == "test")
+        .collect();
+    let kinds: Vec<String> = hooks.iter().map(|d| helm::id(d)).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount/hf-holdfast-install-check",
+            "ClusterRole/hf-holdfast-install-check",
+            "ClusterRoleBinding/hf-holdfast-install-check",
+            "Role/hf-holdfast-install-check",
+            "RoleBinding/hf-holdfast-install-check",
+            "Pod/hf-holdfast-install-check",
+        ]
+    );
+    let pod = *hooks.last().expect("the Pod");
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["command"],
+        serde_json::json!(["/holdfast-controller", "check-install"])
+    );
+    assert_eq!(container["image"], "ghcr.io/holdfast-dev/holdfast:0.1.0");
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("arg").to_owned())
+        .collect();
+    let parsed = CheckArgs::try_parse_from(
+        std::iter::once("check-install".to_owned()).chain(args.iter().cloned()),
+    )
+    .expect("the hook's arguments parse as check-install's");
+    assert_eq!(parsed.namespace, "default");
+    assert_eq!(
+        parsed.hold_api,
+        "https://hf-holdfast-controller.holdfast-system.svc:8443"
+    );
+    assert_eq!(parsed.webhook_configuration, "hf-holdfast");
+    assert_eq!(
+        parsed.refused_by,
+        ["snapshots.validate.holdfast.dev", "hf-holdfast-snapshots"]
+    );
+    let skipped = helm()
+        .run(&[
+            "template".into(),
+            "hf".into(),
+            helm::chart_dir().display().to_string(),
+            "--skip-tests".into(),
+        ])
+        .expect("helm template --skip-tests");
+    assert!(!skipped.contains("install-check\n  namespace"), "{skipped}");
+    assert!(!skipped.contains("kind: Pod\n"), "{skipped}");
+
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("restricted").await.expect("namespace");
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let mut labelled = namespaces.get(&ns).await.expect("namespace");
+    labelled
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            "pod-security.kubernetes.io/enforce".into(),
+            "restricted".into(),
+        );
+    namespaces
+        .replace(&ns, &PostParams::default(), &labelled)
+        .await
+        .expect("label the namespace restricted");
+    let mut pod: Pod = serde_json::from_value(pod.clone()).expect("a Pod");
+    pod.metadata = ObjectMeta {
+        name: pod.metadata.name.clone(),
+        namespace: Some(ns.clone()),
+        ..Default::default()
+    };
+    // No ServiceAccount of that name in this namespace: the Pod is judged, not run.
+    pod.spec.as_mut().expect("spec").service_account_name = None;
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(admin, &ns);
+    pods.create(&dry, &pod)
+        .await
+        .expect("the restricted level admits the hook's Pod");
+    let mut loose = pod.clone();
+    let spec = loose.spec.as_mut().expect("spec");
+    spec.security_context = None;
+    spec.containers[0].security_context = None;
+    let refused = pods.create(&dry, &loose).await.expect_err("refused");
+    assert!(format!("{refused}").contains("PodSecurity"), "{refused}");
+}
+
+/// The hook's check passes where holdfast's webhook refuses the snapshot write and the hold
+/// API answers the status call; it fails, naming the cause, where the webhooks do not cover
+/// the namespace (the write is let through), where the caller may not ask the status (403),
+/// and where nothing serves the hold API.
+#[tokio::test]
+async fn the_install_check_passes_where_holdfast_protects_and_serves_and_names_what_fails() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("install-check").await.expect("namespace");
+    let hook = InProcessWebhook::start(cp, Mode::Plain, false)
+        .await
+        .expect("webhook starts");
+    register_webhook(cp, &ns, hook.port(), 5).await;
+    let api = start_api(cp, executor(cp).await).await;
+
+    let apiserver = cp.client(Identity::User).await.expect("alice");
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(cp.kubeconfig(Identity::User)).expect("kubeconfig");
+    let base = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("alice's config");
+    let ca = cp.ca_pem().as_bytes().to_vec();
+    let hold_api = |url: &str| {
+        kube::Client::try_from(install_check::hold_api_config(&base, url, &ca).expect("config"))
+            .expect("client")
+    };
+    let args = |ns: &str, url: &str, trainjob: &str| CheckArgs {
+        namespace: ns.into(),
+        hold_api: url.into(),
+        webhook_configuration: "unused: the CA is given".into(),
+        refused_by: vec!["snapshots.validate.holdfast.dev".into()],
+        trainjob: trainjob.into(),
+    };
+    let check = |ns: &str, url: &str, trainjob: &str| {
+        let a = args(ns, url, trainjob);
+        let (s, h) = (apiserver.clone(), hold_api(url));
+        async move { install_check::check(&a, s, h).await }
+    };
+    let run = |ns: &str, url: &str| check(ns, url, "holdfast-install-check");
+
+    // alice may not ask the status yet: the hold API answers, but 403 (another TrainJob's
+    // name: the hold API remembers a review's answer for a while).
+    let e = format!(
+        "{:#}",
+        check(&ns, &api.base, "before-the-grant")
+            .await
+            .expect_err("403")
+    );
+    assert!(e.contains("with 403"), "{e}");
+
+    grant_alice(cp, &ns, &["status"], &["get"]).await;
+    let seen = run(&ns, &api.base).await.expect("the check passes");
+    assert!(
+        seen[0].starts_with("protects:") && seen[0].contains("snapshots.validate.holdfast.dev"),
+        "{seen:?}"
+    );
+    assert!(
+        seen[1].contains(&format!(
+            "GET /v1/namespaces/{ns}/trainjobs/holdfast-install-check/status with 404"
+        )),
+        "{seen:?}"
+    );
+
+    // A namespace the webhooks do not cover: the write is let through.
+    let uncovered = cp.namespace("install-check-off").await.expect("namespace");
+    let e = format!(
+        "{:#}",
+        run(&uncovered, &api.base).await.expect_err("let through")
+    );
+    assert!(e.contains("was let through"), "{e}");
+
+    // Nothing serves the hold API there.
+    let port = holdfast_tests::control_plane::free_port().expect("port");
+    let e = format!(
+        "{:#}",
+        run(&ns, &format!("https://127.0.0.1:{port}"))
+            .await
+            .expect_err("no hold API")
+    );
+    assert!(e.contains("calling the hold API"), "{e}");
 }
