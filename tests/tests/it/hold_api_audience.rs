@@ -55,7 +55,10 @@ async fn status(http: &reqwest::Client, port: u16, ns: &str, token: &str) -> (u1
         .await
         .expect("hold API");
     let code = r.status().as_u16();
-    (code, r.json().await.unwrap_or(Value::Null))
+    let answer = r.json().await.unwrap_or(Value::Null);
+    let path = format!("/v1/namespaces/{ns}/trainjobs/target/status");
+    holdfast_tests::contract::check_answer("GET", &path, code, &answer);
+    (code, answer)
 }
 
 #[tokio::test]
