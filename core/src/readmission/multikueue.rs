@@ -172,7 +172,7 @@ fn remote_copy_message(workload: &Value, origin: &str) -> String {
         .map(|q| format!("the ClusterQueue of LocalQueue {namespace}/{q}"))
         .unwrap_or_else(|| "its ClusterQueue".to_owned());
     format!(
-        "Workload {namespace}/{} is MultiKueue's copy of a Workload of the manager cluster {origin} ({MULTIKUEUE_ORIGIN_LABEL}), with no TrainJob owner until it is admitted, so holdfast's readmission gate in this worker cannot tell which pods of an earlier execution remain. holdfast does not support MultiKueue worker clusters yet: the check stays Pending. To let MultiKueue run jobs here, remove holdfast's readmission AdmissionCheck from {queue} in this cluster",
+        "Workload {namespace}/{} is MultiKueue's copy of a Workload of the manager cluster {origin} ({MULTIKUEUE_ORIGIN_LABEL}), with no TrainJob owner until it is admitted, so holdfast's readmission gate in this worker cannot tell which pods of an earlier execution remain. holdfast does not support MultiKueue worker clusters yet: the check stays Pending. To let MultiKueue run jobs in namespace {namespace} of this cluster, remove holdfast's readmission AdmissionCheck from {queue} and list {namespace} in the chart's webhook.excludeNamespaces (holdfast's webhook and readmission-gate policy refuse MultiKueue's copies of the job otherwise); holdfast then protects nothing there",
         field("/metadata/name").unwrap_or("?"),
     )
 }
@@ -285,6 +285,7 @@ mod tests {
             "does not support MultiKueue worker clusters yet",
             "stays Pending",
             "from the ClusterQueue of LocalQueue team-a/main",
+            "list team-a in the chart's webhook.excludeNamespaces",
         ] {
             assert!(message.contains(needle), "{needle}: {message}");
         }

@@ -241,7 +241,8 @@ async fn a_multikueue_copy_in_a_worker_keeps_the_check_pending_and_says_why() {
     assert!(
         message.contains("manager cluster manager-1")
             && message.contains("does not support MultiKueue worker clusters yet")
-            && message.contains(&format!("the ClusterQueue of LocalQueue {}/{QUEUE}", f.ns)),
+            && message.contains(&format!("the ClusterQueue of LocalQueue {}/{QUEUE}", f.ns))
+            && message.contains("webhook.excludeNamespaces"),
         "{message}"
     );
     let events = Api::<Event>::namespaced(f.admin.clone(), &f.ns);
