@@ -77,8 +77,32 @@ fn sorted(value: serde_json::Value) -> serde_json::Value {
             Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
         }
         Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        Value::String(text) => Value::String(unlinked(&text)),
         other => other,
     }
+}
+
+/// `text` without rustdoc's intra-doc link brackets: "[`Status`]" reads "`Status`" (a
+/// Markdown link, "[`x`](url)", is kept).
+fn unlinked(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[`") {
+        let after = &rest[start + 1..];
+        match after.find("`]") {
+            Some(end) if !after[end + 2..].starts_with('(') => {
+                out.push_str(&rest[..start]);
+                out.push_str(&after[..end + 1]);
+                rest = &after[end + 2..];
+            }
+            _ => {
+                out.push_str(&rest[..start + 2]);
+                rest = &rest[start + 2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Adds the bearer-token scheme, and to every operation the refusals any route may answer
@@ -365,6 +389,15 @@ mod tests {
                 generated.lines().nth(first).unwrap_or("<end of file>"),
             );
         }
+    }
+
+    #[test]
+    fn rustdoc_links_read_as_code_and_markdown_links_stay() {
+        assert_eq!(
+            unlinked("the [`Status`] with [`x`](u) and [`HoldError::Rejected`]."),
+            "the `Status` with [`x`](u) and `HoldError::Rejected`."
+        );
+        assert_eq!(unlinked("a [`b"), "a [`b");
     }
 
     #[test]
