@@ -86,7 +86,7 @@ type DriftedTrainJob struct {
 // The body of a failed hold API call, as sent and as a client parses it.
 type ErrorBody struct {
 	Cause *RejectCause `json:"cause,omitempty"`
-	// One of [`ErrorKind`]: a call's `Invalid`, `Rejected`, `Unsupported`, `PodsRemain`,
+	// One of `ErrorKind`: a call's `Invalid`, `Rejected`, `Unsupported`, `PodsRemain`,
 	// `Conflict` or `Unknown`, or a refusal's.
 	Error ErrorKind `json:"error"`
 	// For people; never parse it.
@@ -94,7 +94,7 @@ type ErrorBody struct {
 }
 
 // The `error` of a failed call's body. A hold-family call fails with one of the first six
-// (the seed's closed set, [`HoldError`]); the others are refusals before any call is
+// (the seed's closed set, `HoldError`); the others are refusals before any call is
 // made: `Unauthenticated` (401), `Forbidden` (403), `TooManyRequests` (429) and
 // `Unavailable` (503), the last two with `Retry-After`.
 type ErrorKind string
@@ -274,7 +274,7 @@ const (
 	ProbeAdmissionPolicies          Probe = "admission-policies"
 )
 
-// Why a call was [`HoldError::Rejected`]: it was well formed, but the state of the world
+// Why a call was `HoldError::Rejected`: it was well formed, but the state of the world
 // (or the clock) overtook it.
 type RejectCause string
 
@@ -327,7 +327,7 @@ type Status struct {
 	Workload *string `json:"workload,omitempty"`
 }
 
-// A Status that succeeded: the [`Status`] with `"result":"Ok"`.
+// A Status that succeeded: the `Status` with `"result":"Ok"`.
 type StatusAnswer struct {
 	Status
 	Result Success `json:"result"`
