@@ -2087,6 +2087,95 @@ async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
         .expect("helm uninstall");
 }
 
+/// With certificates of your own (`certs.mode: secret`, and so with cert-manager), the
+/// controller copies the caBundle the apiserver was given into the same ConfigMap, with
+/// exactly the chart's RBAC and the flags its Deployment passes.
+#[tokio::test]
+async fn with_external_certificates_the_hold_api_ca_is_copied_from_the_webhook_configuration() {
+    let _live = LIVE_WEBHOOKS.lock().await;
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("hf-ca-ext").await.expect("namespace");
+    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
+    let chart = helm::chart_dir().display().to_string();
+    let (_dir, ca_path, ca_pem) = ca_file();
+    let release = "ext";
+    let values = [
+        "--set".to_owned(),
+        "certs.mode=secret".to_owned(),
+        "--set".to_owned(),
+        format!("certs.secret.webhookSecretName={release}-tls"),
+        "--set-file".to_owned(),
+        format!("certs.secret.caBundle={}", ca_path.display()),
+    ];
+    let mut install: Vec<String> = ["install", release, &chart, "--namespace", &ns]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--kubeconfig".to_owned(), kubeconfig.clone()])
+        .collect();
+    install.extend(values.iter().cloned());
+    helm.run(&install).expect("helm install");
+    let docs = helm
+        .render(
+            &Install::new(release, &ns)
+                .set("certs.mode=secret")
+                .set(format!("certs.secret.webhookSecretName={release}-tls"))
+                .set_file(format!("certs.secret.caBundle={}", ca_path.display())),
+        )
+        .expect("render");
+    let args = controller_args_from_rendered(&docs);
+    assert!(args.certs.config().expect("config").is_none(), "external");
+    let to = args.certs.hold_api_ca().expect("published");
+    assert_eq!(
+        (to.namespace.as_str(), to.name.as_str()),
+        (ns.as_str(), "ext-holdfast-hold-api-ca")
+    );
+    let ctl = cp
+        .service_account_client(&ns, "ext-holdfast-controller")
+        .await
+        .expect("token");
+    let source = args.certs.hold_api_ca_source.clone();
+    let written = wait_for(
+        "the controller's grants",
+        Duration::from_secs(30),
+        || async {
+            holdfast_controller::hold_api_ca::copy_once(&ctl, &source, &to)
+                .await
+                .ok()
+        },
+    )
+    .await;
+    assert!(written, "the first copy writes the ConfigMap");
+    let published = Api::<ConfigMap>::namespaced(admin, &ns)
+        .get("ext-holdfast-hold-api-ca")
+        .await
+        .expect("the ConfigMap");
+    assert_eq!(
+        published
+            .data
+            .as_ref()
+            .and_then(|d| d.get(holdfast_controller::hold_api_ca::KEY)),
+        Some(&ca_pem)
+    );
+    assert!(
+        !holdfast_controller::hold_api_ca::copy_once(&ctl, &source, &to)
+            .await
+            .expect("copy"),
+        "an unchanged bundle is not written again"
+    );
+    let uninstall = [
+        "uninstall",
+        release,
+        "--namespace",
+        &ns,
+        "--kubeconfig",
+        &kubeconfig,
+    ];
+    helm.run(&uninstall.map(str::to_owned))
+        .expect("helm uninstall");
+}
+
 #[tokio::test]
 async fn rendered_manifests_are_accepted_by_the_real_apiserver() {
     let _live = LIVE_WEBHOOKS.lock().await;
