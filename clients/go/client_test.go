@@ -356,3 +356,47 @@ func TestStartWhoseDeadlinePassesBeforeTheWorkloadOpensNothing(t *testing.T) {
 		t.Fatal("an Open was sent")
 	}
 }
+
+func TestRetryTriesPodsRemainAgainEachTryWithANewDeadline(t *testing.T) {
+	var tries atomic.Int64
+	var deadlines []string
+	f, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if tries.Add(1) < 3 {
+			answer(423, `{"error":"PodsRemain","message":"pods of the held execution remain"}`)(w, r)
+			return
+		}
+		answer(200, `{"result":"Ok","outcome":"Released","resumed":true}`)(w, r)
+	})
+	out, err := Retry(within(t, time.Minute), 10*time.Second, 10*time.Millisecond, func(ctx context.Context) (Outcome, error) {
+		out, err := c.Release(ctx, job, CallMeta{Instance: 3})
+		var sent map[string]any
+		_ = json.Unmarshal([]byte(f.last.Load().(string)), &sent)
+		deadlines = append(deadlines, sent["deadline"].(string))
+		return out, err
+	})
+	if err != nil || out.Outcome != OutcomeOutcomeReleased || tries.Load() != 3 {
+		t.Fatalf("got %+v, %v after %d tries", out, err, tries.Load())
+	}
+	if deadlines[0] == deadlines[1] || deadlines[1] == deadlines[2] {
+		t.Fatalf("a deadline was reused: %v", deadlines)
+	}
+}
+
+func TestRetryReturnsUnknownAndRejectedAtOnce(t *testing.T) {
+	for _, body := range []string{
+		`{"error":"Unknown","message":"lost"}`,
+		`{"error":"Rejected","cause":"StaleHold","message":"hold 4 is in force"}`,
+	} {
+		var tries atomic.Int64
+		_, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			tries.Add(1)
+			answer(504, body)(w, r)
+		})
+		_, err := Retry(within(t, time.Minute), 10*time.Second, 10*time.Millisecond, func(ctx context.Context) (Outcome, error) {
+			return c.Release(ctx, job, CallMeta{Instance: 3})
+		})
+		if err == nil || Retryable(err) || tries.Load() != 1 {
+			t.Fatalf("%s: %v after %d tries", body, err, tries.Load())
+		}
+	}
+}
