@@ -93,7 +93,12 @@ func New(cfg Config) (*Client, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12}
 		tr.ForceAttemptHTTP2 = true
-		hc = &http.Client{Transport: tr}
+		hc = &http.Client{
+			Transport: tr,
+			// The hold API never redirects: a redirect is not followed (the token and the
+			// call stay with the server the caller named).
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
 	agent := cfg.UserAgent
 	if agent == "" {

@@ -400,3 +400,16 @@ func TestRetryReturnsUnknownAndRejectedAtOnce(t *testing.T) {
 		}
 	}
 }
+
+func TestARedirectIsNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { elsewhere.Add(1) }))
+	t.Cleanup(other.Close)
+	_, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	})
+	_, err := c.Hold(within(t, time.Minute), job, CallMeta{Instance: 1})
+	if err == nil || elsewhere.Load() != 0 {
+		t.Fatalf("the redirect was followed (%d requests elsewhere), err %v", elsewhere.Load(), err)
+	}
+}
