@@ -1551,7 +1551,8 @@ async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
             "kind": "Workload",
             "metadata": {"name": name, "labels": {"kueue.x-k8s.io/job-uid": uid}},
             "spec": {"queueName": "default", "podSets": [{"name": "node", "count": 1,
-                "template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}]}
+                "template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0",
+                    "resources": {"requests": {"cpu": "1"}}}]}}}]}
         });
         if owned {
             w["metadata"]["ownerReferences"] = json!([{
