@@ -29,15 +29,27 @@ fn deadline(within: Duration) -> String {
 }
 
 impl ApiRequest {
-    /// The request a command makes; `None` for `status` without a TrainJob (a listing read
-    /// from the cluster, not the hold API).
-    pub fn of(command: &Command) -> Option<ApiRequest> {
+    /// The Status call on `target`.
+    pub fn status(target: &Target) -> ApiRequest {
+        ApiRequest {
+            post: false,
+            path: call_path(target, "status"),
+            body: None,
+        }
+    }
+
+    /// The request a command makes, a call's deadline counted from now (so each try of a
+    /// retried call has its own); `None` for `status` without a TrainJob (a listing read from
+    /// the cluster, not the hold API), `check` and `completion`. `namespace` is --namespace
+    /// (`drift`'s scope).
+    pub fn of(command: &Command, namespace: Option<&str>) -> Option<ApiRequest> {
         Some(match command {
             Command::Hold {
                 target,
                 instance,
                 reason,
                 deadline_in,
+                ..
             } => {
                 let mut body = json!({"instance": instance, "deadline": deadline(*deadline_in)});
                 if let Some(r) = reason {
@@ -53,6 +65,7 @@ impl ApiRequest {
                 target,
                 instance,
                 deadline_in,
+                ..
             } => ApiRequest {
                 post: true,
                 path: call_path(target, "release"),
@@ -69,13 +82,13 @@ impl ApiRequest {
             Command::Status {
                 target: Some(target),
                 ..
-            } => ApiRequest {
-                post: false,
-                path: call_path(target, "status"),
-                body: None,
-            },
-            Command::Status { target: None, .. } => return None,
-            Command::Drift { namespace } => ApiRequest {
+            } => ApiRequest::status(target),
+            Command::Status { target: None, .. }
+            | Command::Check { .. }
+            | Command::Completion { .. } => {
+                return None;
+            }
+            Command::Drift => ApiRequest {
                 post: false,
                 path: match namespace {
                     Some(ns) => format!("/v1/drift?namespace={ns}"),
@@ -134,12 +147,16 @@ mod tests {
 
     #[test]
     fn commands_become_api_requests() {
-        let req = ApiRequest::of(&Command::Hold {
-            target: target(),
-            instance: 3,
-            reason: Some("node lost".into()),
-            deadline_in: Duration::from_secs(30),
-        })
+        let req = ApiRequest::of(
+            &Command::Hold {
+                target: target(),
+                instance: 3,
+                reason: Some("node lost".into()),
+                deadline_in: Duration::from_secs(30),
+                wait_stopped: None,
+            },
+            None,
+        )
         .expect("a call");
         assert!(req.post);
         assert_eq!(req.path, "/v1/namespaces/team-a/trainjobs/mnist/hold");
@@ -156,24 +173,32 @@ mod tests {
                 && left <= jiff::SignedDuration::from_secs(30)
         );
 
-        let req = ApiRequest::of(&Command::Open {
-            target: target(),
-            deadline_in: Duration::from_secs(5),
-        })
+        let req = ApiRequest::of(
+            &Command::Open {
+                target: target(),
+                deadline_in: Duration::from_secs(5),
+            },
+            None,
+        )
         .expect("a call");
         assert!(req.body.expect("body").get("instance").is_none());
-        let req = ApiRequest::of(&Command::Preflight {
-            target: Some(target()),
-        })
+        let req = ApiRequest::of(
+            &Command::Preflight {
+                target: Some(target()),
+            },
+            None,
+        )
         .expect("a call");
         assert_eq!(req.path, "/v1/preflight?namespace=team-a&name=mnist");
         assert!(!req.post);
         assert!(
-            ApiRequest::of(&Command::Status {
-                target: None,
-                all_namespaces: true,
-                namespace: None,
-            })
+            ApiRequest::of(
+                &Command::Status {
+                    target: None,
+                    all_namespaces: true,
+                },
+                None
+            )
             .is_none()
         );
     }

@@ -4,6 +4,8 @@
 
 mod api;
 mod args;
+mod check;
+mod completion;
 mod credentials;
 mod discover;
 mod exit;
@@ -11,6 +13,7 @@ mod held;
 mod kubeconfig_file;
 mod oidc;
 mod output;
+mod wait;
 
 use std::process::ExitCode;
 
@@ -18,7 +21,7 @@ use anyhow::{Context, anyhow};
 use clap::Parser;
 use serde_json::{Value, json};
 
-use args::{Cli, Command, Output};
+use args::{Cli, Command, Output, Target};
 use credentials::KubeSelection;
 
 /// The program: parse the command line, run the command, exit with its code.
@@ -35,7 +38,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(exit::OTHER);
         }
     };
-    match rt.block_on(execute(&cli)) {
+    match rt.block_on(execute(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             eprintln!("holdfast: {:#}", f.error);
@@ -91,15 +94,48 @@ fn failure<E: Into<anyhow::Error>>(code: u8) -> impl FnOnce(E) -> Failure {
     }
 }
 
-async fn execute(cli: &Cli) -> Result<u8, Failure> {
+async fn execute(mut cli: Cli) -> Result<u8, Failure> {
+    if let Command::Completion { shell } = cli.command {
+        use std::io::Write;
+        std::io::stdout()
+            .write_all(&completion::script(shell))
+            .map_err(failure(exit::OTHER))?;
+        return Ok(0);
+    }
     let selection = KubeSelection {
         kubeconfig: cli.kubeconfig.clone(),
         context: cli.context.clone(),
         user: cli.user.clone(),
     };
-    match api::ApiRequest::of(&cli.command) {
-        Some(request) => call(cli, &selection, request).await,
-        None => list_held(cli, &selection).await,
+    if cli.needs_context_namespace() {
+        // The kubeconfig context's namespace (kube falls back to `default` where the context
+        // names none); `default` too where there is no kubeconfig to read (`--server` and
+        // `--token` need none).
+        let context = credentials::kube_config(&selection)
+            .await
+            .map_or_else(|_| "default".to_owned(), |c| c.default_namespace);
+        cli.resolve(Some(&context))
+    } else {
+        cli.resolve(None)
+    }
+    .map_err(|e| failure(exit::USAGE)(anyhow!(e)))?;
+    let cli = &cli;
+    match &cli.command {
+        Command::Check { wait } => check_install(cli, &selection, *wait).await,
+        Command::Release {
+            target,
+            wait: Some(wait),
+            ..
+        } => release_waiting(cli, &selection, target, *wait).await,
+        Command::Hold {
+            target,
+            wait_stopped: Some(wait),
+            ..
+        } => hold_then_wait_stopped(cli, &selection, target, *wait).await,
+        command => match api::ApiRequest::of(command, cli.namespace.as_deref()) {
+            Some(request) => call(cli, &selection, request).await,
+            None => list_held(cli, &selection).await,
+        },
     }
 }
 
@@ -128,6 +164,17 @@ async fn call(
     selection: &KubeSelection,
     request: api::ApiRequest,
 ) -> Result<u8, Failure> {
+    let (status, body) = answer(cli, selection, &request).await?;
+    print_answer(cli, status, &body);
+    Ok(exit::of_answer(status, &body))
+}
+
+/// One call to the hold API, through `--server` or a port-forward: its answer.
+async fn answer(
+    cli: &Cli,
+    selection: &KubeSelection,
+    request: &api::ApiRequest,
+) -> Result<(u16, Value), Failure> {
     // The bearer token is the caller's Kubernetes credential: it goes over TLS or not at all.
     if let Some(server) = &cli.server
         && !server.starts_with("https://")
@@ -139,7 +186,7 @@ async fn call(
             ),
         });
     }
-    let (status, body) = match &cli.server {
+    match &cli.server {
         Some(server) => {
             // With --token no kubeconfig is needed at all (a pod without one, say).
             let token = match &cli.token {
@@ -147,17 +194,188 @@ async fn call(
                 None => bearer_token(&kube_config(cli, selection).await?).await?,
             };
             let http = http_client(cli, None).map_err(failure(exit::USAGE))?;
-            send(&request, &http, server, &token).await?
+            send(request, &http, server, &token).await
         }
         None => {
             // `--token`, when given, is already the configuration's credential.
             let config = kube_config(cli, selection).await?;
             let token = bearer_token(&config).await?;
-            call_discovered(cli, config, &request, &token).await?
+            call_discovered(cli, config, request, &token).await
         }
-    };
+    }
+}
+
+/// `release --wait`: the release, tried again after `PodsRemain` or `Conflict` until it is
+/// answered otherwise or `wait` runs out, each try with a new deadline (`--deadline-in` from
+/// its start, never one that has passed), the pods still there printed on stderr between
+/// tries. The last answer is printed, and its exit code returned.
+async fn release_waiting(
+    cli: &Cli,
+    selection: &KubeSelection,
+    target: &Target,
+    wait: std::time::Duration,
+) -> Result<u8, Failure> {
+    let end = tokio::time::Instant::now() + wait;
+    let mut backoff = wait::Backoff::default();
+    let what = format!("{}/{}", target.namespace, target.name);
+    loop {
+        let request = api::ApiRequest::of(&cli.command, None)
+            .ok_or_else(|| failure(exit::OTHER)(anyhow!("release makes a call")))?;
+        let (status, body) = answer(cli, selection, &request).await?;
+        if wait::retried(status, &body) {
+            let left = end.saturating_duration_since(tokio::time::Instant::now());
+            match backoff.pause(left) {
+                Some(pause) => {
+                    eprintln!(
+                        "holdfast: {}; trying again in {pause:.1?}",
+                        output::answer_line(&what, status, &body)
+                    );
+                    if body.get("error").and_then(Value::as_str) == Some("PodsRemain") {
+                        print_remaining_pods(cli, selection, target).await;
+                    }
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+                None => eprintln!("holdfast: {what}: --wait ran out; the last answer follows"),
+            }
+        }
+        print_answer(cli, status, &body);
+        return Ok(exit::of_answer(status, &body));
+    }
+}
+
+/// The Status call's `remainingPods`, on stderr (or why they could not be read).
+async fn print_remaining_pods(cli: &Cli, selection: &KubeSelection, target: &Target) {
+    let what = format!("{}/{}", target.namespace, target.name);
+    match answer(cli, selection, &api::ApiRequest::status(target)).await {
+        Ok((200, body)) => {
+            if let Some(line) = wait::remaining_pods_line(&body) {
+                eprintln!("holdfast: {what}: {line}");
+            }
+        }
+        Ok((status, body)) => eprintln!(
+            "holdfast: reading status: {}",
+            output::answer_line(&what, status, &body)
+        ),
+        Err(f) => eprintln!("holdfast: reading status: {:#}", f.error),
+    }
+}
+
+/// `hold --wait-stopped`: the hold, then Status read until it lists no remaining pod of the
+/// TrainJob's executions, at most `wait`, printing those that remain on stderr. 0 once they
+/// are gone; 5 (PodsRemain) if some remain when `wait` runs out; a failed hold's or status
+/// read's own code.
+async fn hold_then_wait_stopped(
+    cli: &Cli,
+    selection: &KubeSelection,
+    target: &Target,
+    wait: std::time::Duration,
+) -> Result<u8, Failure> {
+    let request = api::ApiRequest::of(&cli.command, None)
+        .ok_or_else(|| failure(exit::OTHER)(anyhow!("hold makes a call")))?;
+    let (status, body) = answer(cli, selection, &request).await?;
     print_answer(cli, status, &body);
-    Ok(exit::of_answer(status, &body))
+    let code = exit::of_answer(status, &body);
+    if code != 0 {
+        return Ok(code);
+    }
+    let end = tokio::time::Instant::now() + wait;
+    let mut backoff = wait::Backoff::default();
+    let what = format!("{}/{}", target.namespace, target.name);
+    loop {
+        let (status, body) = answer(cli, selection, &api::ApiRequest::status(target)).await?;
+        if status != 200 {
+            eprintln!(
+                "holdfast: reading status: {}",
+                output::answer_line(&what, status, &body)
+            );
+            return Ok(exit::of_answer(status, &body));
+        }
+        match wait::stopped(&body) {
+            Some(true) => {
+                eprintln!("holdfast: {what}: the held execution's pods are gone");
+                return Ok(0);
+            }
+            None => {
+                eprintln!("holdfast: {what}: the status answer lists no remainingPods: {body}");
+                return Ok(exit::OTHER);
+            }
+            Some(false) => {}
+        }
+        let line = wait::remaining_pods_line(&body).unwrap_or_default();
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        let Some(pause) = backoff.pause(left) else {
+            eprintln!("holdfast: {what}: --wait-stopped ran out; {line}");
+            return Ok(exit::PODS_REMAIN);
+        };
+        eprintln!("holdfast: {what}: {line}; reading again in {pause:.1?}");
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// `check [--wait]`: the install's checks ([`check`]), printed with pass or fail and what to
+/// do; with `--wait`, repeated (the failures on stderr) until they all pass or it runs out.
+async fn check_install(
+    cli: &Cli,
+    selection: &KubeSelection,
+    wait: Option<std::time::Duration>,
+) -> Result<u8, Failure> {
+    let end = tokio::time::Instant::now() + wait.unwrap_or_default();
+    let mut backoff = wait::Backoff::default();
+    loop {
+        let verdicts = check_round(cli, selection).await?;
+        let passed = verdicts.iter().all(|v| v.pass);
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        if !passed && let Some(pause) = backoff.pause(left) {
+            for v in verdicts.iter().filter(|v| !v.pass) {
+                eprintln!("holdfast: waiting: {}", v.lines().replace('\n', " "));
+            }
+            tokio::time::sleep(pause).await;
+            continue;
+        }
+        for v in &verdicts {
+            println!("{}", v.lines());
+        }
+        return Ok(if passed { 0 } else { exit::CHECK_FAILED });
+    }
+}
+
+/// One round of the install's checks; a read that fails is that check's failure.
+async fn check_round(cli: &Cli, selection: &KubeSelection) -> Result<Vec<check::Verdict>, Failure> {
+    use check::Verdict;
+    let config = kube_config(cli, selection).await?;
+    let client = kube::Client::try_from(config).map_err(failure(exit::CREDENTIALS))?;
+    let release =
+        match discover::release(&client, &cli.holdfast_namespace, cli.release.as_deref()).await {
+            Ok(r) => r,
+            Err(e) => return Ok(vec![Verdict::unread("release", &e)]),
+        };
+    let namespace = cli.namespace.as_deref().unwrap_or("default");
+    let preflight = api::ApiRequest::of(&Command::Preflight { target: None }, None)
+        .ok_or_else(|| failure(exit::OTHER)(anyhow!("preflight makes a call")))?;
+    let answered = answer(cli, selection, &preflight)
+        .await
+        .map_err(|f| format!("{:#}", f.error));
+    Ok(vec![
+        match check::webhook_configurations(&client, &release).await {
+            Ok(c) => check::judge_ca_bundles(&c),
+            Err(e) => Verdict::unread("caBundle", &e),
+        },
+        match check::lease(&client, &release).await {
+            Ok(l) => check::judge_lease(l.as_ref(), jiff::Timestamp::now()),
+            Err(e) => Verdict::unread("leader", &e),
+        },
+        match check::protected_write(&client, namespace).await {
+            Ok(w) => check::judge_protected_write(w, namespace, release.webhook_configuration()),
+            Err(e) => Verdict::unread("protects", &e),
+        },
+        check::judge_preflight(
+            answered
+                .as_ref()
+                .map(|(s, b)| (*s, b))
+                .map_err(Clone::clone),
+        ),
+    ])
 }
 
 /// The call through a port-forward to the release's controller (no `--server`): each ready
@@ -340,14 +558,10 @@ fn print_answer(cli: &Cli, status: u16, body: &Value) {
 
 /// `status -A` / `status -n NS`: read from the cluster with the user's own credentials.
 async fn list_held(cli: &Cli, selection: &KubeSelection) -> Result<u8, Failure> {
-    let Command::Status {
-        all_namespaces,
-        namespace,
-        ..
-    } = &cli.command
-    else {
+    let Command::Status { all_namespaces, .. } = &cli.command else {
         return Ok(exit::OTHER);
     };
+    let namespace = &cli.namespace;
     let config = kube_config(cli, selection).await?;
     let client = kube::Client::try_from(config).map_err(failure(exit::CREDENTIALS))?;
     let scope = if *all_namespaces {

@@ -50,6 +50,8 @@ fn every_command_has_its_help_text() {
         "preflight",
         "drift",
         "fence",
+        "check",
+        "completion",
     ] {
         assert!(
             texts
