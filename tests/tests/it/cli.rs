@@ -399,3 +399,351 @@ async fn without_server_a_namespace_with_no_release_is_an_error_naming_what_to_p
         "{err}"
     );
 }
+
+/// A running `kubectl-holdfast` whose stderr is read line by line as it comes.
+struct Running {
+    child: tokio::process::Child,
+    stderr: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    seen: String,
+}
+
+impl Running {
+    /// Starts `kubectl-holdfast --kubeconfig K --server S --ca-file CA ARGS...`.
+    fn start(cp: &ControlPlane, kubeconfig: &Path, server: &str, args: &[&str]) -> Running {
+        use tokio::io::AsyncBufReadExt;
+        let ca = cp.dir().join("ca.crt");
+        let mut child = tokio::process::Command::new(binary("kubectl-holdfast"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--server", server, "--ca-file"])
+            .arg(ca)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env_remove("HOLDFAST_SERVER")
+            .env_remove("HOLDFAST_CA_FILE")
+            .env_remove("HOLDFAST_TOKEN")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start kubectl-holdfast");
+        let stderr = child.stderr.take().expect("stderr");
+        Running {
+            child,
+            stderr: tokio::io::BufReader::new(stderr).lines(),
+            seen: String::new(),
+        }
+    }
+
+    /// Reads stderr until a line contains `text` (panics with what was read if the program
+    /// ends first).
+    async fn until_stderr(&mut self, text: &str) {
+        loop {
+            match self.stderr.next_line().await.expect("read stderr") {
+                Some(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if line.contains(text) {
+                        return;
+                    }
+                }
+                None => panic!("ended without printing {text:?}:\n{}", self.seen),
+            }
+        }
+    }
+
+    /// Waits for the end: exit code, stdout, and all of stderr.
+    async fn finish(mut self) -> (i32, String, String) {
+        while let Some(line) = self.stderr.next_line().await.expect("read stderr") {
+            self.seen.push_str(&line);
+            self.seen.push('\n');
+        }
+        let out = self.child.wait_with_output().await.expect("wait");
+        (
+            out.status.code().expect("exited"),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            self.seen,
+        )
+    }
+}
+
+/// TrainJob `mnist` in a new namespace, opened, a pod of its execution running (no finalizer:
+/// deleting it removes it, no kubelet being there to wait for); the hold API and an admin
+/// kubeconfig.
+async fn running_job_with_a_pod(
+    cp: &ControlPlane,
+    prefix: &str,
+) -> (
+    String,
+    holdfast_tests::hold_support::api::HoldApi,
+    PathBuf,
+    Api<k8s_openapi::api::core::v1::Pod>,
+) {
+    let ns = cp.namespace(prefix).await.expect("namespace");
+    create_trainjob(cp, &ns, "mnist", true).await;
+    let api = start_api(cp, executor(cp).await).await;
+    let kubeconfig = cp.kubeconfig(Identity::Admin);
+    let job = format!("{ns}/mnist");
+    let out = holdfast(cp, &kubeconfig, &api.base, &["open", &job]).await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let uid = tj["metadata"]["uid"].as_str().expect("uid");
+    let owners = holdfast_tests::execution_owners::ensure(&admin, &ns, "mnist", uid)
+        .await
+        .expect("the execution's owners");
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(
+        holdfast_tests::execution_owners::pod("mnist-node-0-0", "mnist", &owners, json!({})),
+    )
+    .expect("pod");
+    let pods = Api::namespaced(admin, &ns);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+    (ns, api, kubeconfig, pods)
+}
+
+/// `release --wait` tries again after PodsRemain, printing the pod still there, each try with
+/// a deadline of its own: the first try's (1s) has passed when the pod goes, so a try reusing
+/// it would be refused `DeadlinePassed` (exit 4). It exits 0 once released.
+#[tokio::test]
+async fn release_wait_retries_pods_remain_with_a_new_deadline_each_try_until_the_pod_is_gone() {
+    let cp = ControlPlane::shared();
+    let (ns, api, kubeconfig, pods) = running_job_with_a_pod(cp, "cli-rwait").await;
+    let job = format!("{ns}/mnist");
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["hold", &job, "--instance", "1"],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+
+    let started = tokio::time::Instant::now();
+    let mut release = Running::start(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &[
+            "release",
+            &job,
+            "--instance",
+            "1",
+            "--deadline-in=1s",
+            "--wait=60s",
+        ],
+    );
+    release
+        .until_stderr("pods still there: mnist-node-0-0")
+        .await;
+    // Past the first try's deadline before the pod goes.
+    tokio::time::sleep_until(started + Duration::from_millis(1500)).await;
+    pods.delete("mnist-node-0-0", &Default::default())
+        .await
+        .expect("delete the pod");
+    let (code, out, err) = release.finish().await;
+    assert_eq!(code, 0, "{out}{err}");
+    let answer: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(answer["outcome"], "Released", "{out}");
+    assert!(err.contains("PodsRemain"), "{err}");
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert!(hold_annotations(&tj).is_empty(), "{tj}");
+}
+
+/// `release --wait` that runs out while the pod remains exits 5 with the last answer
+/// (PodsRemain) on stdout and the pod named on stderr; the hold stays.
+#[tokio::test]
+async fn release_wait_that_runs_out_exits_with_the_last_pods_remain_answer() {
+    let cp = ControlPlane::shared();
+    let (ns, api, kubeconfig, _pods) = running_job_with_a_pod(cp, "cli-rwait-out").await;
+    let job = format!("{ns}/mnist");
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["hold", &job, "--instance", "1"],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let out = holdfast(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["release", &job, "--instance", "1", "--wait=1s"],
+    )
+    .await;
+    assert_eq!(code(&out), 5, "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(json(&out)["error"], "PodsRemain");
+    let err = stderr(&out);
+    assert!(
+        err.contains("pods still there: mnist-node-0-0") && err.contains("--wait ran out"),
+        "{err}"
+    );
+    let tj = read_trainjob(cp, &ns, "mnist").await;
+    assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
+}
+
+/// `hold --wait-stopped` places the hold, prints the held execution's pod while Status lists
+/// it, and returns 0 once it is gone.
+#[tokio::test]
+async fn hold_wait_stopped_returns_once_the_held_executions_pods_are_gone() {
+    let cp = ControlPlane::shared();
+    let (ns, api, kubeconfig, pods) = running_job_with_a_pod(cp, "cli-hwait").await;
+    let job = format!("{ns}/mnist");
+    let mut hold = Running::start(
+        cp,
+        &kubeconfig,
+        &api.base,
+        &["hold", &job, "--instance", "1", "--wait-stopped=60s"],
+    );
+    hold.until_stderr("pods still there: mnist-node-0-0").await;
+    assert_eq!(
+        annotation(&read_trainjob(cp, &ns, "mnist").await, ANN_HOLD_INSTANCE),
+        Some("1"),
+        "held before it waits"
+    );
+    pods.delete("mnist-node-0-0", &Default::default())
+        .await
+        .expect("delete the pod");
+    let (code, out, err) = hold.finish().await;
+    assert_eq!(code, 0, "{out}{err}");
+    let answer: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(answer["outcome"], "Held", "{out}");
+    assert!(err.contains("the held execution's pods are gone"), "{err}");
+}
+
+/// `check` against a release laid out as the chart lays it out: the controller's Service in a
+/// holdfast namespace of its own, the chart's webhook configurations (and, under the policy
+/// engine, its policies) registered as `<fullname>` for the tenant namespace only, served by
+/// the real webhook, and the real controller holding the Lease `<fullname>-controller` and
+/// serving the hold API. Before the controller runs, `check` fails the leader and serves
+/// checks, saying what to do, and exits 14; `check --wait` then passes all four once it has
+/// taken the Lease, the protected write refused by holdfast by name.
+#[tokio::test]
+async fn check_passes_an_install_that_protects_and_serves_and_fails_one_with_no_leader() {
+    use holdfast_tests::in_process_webhook::InProcessWebhook;
+    use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("cli-check").await.expect("namespace");
+    let hf = cp.namespace("cli-check-hf").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let hook = InProcessWebhook::start(cp, holdfast_core::mode::Mode::Plain, false)
+        .await
+        .expect("webhook");
+    let fullname = format!("holdfast-{ns}");
+    let registration = Registration::new(
+        fullname.clone(),
+        Target::Url(hook.url()),
+        cp.ca_pem().as_bytes().to_vec(),
+    )
+    .with_engine(Engine::from_env())
+    .with_namespaces(Namespaces::Only(vec![ns.clone()]));
+    registration.install(&admin).await.expect("register");
+    let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": {"name": format!("{fullname}-controller"), "labels": {
+            "app.kubernetes.io/part-of": "holdfast", "app.kubernetes.io/component": "controller",
+            "app.kubernetes.io/instance": "hf"}},
+        "spec": {"selector": {"app.kubernetes.io/component": "controller",
+            "app.kubernetes.io/instance": "hf"}, "ports": [{"name": "https", "port": 8443}]}
+    }))
+    .expect("service");
+    Api::namespaced(admin.clone(), &hf)
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("the controller's Service");
+    let kubeconfig = cp.kubeconfig(Identity::Admin);
+    let api_port = holdfast_tests::control_plane::free_port().expect("port");
+    let server = format!("https://127.0.0.1:{api_port}");
+    let check = |extra: &'static [&'static str]| {
+        let (ns, hf, server, kubeconfig) =
+            (ns.clone(), hf.clone(), server.clone(), kubeconfig.clone());
+        async move {
+            let mut args = vec!["--holdfast-namespace", &hf, "-n", &ns, "check"];
+            args.extend_from_slice(extra);
+            holdfast(cp, &kubeconfig, &server, &args).await
+        }
+    };
+
+    let out = check(&[]).await;
+    assert_eq!(code(&out), 14, "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    for line in [
+        "PASS  caBundle",
+        "FAIL  leader",
+        "PASS  protects",
+        "FAIL  serves",
+        "what to do:",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
+
+    // The chart's Role names the Lease of release `holdfast`; this release's is its own.
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": {"name": "cli-check-lease"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "resourceNames": [format!("{fullname}-controller")],
+            "verbs": ["get", "update", "patch"]}]
+    }))
+    .expect("role");
+    Api::namespaced(admin.clone(), &hf)
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("the Lease's Role");
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "cli-check-lease"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cli-check-lease"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io",
+            "name": Identity::Controller.username()}]
+    }))
+    .expect("binding");
+    Api::namespaced(admin.clone(), &hf)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("the Lease's RoleBinding");
+    let (cert, key) = holdfast_tests::holdfast::serving_cert(cp, "cli-check");
+    let lease = format!("--lease-name={fullname}-controller");
+    let (cert, key) = (
+        format!("--tls-cert={}", cert.display()),
+        format!("--tls-key={}", key.display()),
+    );
+    let admin_port = holdfast_tests::control_plane::free_port().expect("port");
+    let controller = holdfast_tests::holdfast::start_plain_controller_on(
+        cp,
+        &hf,
+        "cli-check",
+        admin_port,
+        api_port,
+        &[&lease, &cert, &key],
+    );
+    let out = check(&["--wait=60s"]).await;
+    assert_eq!(
+        code(&out),
+        0,
+        "{}{}\ncontroller:\n{}",
+        stdout(&out),
+        stderr(&out),
+        controller.log_tail(30)
+    );
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("PASS")).count(),
+        4,
+        "{text}"
+    );
+    assert!(
+        text.contains(holdfast_cli_snapshot_refusal(&fullname).0)
+            || text.contains(&holdfast_cli_snapshot_refusal(&fullname).1),
+        "refused by holdfast, by name: {text}"
+    );
+    registration.uninstall(&admin).await;
+    hook.stop().await.expect("stop the webhook");
+}
+
+/// What names holdfast in a refused snapshot write: its webhook entry, or its policy.
+fn holdfast_cli_snapshot_refusal(fullname: &str) -> (&'static str, String) {
+    (
+        "snapshots.validate.holdfast.dev",
+        format!("{fullname}-snapshots"),
+    )
+}
