@@ -323,19 +323,27 @@ async fn drift(
 /// `GET /v1/openapi.json`: the contract this controller was built with. It says nothing the
 /// repository does not, so any authenticated caller may read it (no SubjectAccessReview);
 /// an unauthenticated one is refused like every other request, and its connection closed.
+/// An authenticated caller is not admitted either: the connection stays provisional (so it
+/// may be evicted to make room) and is closed once the document is sent, so callers with
+/// tokens but no grant cannot keep the hold API's connections from the holder by asking for
+/// it again and again.
 async fn openapi(State(s): State<ApiState>, headers: HeaderMap) -> Response {
     if let Err(refusal) = authenticated(&s, &headers).await {
         return refused(&s, MetricCall::preflight, refusal);
     }
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        contract::served(),
+    super::scope::close_after_answer();
+    closing(
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            contract::served(),
+        )
+            .into_response(),
     )
-        .into_response()
 }
 
-/// TokenReview only, then the caller's budget.
+/// TokenReview only: the caller is neither admitted on the connection nor counted in its
+/// user's budget.
 async fn authenticated(s: &ApiState, headers: &HeaderMap) -> Result<Caller, Refusal> {
     let header = headers
         .get(header::AUTHORIZATION)
@@ -345,7 +353,6 @@ async fn authenticated(s: &ApiState, headers: &HeaderMap) -> Result<Caller, Refu
         .auth
         .authenticate_from(token, super::scope::source())
         .await?;
-    super::scope::allowed(s.auth.budget(), &caller.username).map_err(Refusal::Shed)?;
     Ok(caller)
 }
 

@@ -62,6 +62,16 @@ pub fn allowed(budget: &Budget, user: &str) -> Result<(), Shed> {
         .unwrap_or(Ok(()))
 }
 
+/// Close the connection once this answer is sent (an answer to a caller who was not
+/// admitted on it).
+pub fn close_after_answer() {
+    let _ = REQUEST.try_with(|s| {
+        if let Some(connection) = &s.connection {
+            connection.close();
+        }
+    });
+}
+
 /// The caller was refused: close the connection once this answer is sent.
 pub fn refused() {
     let _ = REQUEST.try_with(|s| {

@@ -807,6 +807,29 @@ async fn the_contract_is_served_to_authenticated_callers_only() {
         served, committed,
         "the served contract is the committed one"
     );
+
+    // A caller with a token and no grant is never admitted on the connection by it: the answer
+    // closes the connection, so such callers cannot hold the API's connections from the
+    // holder by asking again and again on kept-alive ones.
+    let http1 = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cp.ca_pem().as_bytes()).expect("CA"))
+        .http1_only()
+        .build()
+        .expect("http client");
+    let resp = http1
+        .get(format!("{}/v1/openapi.json", api.base))
+        .bearer_auth(cp.token(Identity::User))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        resp.headers()
+            .get(reqwest::header::CONNECTION)
+            .and_then(|v| v.to_str().ok()),
+        Some("close"),
+        "the contract's answer closes the connection"
+    );
 }
 
 #[tokio::test]
