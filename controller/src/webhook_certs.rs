@@ -373,11 +373,24 @@ pub async fn reconcile(client: &Client, config: &CertConfig) -> Result<Outcome, 
     }
 
     // 3. The bundle published for the hold API's clients, before a certificate they would
-    // need it for is served.
+    // need it for is served. A failure to publish it does not stop the serving certificates
+    // below from being renewed: an expired webhook certificate would fail closed every write
+    // the webhook guards, while an unpublished bundle only keeps new supervisors from
+    // trusting a new CA until it is published (say, a ConfigMap of that name someone made
+    // immutable: delete it, and the next reconcile makes it again).
     let ca_published = match &config.hold_api_ca {
-        Some(to) => crate::hold_api_ca::publish(client, to, &bundle_pem)
-            .await
-            .map_err(kube_err(format!("ConfigMap {}/{}", to.namespace, to.name)))?,
+        Some(to) => match crate::hold_api_ca::publish(client, to, &bundle_pem).await {
+            Ok(written) => written,
+            Err(e) => {
+                tracing::warn!(
+                    namespace = %to.namespace,
+                    name = %to.name,
+                    error = %e,
+                    "the hold API's CA was not published in its ConfigMap; the serving certificates are renewed all the same (if the ConfigMap is immutable or not the controller's, delete it: the next reconcile makes it again)"
+                );
+                false
+            }
+        },
         None => false,
     };
 

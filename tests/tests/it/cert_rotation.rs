@@ -454,3 +454,67 @@ async fn webhook_keeps_admitting_across_serving_and_ca_rotations() {
 
     let _ = vwcs.delete(&config_name, &DeleteParams::default()).await;
 }
+
+/// A ConfigMap of the hold API CA's name that the controller cannot write (made immutable by
+/// someone before it, or after deleting the controller's) does not stop the reconcile: the
+/// serving certificates are still issued and renewed, since an expired one would fail closed
+/// every write the webhook guards; the CA is simply not published until the ConfigMap goes.
+#[tokio::test]
+async fn a_ca_configmap_the_controller_cannot_write_does_not_stop_the_serving_certificates() {
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("ca-squat").await.expect("namespace");
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let controller = cp.client(Identity::Controller).await.expect("controller");
+    let name = format!("{}-hold-api-ca", holdfast_tests::rbac::RELEASE);
+    let squat = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "ca.crt".to_owned(),
+            "not a CA".to_owned(),
+        )])),
+        immutable: Some(true),
+        ..Default::default()
+    };
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    cms.create(&PostParams::default(), &squat)
+        .await
+        .expect("the squat");
+    let config = CertConfig {
+        namespace: ns.clone(),
+        ca_secret: "holdfast-ca".into(),
+        ca_common_name: "holdfast-squat-test".into(),
+        serving: vec![ServingSecret {
+            name: "holdfast-webhook-tls".into(),
+            dns_names: vec!["127.0.0.1".into()],
+        }],
+        mutating_webhooks: vec![],
+        validating_webhooks: vec![],
+        policy: policy(),
+        check_interval: SEC,
+        hold_api_ca: Some(holdfast_controller::hold_api_ca::Published {
+            namespace: ns.clone(),
+            name: name.clone(),
+        }),
+    };
+    let outcome = certs::reconcile(&controller, &config)
+        .await
+        .expect("the reconcile goes on past the CA it cannot publish");
+    assert!(!outcome.ca_published, "nothing was published");
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let tls = secrets
+        .get("holdfast-webhook-tls")
+        .await
+        .expect("the serving certificate was issued all the same");
+    assert!(
+        tls.data.is_some_and(|d| d.contains_key("tls.crt")),
+        "a certificate in the serving Secret"
+    );
+    assert_eq!(
+        cms.get(&name).await.expect("the squat").data,
+        squat.data,
+        "the squat is left as it was"
+    );
+}
