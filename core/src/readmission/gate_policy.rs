@@ -1,6 +1,9 @@
 //! Whether the chart's readmission-gate policy (`<fullname>-readmission-gate`, kueue mode) is
-//! installed as the chart renders it: the ValidatingAdmissionPolicy that makes Kueue's
-//! admission of a TrainJob's Workload wait for holdfast's check `Ready`, and its binding.
+//! installed and bound to refuse: the ValidatingAdmissionPolicy that makes Kueue's admission
+//! of a TrainJob's Workload wait for holdfast's check `Ready`, and its binding. What is read
+//! is the policy's presence and failure policy and the binding's policy, actions and scope;
+//! its CEL is not compared with the chart's (an edit of that is a cluster admin's, and shows
+//! in `helm diff`).
 //! Without it, a LocalQueue swapped after a Release, or the check dropped from the
 //! ClusterQueue, lets Kueue admit a released job beside its previous execution (the gate is
 //! an AdmissionCheck, which Kueue runs only where the queue lists it). Preflight reads both
