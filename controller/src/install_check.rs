@@ -2,13 +2,13 @@
 //! holdfast image, as a ServiceAccount of its own. Two checks, each failing with what it saw:
 //!
 //! 1. **holdfast protects**: a dry-run create of a ConfigMap named as a runtime snapshot, in
-//!    a namespace the webhooks cover (the chart's hook uses `default`), is refused by holdfast — its webhook entry or its
-//!    ValidatingAdmissionPolicy, named in the refusal — and not let through, nor refused by
+//!    a namespace the webhooks cover (the chart's hook uses `default`), is denied by holdfast — its webhook entry or its
+//!    ValidatingAdmissionPolicy, named as the one that denied it, with 403 or 422 — and not let through, nor refused by
 //!    anything else (RBAC, another webhook). Dry run: nothing is written.
 //! 2. **the hold API serves**: a TLS connection to the hold API, trusting only the CA of the
 //!    release's mutating webhook configuration (the caBundle the apiserver trusts holdfast
 //!    by), and a `status` call, with the pod's token, for a TrainJob that does not exist,
-//!    answered 404 (or 200): authenticated (TokenReview), authorised (SubjectAccessReview),
+//!    answered 404 with the hold API's `Rejected`/`NotFound` body (or 200): authenticated (TokenReview), authorised (SubjectAccessReview),
 //!    and looked up.
 //!
 //! The judgements are pure ([`judge_write`], [`judge_answer`]) and unit-tested; the I/O is
@@ -16,6 +16,7 @@
 
 use anyhow::{Context, anyhow, bail};
 use clap::Parser;
+use holdfast_core::hold::{ErrorBody, RejectCause};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -62,16 +63,26 @@ pub fn judge_write(outcome: Result<(), (u16, String)>, refused_by: &[String]) ->
     match outcome {
         Ok(()) => WriteVerdict::LetThrough,
         Err((code, message)) => {
-            let named = refused_by.iter().any(|n| {
-                message.contains(&format!("\"{n}\"")) || message.contains(&format!("'{n}'"))
-            });
-            if named && matches!(code, 400 | 403 | 422) {
+            let denied = refused_by.iter().any(|n| denied_by(&message, n));
+            if denied && matches!(code, 403 | 422) {
                 WriteVerdict::Protected(message)
             } else {
                 WriteVerdict::RefusedOtherwise(code, message)
             }
         }
     }
+}
+
+/// Whether `message` is a denial by the webhook entry or the ValidatingAdmissionPolicy named
+/// `name`, in the apiserver's words for one: not any message naming it (the apiserver's 400
+/// "admission webhook ... does not support dry run", or a failure to call it, name it too).
+fn denied_by(message: &str, name: &str) -> bool {
+    let webhook = format!("admission webhook \"{name}\" denied the request");
+    let policy = format!("ValidatingAdmissionPolicy '{name}' with binding '");
+    message.contains(&webhook)
+        || message
+            .find(&policy)
+            .is_some_and(|at| message[at + policy.len()..].contains("' denied request"))
 }
 
 /// What came of the hold API call.
@@ -83,10 +94,17 @@ pub enum ApiVerdict {
     Refuses(u16, String),
 }
 
-/// Judges the hold API's answer to `status` of a TrainJob that does not exist.
+/// Judges the hold API's answer to `status` of a TrainJob that does not exist: a 404 counts
+/// only with the hold API's own `Rejected`/`NotFound` body (a 404 for an unknown route, or
+/// from whatever else answers at that URL, is not an answer about the TrainJob).
 pub fn judge_answer(code: u16, body: &str) -> ApiVerdict {
+    let not_found = || {
+        serde_json::from_str::<ErrorBody>(body)
+            .is_ok_and(|b| b.error == "Rejected" && b.cause == Some(RejectCause::NotFound))
+    };
     match code {
-        200 | 404 => ApiVerdict::Answers(code),
+        200 => ApiVerdict::Answers(code),
+        404 if not_found() => ApiVerdict::Answers(code),
         _ => ApiVerdict::Refuses(code, body.to_owned()),
     }
 }
@@ -271,6 +289,18 @@ mod tests {
             judge_write(Err((403, other.into())), &names()),
             WriteVerdict::RefusedOtherwise(..)
         ));
+        // The apiserver's refusal to call a webhook on a dry run names it, but is no denial.
+        let no_dry_run =
+            "admission webhook \"snapshots.validate.holdfast.dev\" does not support dry run";
+        assert!(matches!(
+            judge_write(Err((400, no_dry_run.into())), &names()),
+            WriteVerdict::RefusedOtherwise(400, _)
+        ));
+        // A denial's words with another code than a denial's are not one either.
+        assert!(matches!(
+            judge_write(Err((400, webhook.into())), &names()),
+            WriteVerdict::RefusedOtherwise(400, _)
+        ));
         // A webhook that failed to answer (failurePolicy Fail) is not a refusal of holdfast's.
         let failed = "Internal error occurred: failed calling webhook \"snapshots.validate.holdfast.dev\": connection refused";
         assert!(matches!(
@@ -281,12 +311,31 @@ mod tests {
 
     #[test]
     fn the_hold_api_answers_only_with_the_trainjobs_status_or_its_absence() {
-        assert_eq!(judge_answer(404, "{}"), ApiVerdict::Answers(404));
+        let absent = r#"{"error":"Rejected","cause":"NotFound","message":"no TrainJob a/b"}"#;
+        assert_eq!(judge_answer(404, absent), ApiVerdict::Answers(404));
         assert_eq!(judge_answer(200, "{}"), ApiVerdict::Answers(200));
         for code in [401, 403, 429, 500, 503] {
             assert_eq!(
                 judge_answer(code, "no"),
                 ApiVerdict::Refuses(code, "no".into())
+            );
+        }
+    }
+
+    #[test]
+    fn a_404_counts_only_with_the_hold_apis_own_not_found_body() {
+        // axum's 404 for an unknown route (an empty body), another server's page, another
+        // cause: none says the TrainJob does not exist.
+        for body in [
+            "",
+            "404 page not found",
+            r#"{"error":"Rejected","cause":"StaleHold","message":"x"}"#,
+            r#"{"error":"Invalid","message":"x"}"#,
+        ] {
+            assert_eq!(
+                judge_answer(404, body),
+                ApiVerdict::Refuses(404, body.into()),
+                "{body:?}"
             );
         }
     }
