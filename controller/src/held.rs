@@ -35,18 +35,22 @@ impl HoldCount {
     ) -> Self {
         let mut count = HoldCount::default();
         for a in annotations.into_iter().flatten() {
-            if !HoldState::from_annotations(a).is_held() {
-                continue;
-            }
-            count.held += 1;
-            let placed = a
-                .get(ANN_HOLD_PLACED_AT)
-                .and_then(|t| holdfast_core::rfc3339::parse(t).ok());
-            if let Some(t) = placed {
-                count.oldest_placed = Some(count.oldest_placed.map_or(t, |o| o.min(t)));
-            }
+            count.add(|k| a.get(k).map(String::as_str));
         }
         count
+    }
+
+    /// Counts one more object, given by an annotation lookup.
+    pub fn add<'a>(&mut self, annotation: impl Fn(&str) -> Option<&'a str>) {
+        if !HoldState::from_lookup(&annotation).is_held() {
+            return;
+        }
+        self.held += 1;
+        let placed =
+            annotation(ANN_HOLD_PLACED_AT).and_then(|t| holdfast_core::rfc3339::parse(t).ok());
+        if let Some(t) = placed {
+            self.oldest_placed = Some(self.oldest_placed.map_or(t, |o| o.min(t)));
+        }
     }
 }
 

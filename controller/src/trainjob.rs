@@ -38,13 +38,46 @@ pub type Watched = DeserializeGuard<TrainJob>;
 pub type JobRef = ObjectRef<Watched>;
 
 /// The part of a TrainJob the controller reads.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Once [`strip`]ped, `metadata.labels` and `metadata.annotations` are `None` and the few
+/// entries kept are in `marks`; [`TrainJob::annotation`] and the serialized object (as
+/// [`TrainJob::as_json`] and the readmission gate read it) see both.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct TrainJob {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: TrainJobSpec,
     #[serde(default)]
     pub status: TrainJobStatus,
+    #[serde(skip)]
+    marks: Marks,
+}
+
+/// The labels and annotations [`strip`] keeps, out of `ObjectMeta`'s maps: a `BTreeMap`
+/// allocates a node for eleven entries (about half a KiB of `String`s) for its first one,
+/// per map and per cached TrainJob; here each kept entry costs its value.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Marks {
+    labels: Vec<(&'static str, String)>,
+    annotations: Vec<(&'static str, String)>,
+}
+
+impl Serialize for TrainJob {
+    /// As the apiserver's object (the kept labels and annotations back in `metadata`).
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Object<'a> {
+            metadata: Cow<'a, ObjectMeta>,
+            spec: &'a TrainJobSpec,
+            status: &'a TrainJobStatus,
+        }
+        Object {
+            metadata: self.full_metadata(),
+            spec: &self.spec,
+            status: &self.status,
+        }
+        .serialize(serializer)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -128,17 +161,25 @@ const KEPT_ANNOTATIONS: [&str; 5] = [
 ];
 
 /// Drops the metadata no reader reads (managedFields above all) and the conditions other
-/// than `Complete` and `Failed`.
+/// than `Complete` and `Failed`; a decoded TrainJob's kept labels and annotations move out
+/// of their maps into its compact marks.
 pub fn strip(job: &mut Watched) {
     let meta = match &mut job.0 {
         Ok(job) => {
             job.status
                 .conditions
                 .retain(|c| matches!(c.type_.as_str(), "Complete" | "Failed"));
-            &mut job.metadata
+            job.status.conditions.shrink_to_fit();
+            strip_meta(&mut job.metadata);
+            job.marks.take_from(&mut job.metadata);
+            return;
         }
         Err(invalid) => &mut invalid.metadata,
     };
+    strip_meta(meta);
+}
+
+fn strip_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     meta.owner_references = None;
     meta.finalizers = None;
@@ -155,6 +196,52 @@ pub fn strip(job: &mut Watched) {
         if annotations.is_empty() {
             meta.annotations = None;
         }
+    }
+}
+
+impl Marks {
+    /// Moves the kept labels and annotations out of `meta` (whose maps are left `None`).
+    fn take_from(&mut self, meta: &mut ObjectMeta) {
+        fn take(
+            map: Option<std::collections::BTreeMap<String, String>>,
+            kept: &[&'static str],
+            into: &mut Vec<(&'static str, String)>,
+        ) {
+            let Some(mut map) = map else { return };
+            for key in kept {
+                if let Some(value) = map.remove(*key) {
+                    if !into.iter().any(|(k, _)| k == key) {
+                        into.push((key, value));
+                    }
+                }
+            }
+            into.shrink_to_fit();
+        }
+        take(meta.labels.take(), &KEPT_LABELS, &mut self.labels);
+        take(
+            meta.annotations.take(),
+            &KEPT_ANNOTATIONS,
+            &mut self.annotations,
+        );
+    }
+
+    /// `meta` with the marks back in its maps.
+    fn put_into(&self, meta: &mut ObjectMeta) {
+        for (entries, map) in [
+            (&self.labels, &mut meta.labels),
+            (&self.annotations, &mut meta.annotations),
+        ] {
+            if !entries.is_empty() {
+                let map = map.get_or_insert_with(Default::default);
+                for (k, v) in entries {
+                    map.insert((*k).to_owned(), v.clone());
+                }
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
     }
 }
 
@@ -279,11 +366,33 @@ impl TrainJob {
 
     /// The runtime resourceVersion recorded at admission, if the webhook recorded one.
     pub fn admitted_runtime_version(&self) -> Option<&str> {
-        self.metadata
+        self.annotation(names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION)
+    }
+
+    /// Annotation `key`, kept by [`strip`] or (not stripped) in `metadata`.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.marks
             .annotations
-            .as_ref()?
-            .get(names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION)
-            .map(String::as_str)
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+            .or_else(|| {
+                self.metadata
+                    .annotations
+                    .as_ref()?
+                    .get(key)
+                    .map(String::as_str)
+            })
+    }
+
+    /// `metadata` as the apiserver sent it, but for what [`strip`] dropped.
+    fn full_metadata(&self) -> Cow<'_, ObjectMeta> {
+        if self.marks.is_empty() {
+            return Cow::Borrowed(&self.metadata);
+        }
+        let mut meta = self.metadata.clone();
+        self.marks.put_into(&mut meta);
+        Cow::Owned(meta)
     }
 
     /// The TrainJob as the JSON object `holdfast_core::snapshot` functions take.
@@ -375,6 +484,45 @@ mod tests {
             (r.api_group.as_str(), r.kind.as_str(), r.name.as_str()),
             ("trainer.kubeflow.org", "ClusterTrainingRuntime", "torch")
         );
+    }
+
+    #[test]
+    fn a_cached_trainjob_keeps_what_the_readers_read_outside_metadata_maps() {
+        let metadata = json!({
+            "name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+            "labels": {"holdfast.dev/managed": "true"},
+            "annotations": {
+                "holdfast.dev/admitted-runtime-resource-version": "41",
+                "holdfast.dev/opened": "true",
+                "holdfast.dev/attempt": "2",
+                "holdfast.dev/hold-instance": "5",
+                "holdfast.dev/hold-placed-at": "2026-01-01T00:00:00Z"
+            }
+        });
+        let mut full = metadata.clone();
+        full["labels"]["team"] = json!("x");
+        full["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json!("{}");
+        full["managedFields"] = json!([{"manager": "kubectl"}]);
+        let mut j = watched(json!({"metadata": full, "spec": {"runtimeRef": {"name": "torch"}}}));
+        strip(&mut j);
+        let job = j.0.expect("decoded");
+        // No map is left to allocate per cached job: the kept entries live in the marks.
+        assert!(job.metadata.labels.is_none() && job.metadata.annotations.is_none());
+        assert!(job.metadata.managed_fields.is_none());
+        assert_eq!(job.admitted_runtime_version(), Some("41"));
+        assert_eq!(job.annotation("holdfast.dev/hold-instance"), Some("5"));
+        // Serialized (the snapshot functions and the gate read this), as the apiserver sent
+        // it but for what no reader reads.
+        let v = job.as_json().expect("json");
+        assert_eq!(v["metadata"], metadata);
+        assert_eq!(
+            serde_json::to_value(&job).expect("json")["metadata"],
+            metadata
+        );
+        let mut held = crate::held::HoldCount::default();
+        held.add(|k| job.annotation(k));
+        assert_eq!(held.held, 1);
+        assert!(held.oldest_placed.is_some());
     }
 
     #[test]

@@ -177,12 +177,17 @@ impl Snapshotter {
     pub fn held(&self) -> Option<crate::held::HoldCount> {
         let ctx = self.inner.running.read().ok()?.clone()?;
         let jobs = ctx.trainjobs.state();
-        Some(crate::held::HoldCount::of(jobs.iter().map(
-            |j| match &j.0 {
-                Ok(job) => job.metadata.annotations.as_ref(),
-                Err(invalid) => invalid.metadata.annotations.as_ref(),
-            },
-        )))
+        let mut count = crate::held::HoldCount::default();
+        for j in &jobs {
+            match &j.0 {
+                Ok(job) => count.add(|k| job.annotation(k)),
+                Err(invalid) => {
+                    let annotations = invalid.metadata.annotations.as_ref();
+                    count.add(|k| annotations?.get(k).map(String::as_str));
+                }
+            }
+        }
+        Some(count)
     }
 
     /// Runs the reconciler, with a TrainJob watch of its own, until `shutdown` is cancelled.
