@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -51,10 +52,22 @@ type Config struct {
 	// Token gives the bearer token for each request; FileToken re-reads a projected
 	// ServiceAccount token as the kubelet rotates it.
 	Token TokenSource
-	// RootCAs verifies the server's certificate: the release's CA (LoadCA).
+	// RootCAs verifies the server's certificate: the release's CA (LoadCA), fixed for the
+	// Client's life. Give CA instead to follow the CA as it rotates.
 	RootCAs *x509.CertPool
-	// HTTPClient, if set, is used as it is (RootCAs is then ignored); its Timeout should be
-	// zero, as each call's context carries its deadline.
+	// CA gives the pool that verifies the server's certificate, and is asked again when a
+	// handshake fails because the server's certificate is from an authority the pool does
+	// not hold (the hold API's CA rotated): the connection is then tried once more with the
+	// new pool (nothing was sent, so that is safe). FileCA re-reads a PEM file; CAFunc
+	// wraps a function of yours (one that gets the ConfigMap <fullname>-hold-api-ca from
+	// the Kubernetes API, say). Set RootCAs or CA, not both.
+	CA CASource
+	// HTTPClient, if set, is used as it is: RootCAs and CA are then ignored, and so are the
+	// client's own transport rules, which apply only when HTTPClient is nil — a redirect is
+	// not followed (the token and the call stay with the server named), idle connections
+	// are closed after 50 s (before the server's 60 s, so a write is not sent on a
+	// connection the server is closing), and the CA is re-read after a rotation. Its
+	// Timeout should be zero, as each call's context carries its deadline.
 	HTTPClient *http.Client
 	// UserAgent is sent with every request; it defaults to "holdfast-go".
 	UserAgent string
@@ -64,7 +77,9 @@ type Config struct {
 type Client struct {
 	base  *url.URL
 	token TokenSource
-	http  *http.Client
+	// http is the client every call uses; replaced (with a new pool) when ca gives one.
+	http  atomic.Pointer[http.Client]
+	ca    CASource // nil: the pool is fixed
 	agent string
 	// bound is the CallBound of the last preflight, in nanoseconds (0: none yet).
 	bound atomic.Int64
@@ -85,26 +100,48 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Token == nil {
 		return nil, fmt.Errorf("holdfast: Config.Token is nil: give FileToken(path) of a projected ServiceAccount token")
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		if cfg.RootCAs == nil {
-			return nil, fmt.Errorf("holdfast: Config.RootCAs is nil: load the release's CA with LoadCA")
-		}
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12}
-		tr.ForceAttemptHTTP2 = true
-		hc = &http.Client{
-			Transport: tr,
-			// The hold API never redirects: a redirect is not followed (the token and the
-			// call stay with the server the caller named).
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
-	}
 	agent := cfg.UserAgent
 	if agent == "" {
 		agent = "holdfast-go"
 	}
-	return &Client{base: base, token: cfg.Token, http: hc, agent: agent}, nil
+	c := &Client{base: base, token: cfg.Token, agent: agent}
+	switch {
+	case cfg.HTTPClient != nil:
+		c.http.Store(cfg.HTTPClient)
+	case cfg.RootCAs != nil && cfg.CA != nil:
+		return nil, fmt.Errorf("holdfast: Config.RootCAs and Config.CA are both set: give one (CA follows a rotation)")
+	case cfg.RootCAs != nil:
+		c.http.Store(httpClient(cfg.RootCAs))
+	case cfg.CA != nil:
+		pool, err := cfg.CA.Pool()
+		if err != nil {
+			return nil, fmt.Errorf("holdfast: Config.CA: %w", err)
+		}
+		c.http.Store(httpClient(pool))
+		c.ca = cfg.CA
+	default:
+		return nil, fmt.Errorf("holdfast: Config.RootCAs and Config.CA are nil: give CA: FileCA(path) of the hold API's CA (the ConfigMap <fullname>-hold-api-ca's ca.crt)")
+	}
+	return c, nil
+}
+
+// IdleConnTimeout is how long an idle connection is kept: less than the hold API's 60 s,
+// so that a write never goes out on a connection the server is closing as idle (it would
+// come back as a spurious ErrUnknown).
+const IdleConnTimeout = 50 * time.Second
+
+// httpClient is the client's own: pool verifies the server, redirects are not followed.
+func httpClient(pool *x509.CertPool) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	tr.ForceAttemptHTTP2 = true
+	tr.IdleConnTimeout = IdleConnTimeout
+	return &http.Client{
+		Transport: tr,
+		// The hold API never redirects: a redirect is not followed (the token and the
+		// call stay with the server the caller named).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // Hold places hold m.Instance on the TrainJob: in plain mode on the TrainJob, in Kueue mode
@@ -132,6 +169,9 @@ func (c *Client) Status(ctx context.Context, job TrainJob) (*Status, error) {
 	if err := c.read(ctx, expand(RouteStatus, job), nil, &a); err != nil {
 		return nil, fmt.Errorf("status of %s: %w", job, err)
 	}
+	if a.Result != SuccessOk || a.State.Kind == "" {
+		return nil, fmt.Errorf("holdfast: status of %s: a 200 answer with result %q and no state is not the hold API's (something in between answered?)", job, a.Result)
+	}
 	return &a.Status, nil
 }
 
@@ -146,6 +186,9 @@ func (c *Client) Preflight(ctx context.Context, job *TrainJob) (*PreflightReport
 	var a PreflightAnswer
 	if err := c.read(ctx, expand(RoutePreflight, TrainJob{}), q, &a); err != nil {
 		return nil, fmt.Errorf("preflight: %w", err)
+	}
+	if a.Result != SuccessOk {
+		return nil, fmt.Errorf("holdfast: preflight: a 200 answer with result %q is not the hold API's (something in between answered?)", a.Result)
 	}
 	c.bound.Store(int64(seconds(a.CallBoundSeconds)))
 	return &a.PreflightReport, nil
@@ -208,7 +251,23 @@ func (c *Client) write(ctx context.Context, route string, job TrainJob, m CallMe
 	if err := c.do(ctx, http.MethodPost, expand(route, job), nil, body, &a, true); err != nil {
 		return Outcome{}, fmt.Errorf("%s of %s: %w", call, job, err)
 	}
+	if a.Result != SuccessOk || !outcomeOf(route, a.Outcome.Outcome) {
+		return Outcome{}, &callError{class: ErrUnknown, msg: fmt.Sprintf("%s of %s: a 200 answer with result %q and outcome %q is not the hold API's (something in between answered?); read Status after the CallBound", call, job, a.Result, a.Outcome.Outcome)}
+	}
 	return a.Outcome, nil
+}
+
+// outcomeOf is whether a call on route can succeed with outcome o.
+func outcomeOf(route string, o OutcomeOutcome) bool {
+	switch route {
+	case RouteHold:
+		return o == OutcomeOutcomeHeld || o == OutcomeOutcomeAlreadyInForce
+	case RouteRelease:
+		return o == OutcomeOutcomeReleased
+	case RouteOpen:
+		return o == OutcomeOutcomeOpened || o == OutcomeOutcomeAlreadyOpen
+	}
+	return false
 }
 
 func (c *Client) read(ctx context.Context, path string, q url.Values, into any) error {
@@ -225,27 +284,43 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	u := *c.base
 	u.Path = c.base.Path + path
 	u.RawQuery = q.Encode()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+	send := func() (*http.Response, bool, error) {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(body)
+		}
+		var wrote atomic.Bool
+		trace := &httptrace.ClientTrace{
+			WroteHeaders: func() { wrote.Store(true) },
+		}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, u.String(), rd)
+		if err != nil {
+			return nil, false, &callError{class: ErrInvalid, msg: "building the request", err: err}
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("User-Agent", c.agent)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := c.http.Load().Do(req)
+		return resp, wrote.Load(), err
 	}
-	var wrote atomic.Bool
-	trace := &httptrace.ClientTrace{
-		WroteHeaders: func() { wrote.Store(true) },
+	resp, wrote, err := send()
+	if err != nil && !wrote && c.ca != nil && unknownAuthority(err) {
+		// The server's certificate is from a CA the pool lacks: the hold API's CA rotated.
+		// Nothing was sent; read the CA again and connect once more.
+		if rerr := c.reloadCA(); rerr != nil {
+			return &callError{class: ErrNotSent, msg: "the server's certificate is from an unknown authority, and reading the CA again failed", err: errors.Join(err, rerr)}
+		}
+		resp, wrote, err = send()
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, u.String(), rd)
 	if err != nil {
-		return &callError{class: ErrInvalid, msg: "building the request", err: err}
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.agent)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if !wrote.Load() {
+		var ce *callError
+		if errors.As(err, &ce) {
+			return err // the request could not be built
+		}
+		if !wrote {
 			return &callError{class: ErrNotSent, msg: "the request was not sent", err: err}
 		}
 		if write {
@@ -274,7 +349,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if json.Unmarshal(raw, &eb) != nil || eb.Error == "" {
 		eb = ErrorBody{Message: strings.TrimSpace(string(raw))}
 	}
-	return answerError(resp.StatusCode, eb, retryAfter(resp.Header.Get("Retry-After")))
+	return answerError(resp.StatusCode, eb, retryAfter(resp.Header.Get("Retry-After")), write)
 }
 
 func retryAfter(v string) time.Duration {

@@ -94,7 +94,13 @@ func TestAPassedDeadlineIsRejectedAndNothingIsSent(t *testing.T) {
 }
 
 func TestTheDeadlineSentIsTheEarlierOfTheContextsAndTheMetas(t *testing.T) {
-	f, c := newFake(t, answer(200, `{"result":"Ok","outcome":"Held"}`))
+	f, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/open") {
+			answer(200, `{"result":"Ok","outcome":"Opened","started":true}`)(w, r)
+			return
+		}
+		answer(200, `{"result":"Ok","outcome":"Held"}`)(w, r)
+	})
 	meta := time.Now().Add(20 * time.Second).Truncate(time.Millisecond)
 	out, err := c.Hold(within(t, time.Minute), job, CallMeta{Instance: 7, Deadline: meta, Reason: "node lost"})
 	if err != nil || out.Outcome != OutcomeOutcomeHeld {

@@ -21,7 +21,9 @@ func (c *class) Unwrap() error { return c.parent }
 // that the hold API answered is an *APIError, which is each class its answer belongs to.
 var (
 	// ErrInvalid: the call is malformed (no deadline, no instance, a bad reason, a name no
-	// object can have). Nothing was sent, or the server refused it; fix the call.
+	// object can have). Nothing was sent, or the server refused it; fix the call. The one
+	// exception is the hold API's 408 (its body did not arrive within 5 s; nothing was
+	// done): Retryable, with a new deadline.
 	ErrInvalid error = &class{name: "invalid"}
 	// ErrRejected: the call was refused and is final; nothing was written. Make a new call.
 	ErrRejected error = &class{name: "rejected"}
@@ -52,7 +54,8 @@ var (
 	// ErrUnknown: the call may or may not have taken effect: read Status after CallBound.
 	// The server sent a write and could not learn whether it landed (504 Unknown), or the
 	// request left this client and no answer came back (the connection broke, the deadline
-	// passed while waiting). A write already sent may still land until the deadline plus
+	// passed while waiting), or the answer to a write is not the hold API's (a proxy's 502,
+	// 503 or 504, a body that does not parse, a success without a known outcome). A write already sent may still land until the deadline plus
 	// the CallBound; after that, Status tells the truth.
 	ErrUnknown error = &class{name: "outcome unknown"}
 	// ErrNotSent: the request never left this client (no connection could be made, the TLS
@@ -66,8 +69,8 @@ var (
 	ErrForbidden error = &class{name: "forbidden"}
 	// ErrTooManyRequests: the caller's budget is spent (429); retry after RetryAfter.
 	ErrTooManyRequests error = &class{name: "too many requests"}
-	// ErrUnavailable: the server could not take the call now (503 Unavailable); retry after
-	// RetryAfter.
+	// ErrUnavailable: the server could not take the call now (the hold API's 503
+	// Unavailable); retry after RetryAfter.
 	ErrUnavailable error = &class{name: "unavailable"}
 )
 
@@ -81,6 +84,8 @@ type APIError struct {
 	Body ErrorBody
 	// RetryAfter is the server's Retry-After, when it sent one.
 	RetryAfter time.Duration
+	// write: the answer is to a Hold, Release or Open.
+	write bool
 }
 
 func (e *APIError) Error() string {
@@ -95,7 +100,25 @@ func (e *APIError) Error() string {
 }
 
 // Unwrap is the class the answer names.
-func (e *APIError) Unwrap() error { return classOf(e.StatusCode, e.Body) }
+func (e *APIError) Unwrap() error {
+	if e.write && !ownError(e.Body) {
+		// Not the hold API's answer (a proxy's, a load balancer's): it may have come after
+		// the request was forwarded, so the write may have landed.
+		return ErrUnknown
+	}
+	return classOf(e.StatusCode, e.Body)
+}
+
+// ownError is whether a body names one of the hold API's own error kinds.
+func ownError(b ErrorBody) bool {
+	switch b.Error {
+	case ErrorKindInvalid, ErrorKindRejected, ErrorKindUnsupported, ErrorKindPodsRemain,
+		ErrorKindConflict, ErrorKindUnknown, ErrorKindUnauthenticated, ErrorKindForbidden,
+		ErrorKindTooManyRequests, ErrorKindUnavailable:
+		return true
+	}
+	return false
+}
 
 // UnsupportedError is ErrUnsupported with the reason the server gave.
 type UnsupportedError struct {
@@ -119,7 +142,7 @@ func (e *UnsupportedError) Unwrap() error {
 }
 
 // classOf maps an answer to its class: by its error and cause, and where a body is not the
-// hold API's (a proxy's page), by its status.
+// hold API's (a proxy's page) by its status, which only a read gets (a write's is ErrUnknown).
 func classOf(status int, body ErrorBody) error {
 	switch body.Error {
 	case ErrorKindInvalid:
@@ -177,9 +200,9 @@ func classOf(status int, body ErrorBody) error {
 	return ErrUnknown
 }
 
-// answerError builds the error for a non-200 answer.
-func answerError(status int, body ErrorBody, retryAfter time.Duration) error {
-	api := &APIError{StatusCode: status, Body: body, RetryAfter: retryAfter}
+// answerError builds the error for a non-200 answer to a read or (write) a write.
+func answerError(status int, body ErrorBody, retryAfter time.Duration, write bool) error {
+	api := &APIError{StatusCode: status, Body: body, RetryAfter: retryAfter, write: write}
 	if errors.Is(api, ErrUnsupported) {
 		return &UnsupportedError{Reason: body.Message, API: api}
 	}
@@ -187,15 +210,22 @@ func answerError(status int, body ErrorBody, retryAfter time.Duration) error {
 }
 
 // Retryable reports whether the same call may succeed if made again later, with a new
-// deadline: ErrPodsRemain, ErrConflict, ErrTooManyRequests, ErrUnavailable and ErrNotSent.
-// ErrUnknown is not: read Status after the CallBound instead.
+// deadline: ErrPodsRemain, ErrConflict, ErrTooManyRequests, ErrUnavailable, ErrNotSent, and
+// the hold API's 408 Invalid (the body did not arrive within its 5 s; nothing was done).
+// ErrUnknown is not: read Status after the CallBound instead. An answer to a write that is
+// not the hold API's own (a proxy's 503, say) is ErrUnknown, never retryable: the proxy may
+// have forwarded the request before it failed.
 func Retryable(err error) bool {
+	if errors.Is(err, ErrUnknown) {
+		return false
+	}
 	for _, c := range []error{ErrPodsRemain, ErrConflict, ErrTooManyRequests, ErrUnavailable, ErrNotSent} {
 		if errors.Is(err, c) {
 			return true
 		}
 	}
-	return false
+	var api *APIError
+	return errors.As(err, &api) && api.StatusCode == http.StatusRequestTimeout && api.Body.Error == ErrorKindInvalid
 }
 
 // callError wraps a class with what happened, for errors made on this side.

@@ -13,14 +13,13 @@ import (
 // A supervisor's side of a lost node: hold the job under a new instance, wait until the
 // held execution's pods are gone (the node fenced, if it does not come back), release.
 func Example() {
-	ca, err := holdfast.LoadCA("/etc/holdfast/ca.crt") // the chart's CA ConfigMap, mounted
-	if err != nil {
-		log.Fatal(err)
-	}
 	c, err := holdfast.New(holdfast.Config{
-		URL:     "https://holdfast-controller.holdfast-system.svc:8443",
-		Token:   holdfast.FileToken("/var/run/secrets/holdfast/token"), // projected, audience holdfast
-		RootCAs: ca,
+		URL:   "https://holdfast-controller.holdfast-system.svc:8443",
+		Token: holdfast.FileToken("/var/run/secrets/holdfast/token"), // projected, audience holdfast
+		// The ConfigMap holdfast-hold-api-ca's ca.crt, got by name from holdfast's namespace
+		// (a pod cannot mount it from there) and kept up to date in this file: read again
+		// when the CA rotates.
+		CA: holdfast.FileCA("/etc/holdfast/ca.crt"),
 	})
 	if err != nil {
 		log.Fatal(err)

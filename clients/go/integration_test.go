@@ -50,7 +50,7 @@ func newWorld(t *testing.T, tokenVar string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{URL: url, Token: FileToken(env(t, tokenVar)), RootCAs: pool, UserAgent: "holdfast-go-it"})
+	c, err := New(Config{URL: url, Token: FileToken(env(t, tokenVar)), CA: FileCA(env(t, "HOLDFAST_IT_CA_FILE")), UserAgent: "holdfast-go-it"})
 	if err != nil {
 		t.Fatal(err)
 	}
