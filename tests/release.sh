@@ -18,6 +18,11 @@
 #                                                 `## [VERSION] - DATE`, and that section alone
 #   SHA256SUMS                                    every file above
 #
+# The tree must be committed: tracked changes anywhere, or untracked files under the crates,
+# the chart or the krew template, are refused (commit them, or remove them), so a release is
+# built from a commit, and the commit (`git rev-parse HEAD`) is written into RELEASE-NOTES.md
+# and into the SBOM (metadata properties holdfast:git-commit and holdfast:git-tree-dirty).
+#
 # Only linux/amd64 is built (the only target this machine builds). VERSION must be the
 # workspace's version in Cargo.toml (the binaries report it): bump that first. The krew
 # manifest points at HOLDFAST_RELEASE_URL (default: the GitHub release's download URL for
@@ -29,8 +34,11 @@
 # HOLDFAST_REGISTRY_PLAIN_HTTP=1 pushes over plain HTTP. Without REGISTRY nothing is pushed.
 #
 # --quick (the test's mode, tests/tests/it/release.rs): the CLI from the dev profile (built as
-# `cargo build --workspace --bins`, which tests/run.sh has built by then), and no image (the
-# release builds take minutes); every other artifact is the same.
+# `cargo build --workspace --bins`, which tests/run.sh has built by then), no image (the
+# release builds take minutes), and a dirty tree allowed (recorded as dirty). Its output is
+# not a release and says so: OUTDIR/QUICK-NOT-A-RELEASE (listed in SHA256SUMS), a first
+# line in RELEASE-NOTES.md, the SBOM's property holdfast:quick, and a krew manifest whose URI
+# is the archive in OUTDIR (file://), never HOLDFAST_RELEASE_URL.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 quick=false
@@ -52,6 +60,18 @@ workspace_version=$(sed -n '/^\[workspace.package\]/,/^\[/{s/^version = "\(.*\)"
 [ "$version" = "$workspace_version" ] ||
   fail "VERSION $version is not the workspace's version ($workspace_version in Cargo.toml), which the binaries report: set [workspace.package] version = \"$version\" first"
 if [ -e "$out" ] && [ -n "$(ls -A "$out")" ]; then fail "$out is not empty: give a new or empty OUTDIR"; fi
+# The commit built, and whether the tree differs from it: a release only from a clean tree.
+commit=$(git -C "$repo" rev-parse --verify HEAD 2>/dev/null) || fail "$repo is not a git checkout with a commit: a release is built from a commit"
+tracked=$(git -C "$repo" status --porcelain --untracked-files=no)
+untracked=$(cd "$repo" && git ls-files --others --exclude-standard -- \
+  $(sed -n 's/^members = \[\(.*\)\]/\1/p' Cargo.toml | tr -d '",') charts cli/krew Dockerfile)
+dirty=false
+if [ -n "$tracked$untracked" ]; then
+  dirty=true
+  $quick || fail "the tree is not committed ($commit plus the changes below): commit or remove them, or use --quick (not a release)
+$(printf '%s\n' "$tracked" | sed '/^$/d;s/^/  changed: /')
+$(printf '%s\n' "$untracked" | sed '/^$/d;s/^/  untracked: /')"
+fi
 image="ghcr.io/holdfast-dev/holdfast"
 if [ -n "$registry" ]; then
   [[ $registry =~ ^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?$ ]] ||
@@ -122,6 +142,9 @@ sha=$(cut -d' ' -f1 "$out/$archive.sha256")
 
 # --- the krew manifest, from its template: no @NAME@ may be left
 base=${HOLDFAST_RELEASE_URL:-https://github.com/holdfast-dev/holdfast/releases/download/v$version}
+# --quick's archive is no release's: its manifest points at the file here, for
+# `kubectl krew install --manifest=holdfast.krew.yaml --archive=ARCHIVE` trials only.
+$quick && base="file://$out"
 sed -e "s|@VERSION@|$version|g" -e "s|@URI_LINUX_AMD64@|${base%/}/$archive|g" -e "s|@SHA256_LINUX_AMD64@|$sha|g" \
   "$repo/cli/krew/holdfast.yaml.in" > "$out/holdfast.krew.yaml"
 if left=$(grep -no '@[A-Z0-9_]*@' "$out/holdfast.krew.yaml"); then
@@ -133,10 +156,14 @@ echo "== SBOM" >&2
 build_cmd=$(grep -o 'cargo build [^&\\]*' "$repo/Dockerfile" | head -1)
 packages=$(echo "$build_cmd" | grep -o -- '-p [a-z0-9_-]*' | sed 's/^-p //')
 [ -n "$packages" ] || fail "no -p PACKAGE in the Dockerfile's build command: $build_cmd"
-tree_args=()
+tree_args=() quick_property=()
+$quick && quick_property=("holdfast:quick=not a release: the CLI is from the dev profile and the image named here was not built")
 for p in $packages; do tree_args+=(-p "$p"); done
 (cd "$repo" && cargo tree --locked -e normal "${tree_args[@]}" --target "$target" --prefix depth -f '{p}|{l}') |
-  python3 "$repo/tests/tools/release/sbom.py" "$version" "$image:$version" "$repo/Cargo.lock" > "$out/holdfast-$version.cdx.json"
+  python3 "$repo/tests/tools/release/sbom.py" "$version" "$image:$version" "$repo/Cargo.lock" \
+    "holdfast:git-commit=$commit" "holdfast:git-tree-dirty=$dirty" \
+    "${quick_property[@]}" \
+    > "$out/holdfast-$version.cdx.json"
 
 # --- the image, from the Dockerfile's recipe, named for this release
 if ! $quick; then
@@ -157,9 +184,9 @@ PY
 fi
 
 # --- the changelog: Unreleased becomes this version's section (the repo's file is left as is)
-python3 - "$repo/CHANGELOG.md" "$version" "$date" "$out" <<'PY'
+python3 - "$repo/CHANGELOG.md" "$version" "$date" "$out" "$commit" "$dirty" "$quick" <<'PY'
 import re, sys
-src, version, date, out = sys.argv[1:]
+src, version, date, out, commit, dirty, quick = sys.argv[1:]
 text = open(src, encoding="utf-8").read()
 m = re.search(r"^## \[Unreleased\][^\n]*\n(.*?)(?=^## |\Z)", text, re.S | re.M)
 if not m or not m.group(1).strip():
@@ -170,9 +197,18 @@ notes = m.group(1).strip() + "\n"
 head = f"## [{version}] - {date}\n\n"
 changelog = text[: m.start()] + "## [Unreleased]\n\n" + head + notes + "\n" + text[m.end():]
 open(f"{out}/CHANGELOG.md", "w", encoding="utf-8").write(changelog.rstrip("\n") + "\n")
-open(f"{out}/RELEASE-NOTES.md", "w", encoding="utf-8").write(f"# holdfast {version} ({date})\n\n" + notes)
+built = f"Built from commit {commit}" + (" with uncommitted changes" if dirty == "true" else "") + ".\n\n"
+if quick == "true":
+    built = "NOT A RELEASE: tests/release.sh --quick (the CLI from the dev profile, no image). " + built
+open(f"{out}/RELEASE-NOTES.md", "w", encoding="utf-8").write(f"# holdfast {version} ({date})\n\n" + built + notes)
 PY
 
+if $quick; then
+  printf '%s\n' "tests/release.sh --quick: NOT A RELEASE. The CLI archive holds a dev-profile build," \
+    "no image was built (the SBOM and the chart name one that does not exist), and the krew" \
+    "manifest points at the archive here. Commit $commit$($dirty && echo ', with uncommitted changes')." \
+    "Make a release with tests/release.sh VERSION OUTDIR, from a committed tree." > "$out/QUICK-NOT-A-RELEASE"
+fi
 (cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum > SHA256SUMS)
 
 # --- the pushes, last: only what was all built
@@ -185,5 +221,5 @@ if [ -n "$registry" ]; then
   "$crane" push "${insecure[@]}" "$work/push" "$image:$version" >&2
   "$helm" push "${plain[@]}" "$chart" "oci://${registry%/}/charts" >&2
 fi
-echo "release $version$($quick && echo ' (--quick: dev-profile CLI, no image)') in $out:" >&2
+echo "release $version of $commit$($quick && echo " (--quick, NOT A RELEASE: dev-profile CLI, no image$($dirty && echo ', uncommitted changes'))") in $out:" >&2
 (cd "$out" && ls -1)

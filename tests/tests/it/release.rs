@@ -4,7 +4,9 @@
 //! test hook, every sha256 matches, the krew manifest has no placeholder left and names the
 //! archive, the SBOM lists exactly Cargo.lock's crates (with their checksums) and every crate
 //! the image's binaries depend on, and the changelog's Unreleased notes moved under the
-//! version while the repo's file is left as it was.
+//! version while the repo's file is left as it was. A `--quick` run is marked as no release
+//! (QUICK-NOT-A-RELEASE, the notes, the SBOM, a krew manifest pointing at the file here) and
+//! records the commit it was built from; a release proper refuses an uncommitted tree.
 
 use holdfast_tests::helm;
 use serde_json::Value;
@@ -109,9 +111,22 @@ fn direct_dependencies_of_the_binaries() -> BTreeSet<(String, String)> {
     direct
 }
 
-/// A release's files, checked one by one.
+/// `git rev-parse HEAD` of the checkout, and whether `commit` is it or one of its ancestors
+/// (other work may commit while the release runs).
+fn is_this_checkouts_commit(commit: &str) -> bool {
+    commit.len() == 40
+        && commit.bytes().all(|b| b.is_ascii_hexdigit())
+        && Command::new("git")
+            .args(["merge-base", "--is-ancestor", commit, "HEAD"])
+            .current_dir(repo())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// A release's files, checked one by one; --quick's are marked as no release's and name the
+/// commit they were built from.
 #[test]
-fn a_quick_release_writes_every_artifact_and_each_checks_out() {
+fn a_quick_release_writes_every_artifact_marked_not_a_release_with_its_commit() {
     let out = tempfile::tempdir().expect("tempdir");
     let dir = out.path().join("release");
     let changelog_before = read(&repo().join("CHANGELOG.md"));
@@ -139,6 +154,7 @@ fn a_quick_release_writes_every_artifact_and_each_checks_out() {
         "CHANGELOG.md".into(),
         "RELEASE-NOTES.md".into(),
         "SHA256SUMS".into(),
+        "QUICK-NOT-A-RELEASE".into(),
     ]
     .into();
     assert_eq!(files, expected, "--quick builds no image");
@@ -261,13 +277,15 @@ fn a_quick_release_writes_every_artifact_and_each_checks_out() {
     let platforms = spec["platforms"].as_array().expect("platforms");
     assert_eq!(platforms.len(), 1, "only linux/amd64 is built");
     assert_eq!(platforms[0]["sha256"], archive_sha.as_str());
-    assert!(
-        platforms[0]["uri"]
-            .as_str()
-            .is_some_and(|u| u.starts_with("https://") && u.ends_with(&format!("/{archive}"))),
-        "{}",
-        platforms[0]["uri"]
+    // --quick's archive is no release's: the manifest points at it in OUTDIR, not at the
+    // release's URL.
+    assert_eq!(
+        platforms[0]["uri"],
+        format!("file://{}/{archive}", dir.display()),
+        "the krew manifest of --quick"
     );
+    let marker = read(&dir.join("QUICK-NOT-A-RELEASE"));
+    assert!(marker.contains("NOT A RELEASE"), "{marker}");
 
     // The SBOM: Cargo.lock's crates only, with its checksums, and every crate the binaries
     // depend on directly, and the workspace's libraries they link.
@@ -276,6 +294,27 @@ fn a_quick_release_writes_every_artifact_and_each_checks_out() {
     assert_eq!(
         bom["metadata"]["component"]["bom-ref"],
         format!("ghcr.io/holdfast-dev/holdfast:{VERSION}")
+    );
+    let properties: BTreeMap<&str, &str> = bom["metadata"]["properties"]
+        .as_array()
+        .expect("the SBOM's metadata properties")
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().expect("name"),
+                p["value"].as_str().expect("value"),
+            )
+        })
+        .collect();
+    let commit = properties["holdfast:git-commit"];
+    assert!(is_this_checkouts_commit(commit), "{properties:?}");
+    assert!(
+        matches!(properties["holdfast:git-tree-dirty"], "true" | "false"),
+        "{properties:?}"
+    );
+    assert!(
+        properties["holdfast:quick"].starts_with("not a release"),
+        "{properties:?}"
     );
     let lock = lock_packages();
     let mut listed = BTreeSet::new();
@@ -321,6 +360,10 @@ fn a_quick_release_writes_every_artifact_and_each_checks_out() {
         "{notes}"
     );
     assert!(notes.contains("### Added"), "{notes}");
+    assert!(
+        notes.contains("NOT A RELEASE") && notes.contains(&format!("Built from commit {commit}")),
+        "{notes}"
+    );
     assert_eq!(
         read(&repo().join("CHANGELOG.md")),
         changelog_before,
@@ -360,4 +403,71 @@ fn a_release_refuses_another_version_than_the_workspaces_and_a_non_empty_outdir(
         ],
         "--quick builds no image",
     );
+}
+
+/// A release proper is built from a commit: a tracked change, or an untracked file under the
+/// crates or the chart, is refused before anything is built, naming each; run in a clone of
+/// the checkout (with this tree's script committed there), so the checkout is left alone.
+#[test]
+fn a_release_refuses_an_uncommitted_tree_and_names_what_is_not_committed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let clone = tmp.path().join("clone");
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(&clone)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    let out = Command::new("git")
+        .args(["clone", "--quiet", "--no-checkout"])
+        .arg(repo())
+        .arg(&clone)
+        .output()
+        .expect("git clone");
+    assert!(out.status.success(), "{out:?}");
+    git(&["checkout", "--quiet", "HEAD"]);
+    std::fs::copy(
+        repo().join("tests/release.sh"),
+        clone.join("tests/release.sh"),
+    )
+    .expect("the script");
+    git(&[
+        "commit",
+        "--quiet",
+        "--allow-empty",
+        "-am",
+        "this tree's script",
+    ]);
+    let run = |dir: &str| {
+        let out = Command::new(clone.join("tests/release.sh"))
+            .args([VERSION, tmp.path().join(dir).to_str().expect("utf-8")])
+            .output()
+            .expect("tests/release.sh");
+        assert!(!out.status.success(), "an uncommitted tree was released");
+        assert!(
+            !tmp.path().join(dir).exists(),
+            "OUTDIR written: {:?}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+
+    std::fs::write(clone.join("charts/holdfast/templates/extra.yaml"), "")
+        .expect("an untracked file");
+    let err = run("a");
+    assert!(
+        err.contains("the tree is not committed")
+            && err.contains("untracked: charts/holdfast/templates/extra.yaml"),
+        "{err}"
+    );
+
+    std::fs::remove_file(clone.join("charts/holdfast/templates/extra.yaml")).expect("rm");
+    let readme = clone.join("README.md");
+    let text = read(&readme);
+    std::fs::write(&readme, format!("{text}\nchanged\n")).expect("a tracked change");
+    let err = run("b");
+    assert!(err.contains("changed:  M README.md"), "{err}");
 }

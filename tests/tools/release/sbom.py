@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A CycloneDX 1.5 SBOM (JSON) of the crates compiled into the image's binaries.
 
-    sbom.py VERSION IMAGE CARGO_LOCK < tree.txt > sbom.json
+    sbom.py VERSION IMAGE CARGO_LOCK [NAME=VALUE...] < tree.txt > sbom.json
 
 tree.txt is `cargo tree --locked -e normal -p PKG... --target TARGET --prefix depth
 -f '{p}|{l}'` for the packages the image's binaries are built from, with the same package
@@ -10,7 +10,9 @@ unify the features of the whole workspace, tests and CLI included, and list crat
 binaries do not link). Normal dependencies only (a build or dev dependency is not linked in;
 proc macros, which run at build time, are listed). Every component carries its licence, its
 purl and the SHA-256 that CARGO_LOCK records of its .crate; the workspace's own crates carry
-no hash. Bad input fails with a message naming the line.
+no hash. Each NAME=VALUE becomes a property of the SBOM's metadata (the release script
+records the commit built, whether the tree was dirty, and a --quick build's mark). Bad input
+fails with a message naming the line.
 """
 import json
 import re
@@ -21,9 +23,15 @@ LINE = re.compile(r"^(\d+)(\S+) v(\S+)( \([^)]*\))*\|(.*?)( \(\*\))?$")
 
 
 def main():
-    if len(sys.argv) != 4:
-        sys.exit("usage: sbom.py VERSION IMAGE CARGO_LOCK < cargo-tree.txt")
-    version, image, lock = sys.argv[1:]
+    if len(sys.argv) < 4:
+        sys.exit("usage: sbom.py VERSION IMAGE CARGO_LOCK [NAME=VALUE...] < cargo-tree.txt")
+    version, image, lock = sys.argv[1:4]
+    properties = []
+    for arg in sys.argv[4:]:
+        name, eq, value = arg.partition("=")
+        if not eq or not name:
+            sys.exit(f"sbom.py: property {arg!r} is not NAME=VALUE")
+        properties.append({"name": name, "value": value})
     checksums = lock_checksums(lock)
     crates, edges, roots, stack = {}, {}, [], []
     for n, line in enumerate(sys.stdin, 1):
@@ -76,6 +84,7 @@ def main():
                 "licenses": [{"expression": "Apache-2.0"}],
             },
             "tools": {"components": [{"type": "application", "name": "tests/tools/release/sbom.py"}]},
+            "properties": properties,
         },
         "components": components,
         "dependencies": [{"ref": image, "dependsOn": sorted(roots)}]
