@@ -73,6 +73,31 @@ fn notes(set: &[&str]) -> String {
     docs[0]["data"]["notes"].as_str().expect("notes").to_owned()
 }
 
+/// NOTES.txt names where the hold API's CA is published, the ConfigMap
+/// `<fullname>-hold-api-ca` (key ca.crt) the controller keeps in the release namespace, who
+/// may get it, and that `helm uninstall` leaves it.
+#[test]
+fn notes_name_the_hold_api_ca_configmap_and_who_may_get_it() {
+    let text = notes(&[]);
+    assert!(
+        text.contains("ConfigMap hf-holdfast-hold-api-ca (key ca.crt)\nin holdfast-system, which any authenticated user may get by name"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kubectl -n holdfast-system get configmap hf-holdfast-hold-api-ca"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`helm uninstall` leaves that ConfigMap"),
+        "{text}"
+    );
+    let nobody = notes(&["rbac.holdApiCaReaders=null"]);
+    assert!(
+        nobody.contains("rbac.holdApiCaReaders is empty: nobody is granted it"),
+        "{nobody}"
+    );
+}
+
 /// NOTES.txt, in both modes, says which ClusterRole to bind and how (naming the namespaces
 /// rbac.holdCallerBindings binds when it has any), and where the hold API is served and how
 /// the CLI finds it; without the role it says no role lets anyone call.
@@ -91,7 +116,6 @@ fn notes_say_how_to_bind_the_hold_caller_role_and_reach_the_hold_api_in_both_mod
             text.contains("https://hf-holdfast-controller.holdfast-system.svc:8443"),
             "{text}"
         );
-        assert!(text.contains("webhook configuration hf-holdfast"), "{text}");
         assert!(text.contains("kubectl holdfast status -n TEAM"), "{text}");
         assert_eq!(
             text.contains("AdmissionCheck hf-holdfast-readmission"),
