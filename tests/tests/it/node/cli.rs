@@ -132,3 +132,106 @@ async fn kubectl_holdfast_with_an_exec_plugin_kubeconfig_finds_the_hold_api_and_
     );
     drop(release);
 }
+
+/// `kubectl holdfast release --wait` on the real node, as someone on call would use it: the
+/// held execution's pod takes 8 s to stop after SIGTERM; the release is tried while it still
+/// terminates (answered `PodsRemain`), the CLI prints the pod while it waits and tries again,
+/// each time with a new deadline, and exits 0 only once the pod is gone from the apiserver.
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
+async fn release_wait_exits_zero_only_after_the_terminating_pod_is_gone_and_prints_it() {
+    let cluster = NodeCluster::shared();
+    let admin = cluster.client(Identity::Admin).await.expect("admin");
+    let tns = cluster.namespace("node-wait").await.expect("namespace");
+    let sets = [
+        format!("rbac.holdCallerBindings[0].namespace={tns}"),
+        "rbac.holdCallerBindings[0].subjects[0].kind=ServiceAccount".to_owned(),
+        "rbac.holdCallerBindings[0].subjects[0].name=dispatch".to_owned(),
+        format!("rbac.holdCallerBindings[0].subjects[0].namespace={tns}"),
+    ];
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let release = ChartRelease::install(cluster, "hfwait", "holdfast-system", &sets).await;
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "dispatch"}})).expect("sa");
+    Api::<ServiceAccount>::namespaced(admin.clone(), &tns)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("create the supervisor's ServiceAccount");
+    let token = holdfast_tests::rbac::mint_token(&admin, &tns, "dispatch", 3600)
+        .await
+        .expect("token");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (kubeconfig, _) = crate::cli::exec_plugin_kubeconfig(cluster, dir.path(), &token, &tns);
+
+    // A runtime whose pod takes 8 s to stop after SIGTERM; its TrainJob created suspended.
+    let mut runtime = training_runtime("workload", cluster.workload_image());
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ["containers"][0]["env"][0]["value"] = serde_json::json!("8");
+    Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        &tns,
+        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(runtime).expect("runtime"),
+    )
+    .await
+    .expect("create the runtime");
+    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &tns,
+        &holdfast_tests::objects::trainjob_resource(),
+    );
+    create_workload_trainjob(&trainjobs, "tj", Some(true)).await;
+    let target = format!("{tns}/tj");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &tns);
+
+    let (code, out, err) = kubectl_holdfast(&kubeconfig, &["open", &target]).await;
+    assert_eq!(code, 0, "open: {out}{err}");
+    let first = next_execution(
+        &pods,
+        "tj",
+        &[],
+        "the first execution Running",
+        Duration::from_secs(120),
+    )
+    .await;
+    let first_names: Vec<String> = first
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+
+    let (code, out, err) = kubectl_holdfast(
+        &kubeconfig,
+        &["hold", &target, "--instance", "1", "--reason", "node lost"],
+    )
+    .await;
+    assert_eq!(code, 0, "hold: {out}{err}");
+    wait_for("the pod terminating", Duration::from_secs(60), || async {
+        running_pods(&pods, "tj")
+            .await
+            .iter()
+            .any(|p| p.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+
+    let (code, out, err) = kubectl_holdfast(
+        &kubeconfig,
+        &["release", &target, "--instance", "1", "--wait=120s"],
+    )
+    .await;
+    assert_eq!(code, 0, "release --wait: {out}{err}");
+    assert!(
+        first_names.iter().any(|n| err.contains(n.as_str())),
+        "the terminating pod ({first_names:?}) is printed while the release waits: {err}"
+    );
+    for name in &first_names {
+        assert!(
+            pods.get_opt(name).await.expect("read the pod").is_none(),
+            "release --wait exited 0 while pod {name} of the held execution was still there"
+        );
+    }
+    drop(release);
+}
