@@ -209,10 +209,10 @@ impl Marks {
         ) {
             let Some(mut map) = map else { return };
             for key in kept {
-                if let Some(value) = map.remove(*key) {
-                    if !into.iter().any(|(k, _)| k == key) {
-                        into.push((key, value));
-                    }
+                if let Some(value) = map.remove(*key)
+                    && !into.iter().any(|(k, _)| k == key)
+                {
+                    into.push((key, value));
                 }
             }
             into.shrink_to_fit();
