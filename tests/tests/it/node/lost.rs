@@ -224,9 +224,15 @@ impl<'a> Scene<'a> {
 
     /// From containerd's records on both nodes: the lost pod's container wrote its last line
     /// before the replacement's container wrote its first. Returns (last, first).
-    fn no_overlap(&self, lost: &Pod, next: &Pod) -> (jiff::Timestamp, jiff::Timestamp) {
+    async fn no_overlap(&self, lost: &Pod, next: &Pod) -> (jiff::Timestamp, jiff::Timestamp) {
         let old = ran(&self.cri(lost, &self.node().pod_logs_dir())).expect("the lost pod's lines");
-        let new = ran(&self.cri(next, &self.cluster.pod_logs_dir())).expect("the new pod's lines");
+        // A container Running has not necessarily written its first line yet.
+        let new = wait_for(
+            "the new pod's first line in containerd's log",
+            Duration::from_secs(60),
+            || async { ran(&self.cri(next, &self.cluster.pod_logs_dir())) },
+        )
+        .await;
         assert!(
             old.last < new.first,
             "execution N's container on {} wrote until {}, and execution N+1's on {NODE_NAME} started writing at {}: they overlapped",
@@ -501,7 +507,7 @@ async fn with_holdfast_a_lost_nodes_rank_is_not_replaced_until_the_node_is_fence
             "the replacement Running on the main node",
         )
         .await;
-    let (last, first) = scene.no_overlap(&lost, &next);
+    let (last, first) = scene.no_overlap(&lost, &next).await;
     eprintln!("window: the lost container's last line {last}, the replacement's first {first}");
     scene.finish().await;
     drop(chart);
@@ -618,7 +624,7 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
             "the next execution on the main node",
         )
         .await;
-    let (last, first) = scene.no_overlap(&lost, &next);
+    let (last, first) = scene.no_overlap(&lost, &next).await;
     eprintln!("plain: the lost container's last line {last}, the next execution's first {first}");
     scene.finish().await;
     drop(chart);
@@ -724,7 +730,7 @@ async fn kueue_a_held_job_on_a_lost_node_is_readmitted_only_after_the_node_is_fe
         .await
         .expect("the gate");
     assert_eq!(state, "Ready", "the gate opened");
-    let (last, first) = scene.no_overlap(&lost, &next);
+    let (last, first) = scene.no_overlap(&lost, &next).await;
     eprintln!("kueue: the lost container's last line {last}, the next execution's first {first}");
     scene.finish().await;
     drop(chart);
