@@ -204,15 +204,20 @@ impl Queues {
 
     /// [`Queues::multikueue_for`] a job queued in LocalQueue `namespace/queue`.
     pub fn multikueue_for_queue(&self, namespace: &str, queue: &str) -> Option<UnderMultiKueue> {
-        self.multikueue_for(&serde_json::json!({
-            "metadata": {"namespace": namespace, "name": "(new)"},
-            "spec": {"queueName": queue},
-        }))
+        self.multikueue_for(&queued(namespace, queue))
     }
 
     /// Every ClusterQueue that lists MultiKueue's AdmissionCheck: `(queue, check)`.
     pub fn multikueue(&self) -> Vec<(String, String)> {
         let checks = self.multikueue_checks();
+        self.each_cluster_queue(|_, value| multikueue_check_of(value, &checks))
+    }
+
+    /// `(name, what)` for each ClusterQueue `what` has something to say of, sorted by name.
+    fn each_cluster_queue(
+        &self,
+        what: impl Fn(&str, &Value) -> Option<String>,
+    ) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = self
             .0
             .cluster
@@ -222,7 +227,7 @@ impl Queues {
             .filter_map(|cq| {
                 let name = cq.metadata.name.clone()?;
                 let value = serde_json::to_value(&**cq).ok()?;
-                multikueue_check_of(&value, &checks).map(|check| (name, check))
+                what(&name, &value).map(|w| (name, w))
             })
             .collect();
         out.sort();
@@ -303,32 +308,13 @@ impl Queues {
         namespace: &str,
         queue: &str,
     ) -> (QueueGate, BTreeSet<String>) {
-        let workload = serde_json::json!({
-            "metadata": {"namespace": namespace, "name": "(new)"},
-            "spec": {"queueName": queue},
-        });
-        self.gate_and_coverage(&workload)
+        self.gate_and_coverage(&queued(namespace, queue))
     }
 
     /// Every ClusterQueue that does not require holdfast's check on every flavor, with why.
     pub fn ungated(&self) -> Vec<(String, String)> {
         let ours = self.our_checks();
-        let mut out: Vec<(String, String)> = self
-            .0
-            .cluster
-            .store
-            .state()
-            .iter()
-            .filter_map(|cq| {
-                let name = cq.metadata.name.clone()?;
-                let value = serde_json::to_value(&**cq).ok()?;
-                queue_gate(&name, Some(&value), &ours)
-                    .refusal()
-                    .map(|why| (name, why))
-            })
-            .collect();
-        out.sort();
-        out
+        self.each_cluster_queue(|name, value| queue_gate(name, Some(value), &ours).refusal())
     }
 }
 
@@ -377,4 +363,12 @@ fn workload_name(workload: &Value) -> String {
         field("/metadata/namespace"),
         field("/metadata/name")
     )
+}
+
+/// A Workload as one queued in LocalQueue `namespace/queue` would be, before it exists.
+fn queued(namespace: &str, queue: &str) -> Value {
+    serde_json::json!({
+        "metadata": {"namespace": namespace, "name": "(new)"},
+        "spec": {"queueName": queue},
+    })
 }

@@ -359,14 +359,7 @@ async fn authenticated(s: &ApiState, headers: &HeaderMap) -> Result<Caller, Refu
 /// Names checked, then TokenReview, then SubjectAccessReview.
 async fn admit(s: &ApiState, headers: &HeaderMap, access: &Access) -> Result<Caller, Refusal> {
     check_names(access)?;
-    let header = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let token = bearer_token(header)?;
-    let caller = s
-        .auth
-        .authenticate_from(token, super::scope::source())
-        .await?;
+    let caller = authenticated(s, headers).await?;
     s.auth.authorize(&caller, access).await?;
     super::scope::allowed(s.auth.budget(), &caller.username).map_err(Refusal::Shed)?;
     Ok(caller)
