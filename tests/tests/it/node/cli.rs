@@ -15,6 +15,49 @@ async fn kubectl_holdfast(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, 
     )
 }
 
+/// A release of the chart in `holdfast-system` whose `rbac.holdCallerBindings` name the
+/// tenant's supervisor, ServiceAccount `dispatch` of `tns`, and that supervisor's kubeconfig:
+/// an exec plugin printing its token (`marker` is written when the plugin runs). The release
+/// is uninstalled when this is dropped.
+struct OnCall {
+    kubeconfig: std::path::PathBuf,
+    marker: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    _release: ChartRelease,
+}
+
+impl OnCall {
+    async fn install(cluster: &NodeCluster, admin: &kube::Client, tns: &str, name: &str) -> Self {
+        let sets = [
+            format!("rbac.holdCallerBindings[0].namespace={tns}"),
+            "rbac.holdCallerBindings[0].subjects[0].kind=ServiceAccount".to_owned(),
+            "rbac.holdCallerBindings[0].subjects[0].name=dispatch".to_owned(),
+            format!("rbac.holdCallerBindings[0].subjects[0].namespace={tns}"),
+        ];
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let release = ChartRelease::install(cluster, name, "holdfast-system", &sets).await;
+        let sa: ServiceAccount =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "dispatch"}}))
+                .expect("sa");
+        Api::<ServiceAccount>::namespaced(admin.clone(), tns)
+            .create(&PostParams::default(), &sa)
+            .await
+            .expect("create the supervisor's ServiceAccount");
+        let token = holdfast_tests::rbac::mint_token(admin, tns, "dispatch", 3600)
+            .await
+            .expect("token");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (kubeconfig, marker) =
+            crate::cli::exec_plugin_kubeconfig(cluster, dir.path(), &token, tns);
+        OnCall {
+            kubeconfig,
+            marker,
+            _dir: dir,
+            _release: release,
+        }
+    }
+}
+
 /// The chart installed in `holdfast-system` with a tenant's supervisor (ServiceAccount
 /// `dispatch` of the tenant's namespace) in `rbac.holdCallerBindings`; the supervisor's
 /// kubeconfig runs an exec plugin that prints its token. With no `--server` and no
@@ -29,27 +72,8 @@ async fn kubectl_holdfast_with_an_exec_plugin_kubeconfig_finds_the_hold_api_and_
     let cluster = NodeCluster::shared();
     let admin = cluster.client(Identity::Admin).await.expect("admin");
     let tns = cluster.namespace("node-cli").await.expect("namespace");
-    let sets = [
-        format!("rbac.holdCallerBindings[0].namespace={tns}"),
-        "rbac.holdCallerBindings[0].subjects[0].kind=ServiceAccount".to_owned(),
-        "rbac.holdCallerBindings[0].subjects[0].name=dispatch".to_owned(),
-        format!("rbac.holdCallerBindings[0].subjects[0].namespace={tns}"),
-    ];
-    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-    let release = ChartRelease::install(cluster, "hfcli", "holdfast-system", &sets).await;
-
-    let sa: ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "dispatch"}})).expect("sa");
-    Api::<ServiceAccount>::namespaced(admin.clone(), &tns)
-        .create(&PostParams::default(), &sa)
-        .await
-        .expect("create the supervisor's ServiceAccount");
-    let token = holdfast_tests::rbac::mint_token(&admin, &tns, "dispatch", 3600)
-        .await
-        .expect("token");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (kubeconfig, marker) =
-        crate::cli::exec_plugin_kubeconfig(cluster, dir.path(), &token, &tns);
+    let on_call = OnCall::install(cluster, &admin, &tns, "hfcli").await;
+    let (kubeconfig, marker) = (on_call.kubeconfig.clone(), on_call.marker.clone());
 
     // A TrainJob of a real runtime, created suspended: the hold and release act on it alone.
     let trainjobs = workload_runtime(cluster, &admin, &tns).await;
@@ -130,7 +154,7 @@ async fn kubectl_holdfast_with_an_exec_plugin_kubeconfig_finds_the_hold_api_and_
             && err.contains("nothing was sent"),
         "{err}"
     );
-    drop(release);
+    drop(on_call);
 }
 
 /// `kubectl holdfast release --wait` on the real node, as someone on call would use it: the
@@ -143,25 +167,8 @@ async fn release_wait_exits_zero_only_after_the_terminating_pod_is_gone_and_prin
     let cluster = NodeCluster::shared();
     let admin = cluster.client(Identity::Admin).await.expect("admin");
     let tns = cluster.namespace("node-wait").await.expect("namespace");
-    let sets = [
-        format!("rbac.holdCallerBindings[0].namespace={tns}"),
-        "rbac.holdCallerBindings[0].subjects[0].kind=ServiceAccount".to_owned(),
-        "rbac.holdCallerBindings[0].subjects[0].name=dispatch".to_owned(),
-        format!("rbac.holdCallerBindings[0].subjects[0].namespace={tns}"),
-    ];
-    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-    let release = ChartRelease::install(cluster, "hfwait", "holdfast-system", &sets).await;
-    let sa: ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "dispatch"}})).expect("sa");
-    Api::<ServiceAccount>::namespaced(admin.clone(), &tns)
-        .create(&PostParams::default(), &sa)
-        .await
-        .expect("create the supervisor's ServiceAccount");
-    let token = holdfast_tests::rbac::mint_token(&admin, &tns, "dispatch", 3600)
-        .await
-        .expect("token");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (kubeconfig, _) = crate::cli::exec_plugin_kubeconfig(cluster, dir.path(), &token, &tns);
+    let on_call = OnCall::install(cluster, &admin, &tns, "hfwait").await;
+    let kubeconfig = on_call.kubeconfig.clone();
 
     // A runtime whose pod takes 8 s to stop after SIGTERM; its TrainJob created suspended.
     let mut runtime = training_runtime("workload", cluster.workload_image());
@@ -233,5 +240,5 @@ async fn release_wait_exits_zero_only_after_the_terminating_pod_is_gone_and_prin
             "release --wait exited 0 while pod {name} of the held execution was still there"
         );
     }
-    drop(release);
+    drop(on_call);
 }
