@@ -188,3 +188,57 @@ pub async fn grant_release_roles_in(admin: &kube::Client, namespace: &str) -> an
     }
     Ok(())
 }
+
+/// Whether `user` may `create trainjobs/<subresource>` (group `holdfast.dev`) in `namespace`,
+/// by a SubjectAccessReview as `admin`; a review that could not be made reads as not allowed.
+pub async fn may_call(
+    admin: &kube::Client,
+    user: &str,
+    namespace: &str,
+    subresource: &str,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_owned()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("holdfast.dev".into()),
+                resource: Some("trainjobs".into()),
+                subresource: Some(subresource.into()),
+                verb: Some("create".into()),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .ok()
+        .and_then(|r| r.status)
+        .is_some_and(|s| s.allowed)
+}
+
+/// Waits (at most a minute) until [`may_call`] says `user` may call `subresource` in
+/// `namespace`: RBAC grants reach the authorizer's cache a moment after they are written.
+pub async fn wait_until_may_call(
+    admin: &kube::Client,
+    user: &str,
+    namespace: &str,
+    subresource: &str,
+) {
+    crate::wait::wait_for(
+        &format!("{user} may {subresource} in {namespace}"),
+        std::time::Duration::from_secs(60),
+        || async {
+            may_call(admin, user, namespace, subresource)
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+}

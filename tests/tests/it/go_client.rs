@@ -28,11 +28,7 @@ use holdfast_tests::objects::{create_dynamic, trainjob_resource};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::rbac::{self, mint_token, render_holdfast_rbac, service_account_user};
 use holdfast_tests::readmission_policy;
-use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::{Value, json};
@@ -260,36 +256,7 @@ async fn bind_supervisor(admin: &kube::Client, ns: &str, mode: &str) {
             .await
             .expect("apply the RoleBinding");
     }
-    let user = service_account_user(ns, SUPERVISOR);
-    let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
-    wait_for(&format!("{user} may hold"), Duration::from_secs(60), || {
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(user.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some("holdfast.dev".into()),
-                    resource: Some("trainjobs".into()),
-                    subresource: Some("hold".into()),
-                    verb: Some("create".into()),
-                    namespace: Some(ns.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let reviews = reviews.clone();
-        async move {
-            reviews
-                .create(&PostParams::default(), &review)
-                .await
-                .ok()
-                .and_then(|r| r.status)
-                .is_some_and(|s| s.allowed)
-                .then_some(())
-        }
-    })
-    .await;
+    rbac::wait_until_may_call(admin, &service_account_user(ns, SUPERVISOR), ns, "hold").await;
 }
 
 /// The TokenReviews holdfast's controllers have made, from the audit log.

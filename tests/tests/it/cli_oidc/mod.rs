@@ -22,9 +22,6 @@ use holdfast_tests::hold_support::{
 use holdfast_tests::holdfast::owned_control_plane_with;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -148,30 +145,7 @@ async fn bind_the_charts_hold_caller_role(cp: &ControlPlane, ns: &str, user: &st
         .create(&PostParams::default(), &binding)
         .await
         .expect("create the hold-caller RoleBinding");
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.into()),
-            resource_attributes: Some(ResourceAttributes {
-                group: Some("holdfast.dev".into()),
-                resource: Some("trainjobs".into()),
-                subresource: Some("hold".into()),
-                verb: Some("create".into()),
-                namespace: Some(ns.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let reviews: Api<SubjectAccessReview> = Api::all(admin);
-    wait_for("the hold-caller grant", Duration::from_secs(60), || async {
-        let answer = reviews
-            .create(&PostParams::default(), &review)
-            .await
-            .expect("review");
-        answer.status.is_some_and(|s| s.allowed).then_some(())
-    })
-    .await;
+    holdfast_tests::rbac::wait_until_may_call(&admin, user, ns, "hold").await;
 }
 
 #[tokio::test]

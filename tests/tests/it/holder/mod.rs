@@ -10,26 +10,18 @@
 
 mod kueue;
 
-use std::time::Duration;
-
 use holdfast_controller::hold::{HoldExecutor, MetricCall};
 use holdfast_core::names::{ANN_HOLD_HOLDER, ANN_HOLD_INSTANCE};
 use holdfast_tests::hold_support::api::{HoldApi, start_api};
 use holdfast_tests::hold_support::{
     annotation, create_trainjob, executor, read_trainjob, resource_version, suspended, trainjobs,
 };
-use holdfast_tests::rbac::{RELEASE, mint_token, service_account_user};
-use holdfast_tests::wait::wait_for;
+use holdfast_tests::rbac::{self, RELEASE, mint_token, service_account_user};
 use holdfast_tests::{ControlPlane, Identity};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-const MINUTE: Duration = Duration::from_secs(60);
 
 /// Three ServiceAccounts of one namespace, each bound to the chart's hold-caller ClusterRole
 /// there: the supervisor (`dispatch`), a second caller RBAC lets make every call
@@ -97,48 +89,23 @@ impl Callers {
                 .await
                 .expect("RoleBinding of the chart's ClusterRole");
         }
-        let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
-        let allowed = |user: String, subresource: &'static str| {
-            let reviews = reviews.clone();
-            async move {
-                let review = SubjectAccessReview {
-                    spec: SubjectAccessReviewSpec {
-                        user: Some(user),
-                        resource_attributes: Some(ResourceAttributes {
-                            group: Some("holdfast.dev".into()),
-                            resource: Some("trainjobs".into()),
-                            subresource: Some(subresource.into()),
-                            verb: Some("create".into()),
-                            namespace: Some(ns.into()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                };
-                reviews
-                    .create(&PostParams::default(), &review)
-                    .await
-                    .ok()
-                    .and_then(|r| r.status)
-                    .is_some_and(|s| s.allowed)
-            }
-        };
         for (name, subresource) in [
             ("dispatch", "release"),
             ("intruder", "release"),
             ("ops", "release"),
             ("ops", "override"),
         ] {
-            let user = service_account_user(ns, name);
-            wait_for(&format!("{user} may {subresource}"), MINUTE, || {
-                let check = allowed(user.clone(), subresource);
-                async move { check.await.then_some(()) }
-            })
-            .await;
+            rbac::wait_until_may_call(&admin, &service_account_user(ns, name), ns, subresource)
+                .await;
         }
         assert!(
-            !allowed(service_account_user(ns, "intruder"), "override").await,
+            !rbac::may_call(
+                &admin,
+                &service_account_user(ns, "intruder"),
+                ns,
+                "override"
+            )
+            .await,
             "the hold-caller role does not let anyone override"
         );
         let caller = async |name: &str| Caller {
