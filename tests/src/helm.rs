@@ -121,6 +121,34 @@ impl Helm {
         Ok(stdout)
     }
 
+    /// A real `helm install` of the chart with these values, into the cluster of
+    /// `kubeconfig` (a path).
+    pub fn install(&self, install: &Install, kubeconfig: &str) -> anyhow::Result<String> {
+        let mut args = vec![
+            "install".to_string(),
+            install.release.clone(),
+            chart_dir().display().to_string(),
+            "--namespace".into(),
+            install.namespace.clone(),
+            "--kubeconfig".into(),
+            kubeconfig.into(),
+        ];
+        args.extend(install.value_args());
+        self.run(&args)
+    }
+
+    /// `helm uninstall` of `install`'s release from the cluster of `kubeconfig` (a path).
+    pub fn uninstall(&self, install: &Install, kubeconfig: &str) -> anyhow::Result<String> {
+        self.run(&[
+            "uninstall".to_string(),
+            install.release.clone(),
+            "--namespace".into(),
+            install.namespace.clone(),
+            "--kubeconfig".into(),
+            kubeconfig.into(),
+        ])
+    }
+
     /// `helm lint --strict` of the chart with these values.
     pub fn lint(&self, install: &Install) -> anyhow::Result<String> {
         let mut args = vec![

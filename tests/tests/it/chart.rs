@@ -1971,24 +1971,9 @@ async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let ns = cp.namespace("hf-ca").await.expect("namespace");
     let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
-    let chart = helm::chart_dir().display().to_string();
-    let release = "pub";
-    let helm_args = |verb: &str| -> Vec<String> {
-        [
-            verb,
-            release,
-            &chart,
-            "--namespace",
-            &ns,
-            "--kubeconfig",
-            &kubeconfig,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
-    helm.run(&helm_args("install")).expect("helm install");
-    let docs = helm.render(&Install::new(release, &ns)).expect("render");
+    let install = Install::new("pub", &ns);
+    helm.install(&install, &kubeconfig).expect("helm install");
+    let docs = helm.render(&install).expect("render");
     let config = cert_config_from_rendered(&docs);
     let ctl = cp
         .service_account_client(&ns, "pub-holdfast-controller")
@@ -2075,15 +2060,7 @@ async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
     let other = trusting(cp.ca_pem()).get(&url).send().await;
     assert!(other.is_err(), "another CA does not: {other:?}");
     stop.cancel();
-    let uninstall = [
-        "uninstall",
-        release,
-        "--namespace",
-        &ns,
-        "--kubeconfig",
-        &kubeconfig,
-    ];
-    helm.run(&uninstall.map(str::to_owned))
+    helm.uninstall(&install, &kubeconfig)
         .expect("helm uninstall");
 }
 
@@ -2098,32 +2075,14 @@ async fn with_external_certificates_the_hold_api_ca_is_copied_from_the_webhook_c
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let ns = cp.namespace("hf-ca-ext").await.expect("namespace");
     let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
-    let chart = helm::chart_dir().display().to_string();
     let (_dir, ca_path, ca_pem) = ca_file();
     let release = "ext";
-    let values = [
-        "--set".to_owned(),
-        "certs.mode=secret".to_owned(),
-        "--set".to_owned(),
-        format!("certs.secret.webhookSecretName={release}-tls"),
-        "--set-file".to_owned(),
-        format!("certs.secret.caBundle={}", ca_path.display()),
-    ];
-    let mut install: Vec<String> = ["install", release, &chart, "--namespace", &ns]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(["--kubeconfig".to_owned(), kubeconfig.clone()])
-        .collect();
-    install.extend(values.iter().cloned());
-    helm.run(&install).expect("helm install");
-    let docs = helm
-        .render(
-            &Install::new(release, &ns)
-                .set("certs.mode=secret")
-                .set(format!("certs.secret.webhookSecretName={release}-tls"))
-                .set_file(format!("certs.secret.caBundle={}", ca_path.display())),
-        )
-        .expect("render");
+    let install = Install::new(release, &ns)
+        .set("certs.mode=secret")
+        .set(format!("certs.secret.webhookSecretName={release}-tls"))
+        .set_file(format!("certs.secret.caBundle={}", ca_path.display()));
+    helm.install(&install, &kubeconfig).expect("helm install");
+    let docs = helm.render(&install).expect("render");
     let args = controller_args_from_rendered(&docs);
     assert!(args.certs.config().expect("config").is_none(), "external");
     let to = args.certs.hold_api_ca().expect("published");
@@ -2164,15 +2123,7 @@ async fn with_external_certificates_the_hold_api_ca_is_copied_from_the_webhook_c
             .expect("copy"),
         "an unchanged bundle is not written again"
     );
-    let uninstall = [
-        "uninstall",
-        release,
-        "--namespace",
-        &ns,
-        "--kubeconfig",
-        &kubeconfig,
-    ];
-    helm.run(&uninstall.map(str::to_owned))
+    helm.uninstall(&install, &kubeconfig)
         .expect("helm uninstall");
 }
 
