@@ -171,20 +171,7 @@ async fn release_wait_exits_zero_only_after_the_terminating_pod_is_gone_and_prin
     let kubeconfig = on_call.kubeconfig.clone();
 
     // A runtime whose pod takes 8 s to stop after SIGTERM; its TrainJob created suspended.
-    let mut runtime = training_runtime("workload", cluster.workload_image());
-    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-        ["containers"][0]["env"][0]["value"] = serde_json::json!("8");
-    Api::<DynamicObject>::namespaced_with(
-        admin.clone(),
-        &tns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
-    )
-    .create(
-        &PostParams::default(),
-        &serde_json::from_value(runtime).expect("runtime"),
-    )
-    .await
-    .expect("create the runtime");
+    slow_stop_runtime(cluster, &admin, &tns, "workload", 8).await;
     let trainjobs: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         &tns,
@@ -215,14 +202,7 @@ async fn release_wait_exits_zero_only_after_the_terminating_pod_is_gone_and_prin
     )
     .await;
     assert_eq!(code, 0, "hold: {out}{err}");
-    wait_for("the pod terminating", Duration::from_secs(60), || async {
-        running_pods(&pods, "tj")
-            .await
-            .iter()
-            .any(|p| p.metadata.deletion_timestamp.is_some())
-            .then_some(())
-    })
-    .await;
+    wait_terminating(&pods, "tj").await;
 
     let (code, out, err) = kubectl_holdfast(
         &kubeconfig,

@@ -320,14 +320,7 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
         },
     )
     .await;
-    wait_for("the pod terminating", Duration::from_secs(60), || async {
-        running_pods(&pods, "tj")
-            .await
-            .iter()
-            .any(|p| p.metadata.deletion_timestamp.is_some())
-            .then_some(())
-    })
-    .await;
+    wait_terminating(&pods, "tj").await;
 
     // Release while it still terminates: the Workload is active again and Kueue reserves
     // quota, but the gate holds it Pending, naming the remaining pods.

@@ -94,6 +94,43 @@ pub(super) async fn workload_runtime(
     )
 }
 
+/// Creates TrainingRuntime `name` in `ns` (the node's workload image), as `admin`, whose
+/// pods take `secs` seconds to stop after SIGTERM.
+pub(super) async fn slow_stop_runtime(
+    cluster: &NodeCluster,
+    admin: &kube::Client,
+    ns: &str,
+    name: &str,
+    secs: u32,
+) {
+    let mut runtime = training_runtime(name, cluster.workload_image());
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ["containers"][0]["env"][0]["value"] = serde_json::json!(secs.to_string());
+    Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        ns,
+        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(runtime).expect("runtime"),
+    )
+    .await
+    .expect("create runtime");
+}
+
+/// Waits (a minute at most) until a pod of `jobset`'s is terminating.
+pub(super) async fn wait_terminating(pods: &Api<Pod>, jobset: &str) {
+    wait_for("the pod terminating", Duration::from_secs(60), || async {
+        running_pods(pods, jobset)
+            .await
+            .iter()
+            .any(|p| p.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+}
+
 /// Creates TrainJob `name` of runtime `workload` through `trainjobs`, created suspended if
 /// `suspend` says so (no `spec.suspend` at all when `None`).
 pub(super) async fn create_workload_trainjob(

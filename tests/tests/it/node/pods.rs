@@ -324,21 +324,7 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
     };
 
     // A runtime whose pods take 8 s to stop after SIGTERM.
-    let mut runtime = training_runtime("slow-stop", cluster.workload_image());
-    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-        ["containers"][0]["env"][0]["value"] = serde_json::json!("8");
-    let runtimes: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
-    );
-    runtimes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(runtime).expect("runtime"),
-        )
-        .await
-        .expect("create runtime");
+    slow_stop_runtime(cluster, &admin, &ns, "slow-stop", 8).await;
 
     // Watch the pods from the start, in the apiserver's order.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
@@ -402,14 +388,7 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
         exec.hold(&ns, "tj", meta(Some(1))).await.expect("hold"),
         Outcome::Held
     );
-    wait_for("the pod terminating", Duration::from_secs(60), || async {
-        running_pods(&pods, "tj")
-            .await
-            .iter()
-            .any(|p| p.metadata.deletion_timestamp.is_some())
-            .then_some(())
-    })
-    .await;
+    wait_terminating(&pods, "tj").await;
     // Release while it still terminates: refused, nothing written. Compared: the spec (by its
     // generation) and the metadata a Release writes, not the resourceVersion — Trainer patches
     // the TrainJob's status as the JobSet's changes while the pod terminates.
