@@ -30,7 +30,8 @@
 #
 # With REGISTRY (host[:port][/path]) the chart's default image is REGISTRY/holdfast, and once
 # everything is built the chart is pushed to oci://REGISTRY/charts (`helm push`) and the image
-# to REGISTRY/holdfast:VERSION with crane (HOLDFAST_CRANE, or crane on the PATH);
+# to REGISTRY/holdfast:VERSION with crane (HOLDFAST_CRANE, or the one
+# tests/tools/registry/build.sh builds from its Go module);
 # HOLDFAST_REGISTRY_PLAIN_HTTP=1 pushes over plain HTTP. Without REGISTRY nothing is pushed.
 #
 # --quick (the test's mode, tests/tests/it/release.rs): the CLI from the dev profile (built as
@@ -77,9 +78,9 @@ if [ -n "$registry" ]; then
   [[ $registry =~ ^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?$ ]] ||
     fail "REGISTRY '$registry' is not host[:port][/path]"
   $quick && fail "--quick builds no image: a release pushed to $registry needs one; drop --quick"
-  crane=${HOLDFAST_CRANE:-$(command -v crane || true)}
+  crane=${HOLDFAST_CRANE:-$("$repo/tests/tools/registry/build.sh")}
   [ -n "$crane" ] && [ -x "$crane" ] ||
-    fail "pushing to $registry needs crane: set HOLDFAST_CRANE to its path (go install github.com/google/go-containerregistry/cmd/crane)"
+    fail "pushing to $registry needs crane: tests/tools/registry/build.sh builds it, or set HOLDFAST_CRANE to its path"
   image="${registry%/}/holdfast"
 fi
 mkdir -p "$out"

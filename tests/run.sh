@@ -18,6 +18,9 @@ tests/cluster/helm/build.sh
 tests/tools/promtool/build.sh
 echo "== tier-3 node (containerd, runc, CNI, kubelet, JobSet, Trainer; cached like the control plane)"
 tests/cluster/node/build.sh
+# crane, for the node's local OCI registry and the pushes to it (tests/src/registry.rs): built
+# from go-containerregistry's Go module once (about 25 s), cached like promtool.
+tests/tools/registry/build.sh
 echo "== fmt"
 cargo fmt --all -- --check
 # The project's cargo tools (mdbook here, cargo-machete and cargo-deny below) are each built
