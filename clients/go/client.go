@@ -151,13 +151,15 @@ func (c *Client) Hold(ctx context.Context, job TrainJob, m CallMeta) (Outcome, e
 }
 
 // Release lifts hold m.Instance. ErrStaleHold if another instance (or none) is in force;
-// in plain mode ErrPodsRemain while pods of the held execution remain.
+// in plain mode ErrPodsRemain while pods of the held execution remain, as a
+// *PodsRemainError naming them (read from Status right after the answer).
 func (c *Client) Release(ctx context.Context, job TrainJob, m CallMeta) (Outcome, error) {
 	return c.write(ctx, RouteRelease, job, m, true)
 }
 
 // Open opens the TrainJob's start gate (Opened or AlreadyOpen). In Kueue mode the server
-// waits, within the deadline, for the job's Workload; Start waits for it here first.
+// waits, within the deadline, for the job's Workload; Start waits for it here first. In
+// plain mode ErrPodsRemain (a *PodsRemainError) while pods of an earlier execution remain.
 func (c *Client) Open(ctx context.Context, job TrainJob, m CallMeta) (Outcome, error) {
 	return c.write(ctx, RouteOpen, job, m, false)
 }
@@ -249,12 +251,25 @@ func (c *Client) write(ctx context.Context, route string, job TrainJob, m CallMe
 	}
 	var a CallAnswer
 	if err := c.do(ctx, http.MethodPost, expand(route, job), nil, body, &a, true); err != nil {
+		var api *APIError
+		if errors.As(err, &api) && errors.Is(api, ErrPodsRemain) {
+			err = c.podsRemain(ctx, job, api)
+		}
 		return Outcome{}, fmt.Errorf("%s of %s: %w", call, job, err)
 	}
 	if a.Result != SuccessOk || !outcomeOf(route, a.Outcome.Outcome) {
 		return Outcome{}, &callError{class: ErrUnknown, msg: fmt.Sprintf("%s of %s: a 200 answer with result %q and outcome %q is not the hold API's (something in between answered?); read Status after the CallBound", call, job, a.Result, a.Outcome.Outcome)}
 	}
 	return a.Outcome, nil
+}
+
+// podsRemain is a PodsRemain answer with the pods Status lists, read within ctx.
+func (c *Client) podsRemain(ctx context.Context, job TrainJob, api *APIError) *PodsRemainError {
+	st, err := c.Status(ctx, job)
+	if err != nil {
+		return &PodsRemainError{StatusErr: err, API: api}
+	}
+	return &PodsRemainError{Pods: st.RemainingPods, API: api}
 }
 
 // outcomeOf is whether a call on route can succeed with outcome o.

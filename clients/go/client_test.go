@@ -22,7 +22,7 @@ import (
 type fake struct {
 	srv      *httptest.Server
 	requests atomic.Int64
-	last     atomic.Value // the last body, as a string
+	last     atomic.Value // the last POST's body, as a string
 	answer   func(w http.ResponseWriter, r *http.Request)
 }
 
@@ -32,7 +32,9 @@ func newFake(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) 
 	f.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.requests.Add(1)
 		b, _ := io.ReadAll(r.Body)
-		f.last.Store(string(b))
+		if r.Method == http.MethodPost {
+			f.last.Store(string(b))
+		}
 		f.answer(w, r)
 	}))
 	t.Cleanup(f.srv.Close)
@@ -363,10 +365,63 @@ func TestStartWhoseDeadlinePassesBeforeTheWorkloadOpensNothing(t *testing.T) {
 	}
 }
 
+// heldStatus is a Status answer listing one remaining pod, terminating on node n1.
+const heldStatus = `{"result":"Ok","mode":"plain","attempt":1,"opened":true,"heldObject":"TrainJob",` +
+	`"state":{"kind":"HeldByUs","instance":3},"remainingPods":[{"name":"mnist-node-0-0-x7k2p","node":"n1","nodeState":"ready","why":"terminating"}]}`
+
+func TestAPodsRemainAnswerNamesThePodsStatusLists(t *testing.T) {
+	var reads atomic.Int64
+	_, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			reads.Add(1)
+			answer(200, heldStatus)(w, r)
+			return
+		}
+		answer(423, `{"error":"PodsRemain","message":"pods of the held execution remain; nothing was written"}`)(w, r)
+	})
+	_, err := c.Release(within(t, time.Minute), job, CallMeta{Instance: 3})
+	var pr *PodsRemainError
+	if !errors.Is(err, ErrPodsRemain) || !errors.As(err, &pr) || !Retryable(err) {
+		t.Fatalf("want a retryable *PodsRemainError, got %v", err)
+	}
+	if len(pr.Pods) != 1 || pr.Pods[0].Name != "mnist-node-0-0-x7k2p" || reads.Load() != 1 {
+		t.Fatalf("want the pod Status lists (one read), got %+v after %d reads", pr.Pods, reads.Load())
+	}
+	if want := "pods still there: mnist-node-0-0-x7k2p (node n1, ready, terminating)"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("the error does not say %q: %v", want, err)
+	}
+	var api *APIError
+	if !errors.As(err, &api) || api.StatusCode != 423 {
+		t.Fatalf("no 423 APIError in %v", err)
+	}
+}
+
+func TestAPodsRemainAnswerWhoseStatusReadFailsIsStillPodsRemain(t *testing.T) {
+	_, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			answer(403, `{"error":"Forbidden","message":"RBAC"}`)(w, r)
+			return
+		}
+		answer(423, `{"error":"PodsRemain","message":"pods remain"}`)(w, r)
+	})
+	_, err := c.Open(within(t, time.Minute), job, CallMeta{})
+	var pr *PodsRemainError
+	if !errors.As(err, &pr) || !errors.Is(err, ErrPodsRemain) || errors.Is(err, ErrForbidden) || !Retryable(err) {
+		t.Fatalf("want a retryable ErrPodsRemain only, got %v", err)
+	}
+	if !errors.Is(pr.StatusErr, ErrForbidden) || !strings.Contains(err.Error(), "reading Status for the pods failed") {
+		t.Fatalf("the failed read is not reported: %v", err)
+	}
+}
+
 func TestRetryTriesPodsRemainAgainEachTryWithANewDeadline(t *testing.T) {
 	var tries atomic.Int64
 	var deadlines []string
 	f, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			answer(200, heldStatus)(w, r)
+			return
+		}
 		if tries.Add(1) < 3 {
 			answer(423, `{"error":"PodsRemain","message":"pods of the held execution remain"}`)(w, r)
 			return

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -45,8 +46,9 @@ var (
 	// ungated ClusterQueue, an excluded namespace, no runtime snapshot). The error is an
 	// *UnsupportedError carrying the reason; fix the cluster, then call again.
 	ErrUnsupported error = &class{name: "unsupported"}
-	// ErrPodsRemain: pods of the held execution remain (Status's RemainingPods lists them);
-	// nothing was written. Retry later with a new deadline, or fence a lost node.
+	// ErrPodsRemain: pods of the held execution remain; nothing was written. Retry later
+	// with a new deadline, or fence a lost node. A Release or an Open returns it as a
+	// *PodsRemainError, which names the pods.
 	ErrPodsRemain error = &class{name: "pods remain"}
 	// ErrConflict: eight preconditioned writes in a row lost to other writers; nothing was
 	// written. Retry with a new deadline.
@@ -140,6 +142,45 @@ func (e *UnsupportedError) Unwrap() error {
 	}
 	return e.API
 }
+
+// PodsRemainError is ErrPodsRemain from a Release or an Open, with the pods that remain:
+// Status's RemainingPods, read right after the answer within the call's deadline. Its
+// Error names each pod, with its node, what that node says and why the pod counts.
+//
+//	var pr *holdfast.PodsRemainError
+//	if errors.As(err, &pr) {
+//		for _, p := range pr.Pods { log.Printf("waiting for pod %s", p.Name) }
+//	}
+type PodsRemainError struct {
+	// Pods are the pods Status listed. Empty if that read failed (StatusErr says why) or
+	// found none left (they went meanwhile: the next try may succeed).
+	Pods []RemainingPod
+	// StatusErr is why the Status read failed, if it did. It is not in the error chain:
+	// the error is the call's answer, ErrPodsRemain.
+	StatusErr error
+	// API is the answer.
+	API *APIError
+}
+
+func (e *PodsRemainError) Error() string {
+	var pods string
+	switch {
+	case len(e.Pods) > 0:
+		each := make([]string, len(e.Pods))
+		for i, p := range e.Pods {
+			each[i] = p.String()
+		}
+		pods = "pods still there: " + strings.Join(each, ", ")
+	case e.StatusErr != nil:
+		pods = fmt.Sprintf("reading Status for the pods failed: %v", e.StatusErr)
+	default:
+		pods = "Status lists none now (they went meanwhile)"
+	}
+	return fmt.Sprintf("%v; %s", e.API, pods)
+}
+
+// Unwrap is the API answer (an ErrPodsRemain).
+func (e *PodsRemainError) Unwrap() error { return e.API }
 
 // classOf maps an answer to its class: by its error and cause, and where a body is not the
 // hold API's (a proxy's page) by its status, which only a read gets (a write's is ErrUnknown).

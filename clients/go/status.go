@@ -1,5 +1,7 @@
 package holdfast
 
+import "strings"
+
 // WaitingForWorkload reports whether Status says the job has no Workload yet (Kueue mode:
 // Status names the Workload once Kueue has made it), as opposed to waiting at a gate with
 // one. A finished job waits for nothing.
@@ -13,4 +15,23 @@ func (st *Status) HoldInstance() (uint64, bool) {
 		return 0, false
 	}
 	return *st.Hold.Instance, true
+}
+
+// String is the pod's name, with its node, what that node says and why it counts:
+// "mnist-node-0-0-x7k2p (node n1, notReady, terminating)".
+func (p RemainingPod) String() string {
+	var about []string
+	if p.Node != nil {
+		about = append(about, "node "+*p.Node)
+	}
+	if p.NodeState != nil {
+		about = append(about, string(*p.NodeState))
+	}
+	if p.Why != "" {
+		about = append(about, string(p.Why))
+	}
+	if len(about) == 0 {
+		return p.Name
+	}
+	return p.Name + " (" + strings.Join(about, ", ") + ")"
 }
