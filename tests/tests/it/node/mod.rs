@@ -11,17 +11,19 @@
 
 mod chart;
 mod cli;
+mod failsafe;
+mod go_client;
 mod kep;
 mod kep_fixture;
 mod kueue;
 mod lost;
+mod multikueue;
 mod pods;
 mod writers;
 
 use futures::{AsyncBufReadExt, StreamExt};
 use holdfast_tests::Identity;
-use holdfast_tests::node::{NodeCluster, jobset_resource};
-use holdfast_tests::objects::trainer_resource;
+use holdfast_tests::node::NodeCluster;
 use holdfast_tests::wait::wait_for;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -31,7 +33,7 @@ use kube::api::{
 use std::time::{Duration, Instant};
 
 pub(super) use holdfast_tests::chart_on_node::{
-    ChartRelease, ServiceHoldApi, holdfast_image, pod_states,
+    ChartRelease, ServiceHoldApi, holdfast_image, pod_states, publish,
 };
 pub(super) use holdfast_tests::node_pods::{config_of, is_running, running_pods, training_runtime};
 
@@ -78,7 +80,7 @@ pub(super) async fn workload_runtime(
     let runtimes: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         ns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+        &holdfast_cluster::resources::training_runtime(),
     );
     let rt: DynamicObject =
         serde_json::from_value(training_runtime("workload", cluster.workload_image()))
@@ -87,11 +89,7 @@ pub(super) async fn workload_runtime(
         .create(&PostParams::default(), &rt)
         .await
         .expect("create runtime");
-    Api::namespaced_with(
-        admin.clone(),
-        ns,
-        &holdfast_tests::objects::trainjob_resource(),
-    )
+    Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::trainjob())
 }
 
 /// Creates TrainingRuntime `name` in `ns` (the node's workload image), as `admin`, whose
@@ -109,7 +107,7 @@ pub(super) async fn slow_stop_runtime(
     Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         ns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+        &holdfast_cluster::resources::training_runtime(),
     )
     .create(
         &PostParams::default(),
