@@ -6,9 +6,9 @@
 
 use holdfast_core::hold::Status;
 use holdfast_core::mode::Mode;
-use holdfast_core::names::{ANN_HOLD_INSTANCE, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_KIND};
+use holdfast_core::names::{ANN_HOLD_INSTANCE, TRAINJOB_KIND};
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use serde_json::Value;
 
 /// One held job: its TrainJob's namespace and name, and its status.
@@ -16,13 +16,6 @@ pub struct HeldJob {
     pub namespace: String,
     pub name: String,
     pub status: Status,
-}
-
-fn trainjob_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_KIND),
-        "trainjobs",
-    )
 }
 
 fn api(client: &kube::Client, namespace: Option<&str>, ar: &ApiResource) -> Api<DynamicObject> {
@@ -72,17 +65,13 @@ pub async fn held_jobs(
     namespace: Option<&str>,
 ) -> Result<Listing, kube::Error> {
     let mut unread = Vec::new();
-    let trainjobs = api(client, namespace, &trainjob_resource())
+    let trainjobs = api(client, namespace, &holdfast_cluster::resources::trainjob())
         .list(&ListParams::default())
         .await?
         .items;
-    let workloads = match api(
-        client,
-        namespace,
-        &holdfast_cluster::queues::workload_resource(),
-    )
-    .list(&ListParams::default())
-    .await
+    let workloads = match api(client, namespace, &holdfast_cluster::resources::workload())
+        .list(&ListParams::default())
+        .await
     {
         Ok(list) => list.items,
         Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),

@@ -200,7 +200,7 @@ impl HeldWorkloads {
     /// tokio runtime.
     pub fn start(client: kube::Client) -> HeldWorkloads {
         let api: Api<PartialObjectMeta<DynamicObject>> =
-            Api::all_with(client, &crate::workload_resource());
+            Api::all_with(client, &crate::resources::workload());
         let (tx, listing) = watch::channel(Listing::Pending);
         let marked = Arc::new(RwLock::new(Marked::default()));
         let task = tokio::spawn(keep_watching(api, marked.clone(), tx));

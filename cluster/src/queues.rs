@@ -20,43 +20,12 @@ use holdfast_core::readmission::{
     },
 };
 use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-
-/// The Kueue API version holdfast reads (Kueue v0.19 serves v1beta1 and v1beta2, and stores
-/// v1beta2).
-pub const KUEUE_VERSION: &str = "v1beta2";
-
-fn kueue(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(holdfast_core::names::KUEUE_GROUP, KUEUE_VERSION, kind),
-        plural,
-    )
-}
-
-/// `kueue.x-k8s.io` LocalQueues (namespaced).
-pub fn local_queue_resource() -> ApiResource {
-    kueue("LocalQueue", "localqueues")
-}
-
-/// `kueue.x-k8s.io` ClusterQueues.
-pub fn cluster_queue_resource() -> ApiResource {
-    kueue("ClusterQueue", "clusterqueues")
-}
-
-/// `kueue.x-k8s.io` Workloads (namespaced).
-pub fn workload_resource() -> ApiResource {
-    kueue("Workload", "workloads")
-}
-
-/// `kueue.x-k8s.io` AdmissionChecks.
-pub fn admission_check_resource() -> ApiResource {
-    kueue("AdmissionCheck", "admissionchecks")
-}
 
 struct Watched {
     store: Store<DynamicObject>,
@@ -105,20 +74,20 @@ impl Queues {
         let mut tasks = JoinSet::new();
         let (bump, changed) = watch::channel(0u64);
         let bump = Arc::new(bump);
-        let local_ar = local_queue_resource();
+        let local_ar = crate::resources::local_queue();
         let local_api = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &local_ar),
             None => Api::all_with(client.clone(), &local_ar),
         };
         let local = watch_into(&mut tasks, local_api, local_ar, None);
-        let cq_ar = cluster_queue_resource();
+        let cq_ar = crate::resources::cluster_queue();
         let cluster = watch_into(
             &mut tasks,
             Api::all_with(client.clone(), &cq_ar),
             cq_ar,
             Some(bump.clone()),
         );
-        let ac_ar = admission_check_resource();
+        let ac_ar = crate::resources::admission_check();
         let checks = watch_into(&mut tasks, Api::all_with(client, &ac_ar), ac_ar, Some(bump));
         Queues(Arc::new(Inner {
             local,
@@ -188,13 +157,13 @@ impl Queues {
         let local = |ns: &str, name: &str| {
             Self::object(
                 &self.0.local.store,
-                ObjectRef::new_with(name, local_queue_resource()).within(ns),
+                ObjectRef::new_with(name, crate::resources::local_queue()).within(ns),
             )
         };
         let cluster_queue = cluster_queue_of(workload, local).ok()?;
         let found = Self::object(
             &self.0.cluster.store,
-            ObjectRef::new_with(&cluster_queue, cluster_queue_resource()),
+            ObjectRef::new_with(&cluster_queue, crate::resources::cluster_queue()),
         )?;
         multikueue_check_of(&found, &self.multikueue_checks()).map(|check| UnderMultiKueue::Queue {
             cluster_queue,
@@ -269,7 +238,7 @@ impl Queues {
         let local = |ns: &str, name: &str| {
             Self::object(
                 &self.0.local.store,
-                ObjectRef::new_with(name, local_queue_resource()).within(ns),
+                ObjectRef::new_with(name, crate::resources::local_queue()).within(ns),
             )
         };
         let cq = match cluster_queue_of(workload, local) {
@@ -278,7 +247,7 @@ impl Queues {
         };
         let found = Self::object(
             &self.0.cluster.store,
-            ObjectRef::new_with(&cq, cluster_queue_resource()),
+            ObjectRef::new_with(&cq, crate::resources::cluster_queue()),
         );
         let covered = found.as_ref().map(covered_resources).unwrap_or_default();
         let gate = match queue_gate(&cq, found.as_ref(), &self.our_checks()) {

@@ -31,8 +31,6 @@ use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::pods;
-
 /// What the tracker watches and where fences are kept.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -103,7 +101,7 @@ impl ExecutionTracker {
         .touched_objects()
         .map(|j| j.map(|_| ()));
 
-        let jobset_ar = pods::jobset();
+        let jobset_ar = holdfast_cluster::resources::jobset();
         let jobsets_api: Api<PartialObjectMeta<DynamicObject>> = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &jobset_ar),
             None => Api::all_with(client.clone(), &jobset_ar),

@@ -16,7 +16,6 @@ pub mod leader;
 pub mod metrics;
 pub mod pods;
 pub mod readmission;
-pub mod resources;
 pub mod snapshot;
 pub mod trainjob;
 pub mod webhook_certs;

@@ -3,32 +3,20 @@
 //! core's; this is the lists they ask for, in the TrainJob's namespace: its pods, then its
 //! Jobs and JobSets only when a pod's ownership needs them.
 
+use holdfast_cluster::resources;
 use holdfast_core::execution::{Gathered, Need, RemainingPod};
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use serde_json::Value;
 
 pub use holdfast_core::execution::{JOBSET_GROUP, JOBSET_NAME_LABEL, listed};
 
-/// `batch/v1` Jobs.
-pub fn job() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs")
-}
-
-/// `jobset.x-k8s.io/v1alpha2` JobSets.
-pub fn jobset() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(JOBSET_GROUP, "v1alpha2", "JobSet"),
-        "jobsets",
-    )
-}
-
 /// The resource a [`Need`] lists.
 pub fn resource(what: Need) -> ApiResource {
     match what {
-        Need::Pods => crate::resources::pod(),
-        Need::Jobs => job(),
-        Need::JobSets => jobset(),
+        Need::Pods => resources::pod(),
+        Need::Jobs => resources::job(),
+        Need::JobSets => resources::jobset(),
     }
 }
 

@@ -132,7 +132,7 @@ impl kube::Resource for TrainJob {
         Cow::Borrowed(names::TRAINER_VERSION)
     }
     fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("trainjobs")
+        Cow::Borrowed(holdfast_cluster::resources::TRAINJOB_PLURAL)
     }
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
@@ -434,6 +434,42 @@ impl TrainJob {
     }
 }
 
+/// The reference an Event on a TrainJob (as read, JSON) carries: `kubectl describe` finds
+/// Events by kind, namespace, name and uid. `None` without a uid.
+pub fn reference(object: &Value) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+    let field = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    let ar = holdfast_cluster::resources::trainjob();
+    Some(k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(ar.api_version),
+        kind: Some(ar.kind),
+        namespace: field("/metadata/namespace"),
+        name: field("/metadata/name"),
+        uid: Some(field("/metadata/uid")?),
+        ..Default::default()
+    })
+}
+
+/// Whether `name` is a DNS-1123 subdomain (a TrainJob's name) and `namespace` a DNS-1123
+/// label: checked before either goes into a request path, so that a name like `a%2Fb` from
+/// the hold API cannot address another resource.
+pub fn check_name(namespace: &str, name: &str) -> Result<(), String> {
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    if !label(namespace) {
+        return Err(format!("namespace {namespace:?} is not a DNS-1123 label"));
+    }
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label) {
+        return Err(format!("name {name:?} is not a DNS-1123 subdomain"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -643,5 +679,21 @@ mod tests {
         let invalid = j.0.expect_err("does not decode");
         assert_eq!(invalid.metadata.name.as_deref(), Some("odd"));
         assert!(invalid.metadata.managed_fields.is_none());
+    }
+    #[test]
+    fn names_that_could_escape_the_path_are_refused() {
+        assert!(check_name("team-a", "mnist.v2").is_ok());
+        for (ns, name) in [
+            ("team-a", "a/b"),
+            ("team-a", ".."),
+            ("team-a", ""),
+            ("team-a", "Mnist"),
+            ("team/a", "mnist"),
+            ("", "mnist"),
+            ("-a", "mnist"),
+        ] {
+            assert!(check_name(ns, name).is_err(), "{ns}/{name}");
+        }
+        assert!(check_name("a", &"x".repeat(254)).is_err());
     }
 }

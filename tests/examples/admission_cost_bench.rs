@@ -88,11 +88,8 @@ struct Scene {
 }
 
 async fn objects(admin: &kube::Client, ns: &str) -> anyhow::Result<()> {
-    let tjs: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        ns,
-        &holdfast_tests::objects::trainjob_resource(),
-    );
+    let tjs: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::trainjob());
     let mut held = holdfast_tests::objects::trainjob("held", "rt");
     held["metadata"]["annotations"] = json!({HOLD: "1"});
     held["spec"]["suspend"] = json!(true);
@@ -118,11 +115,8 @@ async fn objects(admin: &kube::Client, ns: &str) -> anyhow::Result<()> {
 
 /// Sends `write` to `ns` as alice; `Ok(true)` when admission refused it.
 async fn send(alice: &kube::Client, ns: &str, write: Write, i: usize) -> anyhow::Result<bool> {
-    let tjs: Api<DynamicObject> = Api::namespaced_with(
-        alice.clone(),
-        ns,
-        &holdfast_tests::objects::trainjob_resource(),
-    );
+    let tjs: Api<DynamicObject> =
+        Api::namespaced_with(alice.clone(), ns, &holdfast_cluster::resources::trainjob());
     let cms: Api<ConfigMap> = Api::namespaced(alice.clone(), ns);
     let dry = PatchParams {
         dry_run: true,

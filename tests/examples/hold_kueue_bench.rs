@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 
 use holdfast_core::hold::Outcome;
 use holdfast_core::names::JOB_UID_LABEL;
+use holdfast_tests::Identity;
 use holdfast_tests::bench::Series;
 use holdfast_tests::hold_support::{
     client_without_retries, controller_requests, meta, settled_audit, user_agent, verb,
 };
 use holdfast_tests::kueue_support::{Fixture, uid};
-use holdfast_tests::{Identity, kueue};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::json;
 
@@ -37,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
     let workloads: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &f.ns,
-        &kueue::api_resource("Workload", "workloads"),
+        &holdfast_cluster::resources::workload(),
     );
     let by_job = ListParams::default().labels(&format!("{JOB_UID_LABEL}={job_uid}"));
 

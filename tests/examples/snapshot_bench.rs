@@ -32,7 +32,7 @@ use holdfast_tests::holdfast::{self, WebhookReplica};
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
@@ -132,13 +132,6 @@ async fn child(kubeconfig: PathBuf, args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
-    )
-}
-
 async fn bench(args: &Args) -> anyhow::Result<()> {
     let n = args.jobs;
     let conc = usize::from(args.concurrency.max(1));
@@ -175,7 +168,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     }))?;
     let runtime = Api::<DynamicObject>::all_with(
         admin.clone(),
-        &resource("ClusterTrainingRuntime", "clustertrainingruntimes"),
+        &holdfast_cluster::resources::cluster_training_runtime(),
     )
     .create(&PostParams::default(), &runtime)
     .await?;
@@ -185,7 +178,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     let tjs = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         jobs_ns,
-        &resource("TrainJob", "trainjobs"),
+        &holdfast_cluster::resources::trainjob(),
     );
     let jobs: Vec<Value> = stream::iter(0..n)
         .map(|i| {

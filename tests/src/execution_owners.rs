@@ -4,23 +4,11 @@
 //! (`holdfast_core::execution`), so a test's stand-in pods are owned by the Job, exactly as
 //! the Job controller's are; a pod carrying only JobSet's label is a decoy.
 
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
 /// The label JobSet puts on its Jobs and pods.
 pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
-
-pub fn jobset_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
-        "jobsets",
-    )
-}
-
-pub fn job_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs")
-}
 
 /// Creates (or finds) the JobSet and Job of TrainJob `trainjob` (uid `uid`) in `namespace`,
 /// and returns the `ownerReferences` its pods carry: the Job, as controller.
@@ -30,8 +18,11 @@ pub async fn ensure(
     trainjob: &str,
     uid: &str,
 ) -> anyhow::Result<Value> {
-    let jobsets: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &jobset_resource());
+    let jobsets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &holdfast_cluster::resources::jobset(),
+    );
     let jobset_of = |name: &str| {
         json!({
             "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
@@ -55,7 +46,11 @@ pub async fn ensure(
         jobset_name = format!("{trainjob}-{}", uid.chars().take(8).collect::<String>());
         jobset = create_or_get(&jobsets, &jobset_name, jobset_of(&jobset_name)).await?;
     }
-    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &job_resource());
+    let jobs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &holdfast_cluster::resources::job(),
+    );
     let job_name = format!("{jobset_name}-node-0");
     let job = json!({
         "apiVersion": "batch/v1", "kind": "Job",

@@ -295,7 +295,7 @@ pub async fn register_webhook(cp: &ControlPlane, ns: &str, port: u16, timeout_se
     let alice = cp.client(Identity::User).await.expect("alice");
     let cms = Api::<ConfigMap>::namespaced(alice.clone(), ns);
     let tjs =
-        Api::<DynamicObject>::namespaced_with(alice, ns, &crate::objects::trainjob_resource());
+        Api::<DynamicObject>::namespaced_with(alice, ns, &holdfast_cluster::resources::trainjob());
     let dry = PostParams {
         dry_run: true,
         ..Default::default()

@@ -15,7 +15,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -31,13 +31,6 @@ const KEPT_WEBHOOKS: [&str; 6] = [
     "resourceflavor",
     "cohort",
 ];
-
-pub fn api_resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind),
-        plural,
-    )
-}
 
 /// The Kueue configuration file for a run.
 pub fn config_yaml(webhook_port: u16, health_port: u16, cert_dir: &Path) -> String {
@@ -216,7 +209,7 @@ async fn flavor_dry_run(admin: &kube::Client) -> anyhow::Result<()> {
     }))?;
     Api::<DynamicObject>::all_with(
         admin.clone(),
-        &api_resource("ResourceFlavor", "resourceflavors"),
+        &holdfast_cluster::resources::kueue("ResourceFlavor", "resourceflavors"),
     )
     .create(
         &kube::api::PostParams {
@@ -271,7 +264,7 @@ pub async fn create_queues(
         }
     };
     apply(
-        api_resource("ResourceFlavor", "resourceflavors"),
+        holdfast_cluster::resources::kueue("ResourceFlavor", "resourceflavors"),
         None,
         serde_json::json!({"apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor}}),
     )
@@ -292,17 +285,28 @@ pub async fn create_queues(
         });
     }
     apply(
-        api_resource("ClusterQueue", "clusterqueues"),
+        holdfast_cluster::resources::cluster_queue(),
         None,
         serde_json::json!({"apiVersion": KUEUE_API_VERSION, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": cq_spec}),
     )
     .await?;
     apply(
-        api_resource("LocalQueue", "localqueues"),
+        holdfast_cluster::resources::local_queue(),
         Some(namespace),
         serde_json::json!({"apiVersion": KUEUE_API_VERSION, "kind": "LocalQueue",
             "metadata": {"name": queue, "namespace": namespace}, "spec": {"clusterQueue": cq}}),
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_api_version_is_the_one_holdfast_reads() {
+        assert_eq!(
+            super::KUEUE_API_VERSION,
+            holdfast_cluster::resources::workload().api_version
+        );
+    }
 }

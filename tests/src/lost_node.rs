@@ -144,7 +144,7 @@ pub async fn running_on(cp: &ControlPlane, ns: &str, trainjob: &str, node: &str)
     let tj = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         ns,
-        &crate::objects::trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
     )
     .get(trainjob)
     .await

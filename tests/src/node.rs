@@ -1098,8 +1098,11 @@ state = "{state}"
             dry_run: true,
             ..Default::default()
         };
-        let js: Api<DynamicObject> =
-            Api::namespaced_with(admin.clone(), "default", &jobset_resource());
+        let js: Api<DynamicObject> = Api::namespaced_with(
+            admin.clone(),
+            "default",
+            &holdfast_cluster::resources::jobset(),
+        );
         let jobset: DynamicObject = serde_json::from_value(serde_json::json!({
             "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": "probe"},
@@ -1112,7 +1115,7 @@ state = "{state}"
         let tr: Api<DynamicObject> = Api::namespaced_with(
             admin.clone(),
             "default",
-            &crate::objects::trainer_resource("TrainingRuntime", "trainingruntimes"),
+            &holdfast_cluster::resources::training_runtime(),
         );
         let runtime: DynamicObject = serde_json::from_value(serde_json::json!({
             "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
@@ -1173,14 +1176,6 @@ impl Drop for NodeCluster {
         }
         // The control plane's own Drop stops it and runs the cleanup.
     }
-}
-
-/// JobSet's API resource.
-pub fn jobset_resource() -> kube::core::ApiResource {
-    kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
-        "jobsets",
-    )
 }
 
 async fn wait_established(admin: &kube::Client, names: &[String]) -> anyhow::Result<()> {

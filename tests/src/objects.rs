@@ -26,24 +26,6 @@ pub async fn create_dynamic(
     }
 }
 
-/// A Trainer resource (`trainer.kubeflow.org/v1alpha1`).
-pub fn trainer_resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind),
-        plural,
-    )
-}
-
-/// `clustertrainingruntimes.trainer.kubeflow.org`.
-pub fn ctr_resource() -> ApiResource {
-    trainer_resource("ClusterTrainingRuntime", "clustertrainingruntimes")
-}
-
-/// `trainjobs.trainer.kubeflow.org`.
-pub fn trainjob_resource() -> ApiResource {
-    trainer_resource("TrainJob", "trainjobs")
-}
-
 /// A minimal torch ClusterTrainingRuntime with one container image.
 pub fn cluster_training_runtime(name: &str, image: &str) -> serde_json::Value {
     serde_json::json!({
@@ -83,9 +65,12 @@ pub async fn set_runtime_image(client: &kube::Client, name: &str, image: &str) -
             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": image}]}}}
         }
     }]}}}});
-    match Api::<DynamicObject>::all_with(client.clone(), &ctr_resource())
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
+    match Api::<DynamicObject>::all_with(
+        client.clone(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
+    )
+    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    .await
     {
         Ok(o) => o,
         Err(e) => panic!("edit the runtime: {e}"),

@@ -68,11 +68,8 @@ pub async fn register(cp: &ControlPlane, ns: &str) {
             .await
             .expect("apply the policy");
     }
-    let workloads: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        ns,
-        &kueue::api_resource("Workload", "workloads"),
-    );
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::workload());
     let probe: DynamicObject =
         serde_json::from_value(bare_workload("policy-probe", "no-such-queue", "1")).expect("probe");
     workloads

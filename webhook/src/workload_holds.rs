@@ -59,7 +59,7 @@ impl KubeWorkloadHolds {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             namespace,
-            &holdfast_cluster::workload_resource(),
+            &holdfast_cluster::resources::workload(),
         );
         let list = match api.list_metadata(params).await {
             Ok(list) => list,

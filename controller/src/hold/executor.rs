@@ -37,8 +37,8 @@ use holdfast_core::execution::{Gathered, Need, NodeState, RemainingPod};
 /// At most this many nodes are read for one Status (the pods of an execution on more nodes
 /// are listed without their node's state).
 const NODES_READ: usize = 8;
-use crate::resources;
 use holdfast_cluster::queues::Queues;
+use holdfast_cluster::resources;
 
 /// A kube client for the executor: kube's own retry of 429/503/504 is off, because it would
 /// resend a request without checking the call's deadline. The executor decides itself what
@@ -292,7 +292,7 @@ impl HoldExecutor {
         reqs: &mut CallRequests<'_>,
         observed: &mut Observed,
     ) -> Result<Outcome, HoldError> {
-        resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
+        crate::trainjob::check_name(namespace, name).map_err(HoldError::invalid)?;
         let call = Call::new(kind, meta, Timestamp::now(), caller.id())?;
         reqs.time_left()?;
         self.ensure_capable(kind).await?;
@@ -395,7 +395,7 @@ impl HoldExecutor {
         loop {
             let read = self.read(reqs, namespace, name).await?;
             if self.events.is_some() {
-                observed.trainjob = resources::trainjob_reference(&read.trainjob);
+                observed.trainjob = crate::trainjob::reference(&read.trainjob);
                 observed.workload = read
                     .workload
                     .as_ref()
@@ -634,7 +634,7 @@ impl HoldExecutor {
     pub async fn status(&self, namespace: &str, name: &str) -> Result<Status, HoldError> {
         let started = Instant::now();
         let result = async {
-            resources::check_object_name(namespace, name).map_err(HoldError::invalid)?;
+            crate::trainjob::check_name(namespace, name).map_err(HoldError::invalid)?;
             let meta = self.read_meta();
             let mut reqs = CallRequests::new(
                 &self.client,

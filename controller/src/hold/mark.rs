@@ -15,7 +15,7 @@ use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use super::requests::{CallRequests, RequestError};
-use crate::resources;
+use holdfast_cluster::resources;
 
 /// How many times Release tries to remove its mark when the TrainJob keeps changing.
 const UNMARK_TRIES: u32 = 3;

@@ -39,6 +39,7 @@ use holdfast_core::{
 };
 use jiff::Timestamp;
 use kube::core::params::ListParams;
+use kube::core::{ApiResource, DynamicObject, Resource};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -47,8 +48,8 @@ use super::{
     reads,
     requests::{CallRequests, ReadRequest, RequestError, UNREACHABLE},
 };
-use crate::resources;
 use holdfast_cluster::queues::Queues;
+use holdfast_cluster::resources;
 
 /// What preflight probes.
 #[derive(
@@ -145,16 +146,19 @@ impl Probe {
     }
 
     /// `(group, resource, verb)` of an RBAC probe.
-    fn access(self) -> Option<(&'static str, &'static str, &'static str)> {
+    fn access(self) -> Option<(String, String, &'static str)> {
+        let of = |ar: ApiResource, verb| (ar.group, ar.plural, verb);
+        let named =
+            |group: &str, resource: &str, verb| (group.to_owned(), resource.to_owned(), verb);
         Some(match self {
-            Probe::GetTrainjobs => ("trainer.kubeflow.org", "trainjobs", "get"),
-            Probe::UpdateTrainjobs => ("trainer.kubeflow.org", "trainjobs", "update"),
-            Probe::ListPods => ("", "pods", "list"),
-            Probe::ListWorkloads => ("kueue.x-k8s.io", "workloads", "list"),
-            Probe::UpdateWorkloads => ("kueue.x-k8s.io", "workloads", "update"),
-            Probe::CreateTokenreviews => ("authentication.k8s.io", "tokenreviews", "create"),
+            Probe::GetTrainjobs => of(resources::trainjob(), "get"),
+            Probe::UpdateTrainjobs => of(resources::trainjob(), "update"),
+            Probe::ListPods => of(resources::pod(), "list"),
+            Probe::ListWorkloads => of(resources::workload(), "list"),
+            Probe::UpdateWorkloads => of(resources::workload(), "update"),
+            Probe::CreateTokenreviews => named("authentication.k8s.io", "tokenreviews", "create"),
             Probe::CreateSubjectaccessreviews => {
-                ("authorization.k8s.io", "subjectaccessreviews", "create")
+                named("authorization.k8s.io", "subjectaccessreviews", "create")
             }
             Probe::TrainjobsServed
             | Probe::WorkloadsServed
@@ -540,24 +544,8 @@ pub(crate) async fn run(
     }
     for probe in probes {
         let check = match probe {
-            Probe::TrainjobsServed => {
-                served(
-                    &mut reqs,
-                    probe,
-                    "/apis/trainer.kubeflow.org/v1alpha1",
-                    "trainjobs",
-                )
-                .await
-            }
-            Probe::WorkloadsServed => {
-                served(
-                    &mut reqs,
-                    probe,
-                    &format!("/apis/kueue.x-k8s.io/{}", resources::KUEUE_VERSION),
-                    "workloads",
-                )
-                .await
-            }
+            Probe::TrainjobsServed => served(&mut reqs, probe, &resources::trainjob()).await,
+            Probe::WorkloadsServed => served(&mut reqs, probe, &resources::workload()).await,
             Probe::ReadmissionCheck => readmission_check(&mut reqs).await,
             Probe::ReadmissionGatePolicy => match &config.gate_policy {
                 Some(name) => gate_policy(&mut reqs, name).await,
@@ -652,10 +640,7 @@ async fn access(reqs: &mut CallRequests<'_>, probe: Probe) -> Check {
 /// Whether an AdmissionCheck served by holdfast's readmission gate exists.
 async fn readmission_check(reqs: &mut CallRequests<'_>) -> Check {
     let probe = Probe::ReadmissionCheck;
-    let path = format!(
-        "/apis/kueue.x-k8s.io/{}/admissionchecks",
-        resources::KUEUE_VERSION
-    );
+    let path = DynamicObject::url_path(&resources::admission_check(), None);
     match reqs.get_path(&path).await {
         Ok(list) => {
             let ours: Vec<&str> = list
@@ -782,7 +767,10 @@ fn policy_verdict(
 }
 
 /// Whether the API group version at `path` serves `resource`.
-async fn served(reqs: &mut CallRequests<'_>, probe: Probe, path: &str, resource: &str) -> Check {
+/// Whether the API group version of `ar` serves its resource (the CRD is installed).
+async fn served(reqs: &mut CallRequests<'_>, probe: Probe, ar: &ApiResource) -> Check {
+    let path = &format!("/apis/{}", ar.api_version);
+    let resource = &ar.plural;
     match reqs.get_path(path).await {
         Ok(list) => {
             let found = list
@@ -790,7 +778,7 @@ async fn served(reqs: &mut CallRequests<'_>, probe: Probe, path: &str, resource:
                 .and_then(Value::as_array)
                 .is_some_and(|rs| {
                     rs.iter()
-                        .any(|r| r.get("name").and_then(Value::as_str) == Some(resource))
+                        .any(|r| r.get("name").and_then(Value::as_str) == Some(resource.as_str()))
                 });
             if found {
                 Check::new(probe, CheckResult::Passed, "")
@@ -864,7 +852,7 @@ async fn round_trip(
     let probe = Probe::HoldRoundTrip;
     let not_checked = |d: String| Check::new(probe, CheckResult::NotChecked, d);
     if let Some((ns, name)) = target {
-        if let Err(e) = resources::check_object_name(ns, name) {
+        if let Err(e) = crate::trainjob::check_name(ns, name) {
             return not_checked(e);
         }
         let trainjob = reads::retrying_read(

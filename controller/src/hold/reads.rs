@@ -11,7 +11,8 @@ use kube::core::params::ListParams;
 use serde_json::Value;
 
 use super::requests::{CallRequests, ReadRequest, RequestError};
-use crate::resources::{self, WORKLOAD_JOB_UID_LABEL};
+use holdfast_cluster::resources;
+use holdfast_core::names::JOB_UID_LABEL;
 
 /// Makes a read, again after a transient failure (after `backoff`, doubling up to a second)
 /// until it answers or the deadline passes.
@@ -58,7 +59,7 @@ pub(crate) async fn workload_of(
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .ok_or_else(|| HoldError::invalid("the TrainJob read has no metadata.uid"))?;
-    let labelled = ListParams::default().labels(&format!("{WORKLOAD_JOB_UID_LABEL}={uid}"));
+    let labelled = ListParams::default().labels(&format!("{JOB_UID_LABEL}={uid}"));
     let mut pause = backoff;
     loop {
         let mut list = retrying_read(

@@ -451,7 +451,7 @@ mod tests {
             "hold",
         );
         let err = reqs
-            .get(&crate::resources::trainjob(), "ns", "tj")
+            .get(&holdfast_cluster::resources::trainjob(), "ns", "tj")
             .await
             .expect_err("too late");
         assert!(

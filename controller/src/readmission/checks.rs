@@ -15,7 +15,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 
 use super::{Error, ReadmissionMetrics};
-pub use holdfast_cluster::queues::admission_check_resource;
 
 /// The names of holdfast's AdmissionChecks, from the AdmissionCheck store.
 #[derive(Clone)]
@@ -69,7 +68,10 @@ pub(crate) async fn reconcile(
     }
     let name = check.metadata.name.clone().unwrap_or_default();
     let object: DynamicObject = serde_json::from_value(value)?;
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &admission_check_resource());
+    let api: Api<DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &holdfast_cluster::resources::admission_check(),
+    );
     let pp = PostParams {
         dry_run: false,
         field_manager: Some(ctx.field_manager.clone()),

@@ -46,15 +46,15 @@ use kube::runtime::{Controller, WatchStreamExt, controller, watcher};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use checks::admission_check_resource;
 pub use config::Config;
 pub use error::Error;
 pub use metrics::ReadmissionMetrics;
 
 use crate::backoff::Backoffs;
 use crate::events::{EventMetrics, Publisher, PublisherConfig};
+use crate::pods::JOBSET_NAME_LABEL;
 use crate::trainjob::{self, Feed};
-use crate::{pods::JOBSET_NAME_LABEL, resources};
+use holdfast_cluster::resources;
 use holdfast_core::names::MULTIKUEUE_ORIGIN_LABEL;
 use kube::ResourceExt;
 
@@ -135,7 +135,7 @@ impl ReadmissionGate {
 
         // AdmissionChecks: keep ours Active, and know their names.
         let (checks_changed, checks_changed_rx) = futures::channel::mpsc::unbounded();
-        let check_ar = admission_check_resource();
+        let check_ar = resources::admission_check();
         let check_controller = Controller::new_with(
             Api::<DynamicObject>::all_with(client.clone(), &check_ar),
             watcher::Config::default().any_semantic(),

@@ -33,12 +33,11 @@ use super::events as gate_events;
 use super::{Error, ReadmissionMetrics, checks::CheckNames};
 use crate::backoff::Backoffs;
 use crate::events::Publisher;
+use crate::pods;
 use crate::trainjob::Watched;
-use crate::{
-    pods,
-    resources::{self, WORKLOAD_JOB_UID_LABEL},
-};
 use holdfast_cluster::queues::Queues;
+use holdfast_cluster::resources;
+use holdfast_core::names::JOB_UID_LABEL;
 
 /// At most this many writes per reconcile; then the TrainJob is requeued.
 const MAX_ROUNDS: u32 = 12;
@@ -316,7 +315,7 @@ async fn read(
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &resources::workload());
     let mut list = workloads
-        .list(&ListParams::default().labels(&format!("{WORKLOAD_JOB_UID_LABEL}={uid}")))
+        .list(&ListParams::default().labels(&format!("{JOB_UID_LABEL}={uid}")))
         .await?;
     if !list.items.iter().any(|w| belongs(w, uid)) {
         // The label is an index only (an editor may remove it): ownership decides.
@@ -460,8 +459,7 @@ async fn step(
             Api::namespaced_with(ctx.client.clone(), namespace, &resources::workload());
         api.replace_status(&view.name, &ctx.pp(), &object).await?;
         ctx.metrics.wrote(label);
-        if let (Some(notice), Some(trainjob)) =
-            (notice, resources::trainjob_reference(&read.trainjob))
+        if let (Some(notice), Some(trainjob)) = (notice, crate::trainjob::reference(&read.trainjob))
         {
             ctx.events.publish(&trainjob, notice);
         }

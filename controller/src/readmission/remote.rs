@@ -21,7 +21,7 @@ use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, events as gate_events, reconcile::Context};
-use crate::resources;
+use holdfast_cluster::resources;
 
 pub(crate) async fn run(
     ctx: Arc<Context>,

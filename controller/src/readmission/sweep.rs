@@ -20,8 +20,9 @@ use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, reconcile::Context};
-use crate::resources::{self, WORKLOAD_JOB_UID_LABEL};
 use crate::trainjob::Watched;
+use holdfast_cluster::resources;
+use holdfast_core::names::JOB_UID_LABEL;
 
 pub(crate) async fn run(
     ctx: Arc<Context>,
@@ -68,7 +69,7 @@ fn owner(w: &DynamicObject) -> Option<(String, String)> {
         .map(|o| (o.name.clone(), o.uid.clone()))
         .or_else(|| {
             w.labels()
-                .get(WORKLOAD_JOB_UID_LABEL)
+                .get(JOB_UID_LABEL)
                 .map(|uid| (String::new(), uid.clone()))
         })
 }

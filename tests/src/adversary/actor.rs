@@ -109,8 +109,11 @@ impl Pods {
 }
 
 async fn run(client: kube::Client, ns: String, linger: Duration, stop: CancellationToken) {
-    let tjs: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns, &crate::objects::trainjob_resource());
+    let tjs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut tj_events = std::pin::pin!(watcher(tjs, watcher::Config::default()));
     let mut pod_events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()));

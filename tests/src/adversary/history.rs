@@ -32,8 +32,8 @@ impl Kind {
 
     pub fn resource(self) -> ApiResource {
         match self {
-            Kind::TrainJob => crate::objects::trainjob_resource(),
-            Kind::Workload => crate::kueue::api_resource("Workload", "workloads"),
+            Kind::TrainJob => holdfast_cluster::resources::trainjob(),
+            Kind::Workload => holdfast_cluster::resources::workload(),
             Kind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
             Kind::Pod => ApiResource::erase::<Pod>(&()),
         }

@@ -196,7 +196,7 @@ impl Ctx<'_> {
     }
 
     fn tj_ar() -> ApiResource {
-        crate::objects::trainjob_resource()
+        holdfast_cluster::resources::trainjob()
     }
 
     /// LocalQueue [`QUEUE_MAIN`] deleted and created again on [`CQ_GATED`] or [`CQ_UNGATED`],
@@ -205,7 +205,7 @@ impl Ctx<'_> {
     async fn swap_local_queue(&self, gated: bool) -> Step {
         let lqs = self.api(
             self.c.admin.clone(),
-            &crate::kueue::api_resource("LocalQueue", "localqueues"),
+            &holdfast_cluster::resources::local_queue(),
         );
         done(lqs.delete(QUEUE_MAIN, &DeleteParams::default()).await)?;
         for _ in 0..100 {
@@ -225,7 +225,7 @@ impl Ctx<'_> {
     }
 
     fn wl_ar() -> ApiResource {
-        crate::kueue::api_resource("Workload", "workloads")
+        holdfast_cluster::resources::workload()
     }
 
     fn cm_ar() -> ApiResource {
@@ -747,7 +747,7 @@ impl Ctx<'_> {
                 done(
                     Api::<DynamicObject>::all_with(
                         self.c.admin.clone(),
-                        &crate::objects::ctr_resource(),
+                        &holdfast_cluster::resources::cluster_training_runtime(),
                     )
                     .patch(
                         &rt,

@@ -114,13 +114,13 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
         }
     };
     apply(
-        kueue::api_resource("AdmissionCheck", "admissionchecks"),
+        holdfast_cluster::resources::admission_check(),
         json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
             "metadata": {"name": CHECK}, "spec": {"controllerName": READMISSION_CONTROLLER}}),
     )
     .await?;
     apply(
-        kueue::api_resource("ResourceFlavor", "resourceflavors"),
+        holdfast_cluster::resources::kueue("ResourceFlavor", "resourceflavors"),
         json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}}),
     )
     .await?;
@@ -137,7 +137,7 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
                 checks.iter().map(|c| json!({"name": c})).collect::<Vec<_>>()});
         }
         apply(
-            kueue::api_resource("ClusterQueue", "clusterqueues"),
+            holdfast_cluster::resources::cluster_queue(),
             json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "ClusterQueue",
                 "metadata": {"name": cq}, "spec": spec}),
         )
@@ -229,7 +229,7 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
     for mode in [Mode::Plain, Mode::Kueue] {
         let ns = create_namespace(cp, &admin, mode, "adv-probe").await?;
         let tjs: Api<DynamicObject> =
-            Api::namespaced_with(alice.clone(), &ns, &crate::objects::trainjob_resource());
+            Api::namespaced_with(alice.clone(), &ns, &holdfast_cluster::resources::trainjob());
         let mut probe = crate::objects::trainjob("probe", "no-such-runtime");
         probe["metadata"]["annotations"] = json!({ANN_HOLD_INSTANCE: "1"});
         let probe: DynamicObject = serde_json::from_value(probe)?;
@@ -430,7 +430,10 @@ pub async fn create_namespace(
     )
     .await?;
     let (rt, rt2) = runtime_names(&ns);
-    let ctrs = Api::<DynamicObject>::all_with(admin.clone(), &crate::objects::ctr_resource());
+    let ctrs = Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
+    );
     for (name, cpu) in [(&rt, "1"), (&rt2, "2")] {
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
@@ -443,7 +446,7 @@ pub async fn create_namespace(
         let lqs = Api::<DynamicObject>::namespaced_with(
             admin.clone(),
             &ns,
-            &kueue::api_resource("LocalQueue", "localqueues"),
+            &holdfast_cluster::resources::local_queue(),
         );
         for (lq, cq) in [(QUEUE_MAIN, CQ_GATED), (QUEUE_OTHER, CQ_UNGATED)] {
             let obj: DynamicObject = serde_json::from_value(json!({
@@ -509,7 +512,10 @@ pub async fn delete_namespace(admin: &kube::Client, controller: &kube::Client, n
         }
     }
     let (rt, rt2) = runtime_names(ns);
-    let ctrs = Api::<DynamicObject>::all_with(admin.clone(), &crate::objects::ctr_resource());
+    let ctrs = Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
+    );
     for name in [rt, rt2] {
         let _ = ctrs.delete(&name, &DeleteParams::default()).await;
     }

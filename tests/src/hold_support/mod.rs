@@ -7,8 +7,8 @@ pub mod race;
 use std::time::Duration;
 
 use crate::{ControlPlane, Identity, control_plane::APISERVER_REQUEST_TIMEOUT};
+use holdfast_cluster::resources;
 use holdfast_controller::hold::{ExecutorConfig, HoldExecutor, client_without_retry};
-use holdfast_controller::resources;
 use holdfast_core::{hold::CallMeta, mode::Mode};
 use jiff::Timestamp;
 use kube::{
@@ -71,14 +71,17 @@ pub async fn ensure_runtime(admin: &kube::Client) {
                 "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}]}}}}}]}}}
     }))
     .expect("runtime json");
-    Api::<DynamicObject>::all_with(admin.clone(), &crate::objects::ctr_resource())
-        .patch(
-            RUNTIME,
-            &PatchParams::apply("holdfast-tests"),
-            &Patch::Apply(&rt),
-        )
-        .await
-        .expect("the runtime");
+    Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
+    )
+    .patch(
+        RUNTIME,
+        &PatchParams::apply("holdfast-tests"),
+        &Patch::Apply(&rt),
+    )
+    .await
+    .expect("the runtime");
 }
 
 /// Creates TrainJob `ns/name`, suspended at its start gate or not.

@@ -9,7 +9,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::hold_support::{annotation, client_without_retries, config, meta};
-pub use crate::objects::trainer_resource as trainer;
 use crate::{ControlPlane, Identity, kueue};
 use holdfast_controller::hold::HoldExecutor;
 use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
@@ -36,7 +35,7 @@ pub const QUEUE: &str = "main";
 
 /// The TrainJobs in namespace `ns`, as `client`.
 pub fn trainjobs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), ns, &trainer("TrainJob", "trainjobs"))
+    Api::namespaced_with(client.clone(), ns, &holdfast_cluster::resources::trainjob())
 }
 
 /// How a [`Fixture`] starts; [`Setup::default`] is a gate running, a queue requiring
@@ -108,7 +107,7 @@ impl Fixture {
         .expect("runtime");
         Api::<DynamicObject>::all_with(
             admin.clone(),
-            &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+            &holdfast_cluster::resources::cluster_training_runtime(),
         )
         .create(&PostParams::default(), &rt)
         .await
@@ -139,7 +138,7 @@ impl Fixture {
             f.start_gate().await;
             let checks = Api::<DynamicObject>::all_with(
                 f.admin.clone(),
-                &kueue::api_resource("AdmissionCheck", "admissionchecks"),
+                &holdfast_cluster::resources::admission_check(),
             );
             f.eventually("the readmission check is Active", f.settle, || async {
                 let ac = checks.get(CHECK).await.ok()?;
@@ -219,7 +218,7 @@ impl Fixture {
         Api::namespaced_with(
             client.clone(),
             &self.ns,
-            &kueue::api_resource("Workload", "workloads"),
+            &holdfast_cluster::resources::workload(),
         )
     }
 
@@ -432,7 +431,7 @@ pub async fn ensure_admission_check(admin: &kube::Client) {
     .expect("admission check");
     Api::<DynamicObject>::all_with(
         admin.clone(),
-        &kueue::api_resource("AdmissionCheck", "admissionchecks"),
+        &holdfast_cluster::resources::admission_check(),
     )
     .patch(
         CHECK,

@@ -9,14 +9,13 @@
 use holdfast_core::mode::Mode;
 use holdfast_core::policy::identities::{GARBAGE_COLLECTOR, NAMESPACE_CONTROLLER};
 use holdfast_tests::in_process_webhook::InProcessWebhook;
-use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::registration::{Engine, Namespaces, Registration, Target, refused_by_policy};
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
 };
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -28,14 +27,11 @@ const MANAGED: &str = "holdfast.dev/managed";
 const QUEUE: &str = "kueue.x-k8s.io/queue-name";
 
 fn trainjobs() -> ApiResource {
-    trainer("TrainJob", "trainjobs")
+    holdfast_cluster::resources::trainjob()
 }
 
 fn workloads() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "Workload"),
-        "workloads",
-    )
+    holdfast_cluster::resources::workload()
 }
 
 /// One test's namespace, with holdfast's webhook serving and registered for it alone.
@@ -963,7 +959,7 @@ async fn admitted_runtime_resource_version_is_recorded_at_create() {
     };
     let ctr = Api::<DynamicObject>::all_with(
         h.admin.clone(),
-        &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+        &holdfast_cluster::resources::cluster_training_runtime(),
     )
     .create(
         &PostParams::default(),
@@ -974,7 +970,7 @@ async fn admitted_runtime_resource_version_is_recorded_at_create() {
     let tr = Api::<DynamicObject>::namespaced_with(
         h.admin.clone(),
         &h.ns,
-        &trainer("TrainingRuntime", "trainingruntimes"),
+        &holdfast_cluster::resources::training_runtime(),
     )
     .create(
         &PostParams::default(),
@@ -1037,7 +1033,7 @@ async fn admitted_runtime_resource_version_is_recorded_at_create() {
     );
     Api::<DynamicObject>::all_with(
         h.admin.clone(),
-        &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+        &holdfast_cluster::resources::cluster_training_runtime(),
     )
     .delete(&cluster_rt, &DeleteParams::default())
     .await

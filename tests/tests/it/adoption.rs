@@ -175,7 +175,7 @@ async fn removing_holdfast_in_kueue_mode_needs_the_check_off_the_queue_and_the_w
     // Step 1: the ClusterQueue no longer requires the readmission check.
     let queues: Api<DynamicObject> = Api::all_with(
         f.admin.clone(),
-        &holdfast_tests::kueue::api_resource("ClusterQueue", "clusterqueues"),
+        &holdfast_cluster::resources::cluster_queue(),
     );
     let cq = format!("cq-{}", f.ns);
     let queue = queues.get(&cq).await.expect("the ClusterQueue");

@@ -14,9 +14,7 @@
 use holdfast_certs::{CertificateAuthority, CertificateInfo};
 use holdfast_controller::webhook_certs::{self as certs, CertConfig, Injection};
 use holdfast_tests::helm::{self, Helm, Install};
-use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, ctr_resource, trainjob, trainjob_resource,
-};
+use holdfast_tests::objects::{cluster_training_runtime, create_dynamic, trainjob};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::rbac;
 use holdfast_tests::wait::wait_for;
@@ -1623,7 +1621,10 @@ async fn controller_missing_one_verb_takes_no_snapshot_and_its_log_names_the_per
     .expect("start holdfast-controller");
 
     let runtime = format!("torch-{tenant}");
-    let (ctr, tjs) = (ctr_resource(), trainjob_resource());
+    let (ctr, tjs) = (
+        holdfast_cluster::resources::cluster_training_runtime(),
+        holdfast_cluster::resources::trainjob(),
+    );
     create_dynamic(
         &admin,
         &ctr,

@@ -335,14 +335,10 @@ async fn status_lists_a_kueue_mode_hold_written_on_the_trainjobs_workload() {
     }))
     .expect("workload");
     let admin = cp.client(Identity::Admin).await.expect("admin");
-    Api::<DynamicObject>::namespaced_with(
-        admin,
-        &ns,
-        &holdfast_cluster::queues::workload_resource(),
-    )
-    .create(&PostParams::default(), &workload)
-    .await
-    .expect("create the Workload");
+    Api::<DynamicObject>::namespaced_with(admin, &ns, &holdfast_cluster::resources::workload())
+        .create(&PostParams::default(), &workload)
+        .await
+        .expect("create the Workload");
 
     let kubeconfig = cp.kubeconfig(Identity::Admin);
     let out = holdfast(

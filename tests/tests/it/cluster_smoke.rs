@@ -9,7 +9,6 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -213,12 +212,8 @@ async fn trainjob_and_cluster_training_runtime_from_upstream_crds_can_be_created
     let cp = ControlPlane::shared();
     let ns = cp.namespace("crds").await.expect("namespace");
     let admin = cp.client(Identity::Admin).await.expect("admin client");
-    let gvk = |kind: &str| GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", kind);
-    let ctr_ar = ApiResource::from_gvk_with_plural(
-        &gvk("ClusterTrainingRuntime"),
-        "clustertrainingruntimes",
-    );
-    let tj_ar = ApiResource::from_gvk_with_plural(&gvk("TrainJob"), "trainjobs");
+    let ctr_ar = holdfast_cluster::resources::cluster_training_runtime();
+    let tj_ar = holdfast_cluster::resources::trainjob();
     let runtime_name = format!("torch-{ns}");
     let runtime: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1",

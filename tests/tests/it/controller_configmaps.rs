@@ -10,9 +10,7 @@ use holdfast_core::names;
 use holdfast_serve::Readiness;
 use holdfast_tests::controller_policy;
 use holdfast_tests::lost_node::FENCES;
-use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, ctr_resource, trainjob, trainjob_resource,
-};
+use holdfast_tests::objects::{cluster_training_runtime, create_dynamic, trainjob};
 use holdfast_tests::rbac::RELEASE_NAMESPACE;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
@@ -179,7 +177,7 @@ async fn the_controllers_own_configmap_writes_pass_the_policy() {
     let runtime = format!("cm-own-{ns}");
     create_dynamic(
         &admin,
-        &ctr_resource(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
         None,
         cluster_training_runtime(&runtime, "pytorch/pytorch:2.10.0"),
     )
@@ -210,7 +208,8 @@ async fn the_controllers_own_configmap_writes_pass_the_policy() {
     .await;
 
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
-    let jobs: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &trainjob_resource());
+    let jobs: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::trainjob());
     let owner = |cm: &ConfigMap| {
         cm.metadata
             .owner_references
@@ -236,7 +235,7 @@ async fn the_controllers_own_configmap_writes_pass_the_policy() {
     // A job snapshotted.
     let first = create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("job", &runtime),
     )
@@ -276,7 +275,7 @@ async fn the_controllers_own_configmap_writes_pass_the_policy() {
     .await;
     let second = create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("job", &runtime),
     )
@@ -311,7 +310,7 @@ async fn the_controllers_own_configmap_writes_pass_the_policy() {
         .uid;
     let third = create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("tjob", &runtime),
     )

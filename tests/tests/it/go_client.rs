@@ -24,7 +24,7 @@ use holdfast_tests::control_plane::free_port;
 use holdfast_tests::hold_support::{self, RUNTIME, settled_audit};
 use holdfast_tests::holdfast::{binary, serving_cert, wait_readyz};
 use holdfast_tests::kueue_support::{CHECK, Fixture, SETTLE, Setup};
-use holdfast_tests::objects::{create_dynamic, trainjob_resource};
+use holdfast_tests::objects::create_dynamic;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::rbac::{self, mint_token, render_holdfast_rbac, service_account_user};
 use holdfast_tests::readmission_policy;
@@ -49,7 +49,7 @@ async fn the_go_client_speaks_the_seeds_classes_to_the_real_controller_in_plain_
     for (name, suspended) in [("stale", false), ("late", true), ("killed", false)] {
         create_dynamic(
             &admin,
-            &trainjob_resource(),
+            &holdfast_cluster::resources::trainjob(),
             Some(&ns),
             json!({
                 "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
@@ -81,7 +81,7 @@ async fn the_go_client_speaks_the_seeds_classes_to_the_real_controller_in_kueue_
     for name in ["noworkload", "late"] {
         create_dynamic(
             &f.admin,
-            &trainjob_resource(),
+            &holdfast_cluster::resources::trainjob(),
             Some(&f.ns),
             json!({
                 "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",

@@ -11,7 +11,7 @@
 use holdfast_tests::control_plane::free_port;
 use holdfast_tests::hold_support::{self, RUNTIME};
 use holdfast_tests::holdfast::{serving_cert, start_plain_controller_on, wait_readyz};
-use holdfast_tests::objects::{create_dynamic, trainjob, trainjob_resource};
+use holdfast_tests::objects::{create_dynamic, trainjob};
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -69,7 +69,7 @@ async fn a_token_for_the_holdfast_audience_passes_and_an_apiserver_token_is_refu
     hold_support::ensure_runtime(&admin).await;
     create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("target", RUNTIME),
     )

@@ -27,7 +27,7 @@ use holdfast_tests::described::{Described, note};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kueue_support::{
     CHECK, Fixture, MINUTE, QUEUE, SETTLE, Setup, Webhook, active, check, condition,
-    condition_reason, finalizers, refused, runtime_spec, trainer, uid,
+    condition_reason, finalizers, refused, runtime_spec, uid,
 };
 use serde_json::{Value, json};
 
@@ -840,7 +840,7 @@ async fn workload_recreated_by_kueue_while_held_stays_held() {
     // The runtime changes: the job no longer matches its Workload, and Kueue deletes it.
     Api::<DynamicObject>::all_with(
         f.admin.clone(),
-        &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+        &holdfast_cluster::resources::cluster_training_runtime(),
     )
     .patch(
         &f.runtime,

@@ -105,11 +105,7 @@ fn owned_workload(name: &str, trainjob: &Value, annotations: Value) -> kube::api
 }
 
 fn workloads(client: &kube::Client, ns: &str) -> Api<kube::api::DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        ns,
-        &holdfast_tests::kueue::api_resource("Workload", "workloads"),
-    )
+    Api::namespaced_with(client.clone(), ns, &holdfast_cluster::resources::workload())
 }
 
 /// Plain mode honours a hold left on a Workload from kueue mode, yet a call on a job whose
@@ -1522,7 +1518,7 @@ async fn a_tenants_oversized_trainjob_does_not_switch_holds_off_for_the_cluster(
 /// `holds_kueue`.)
 #[tokio::test]
 async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
-    use holdfast_controller::resources;
+    use holdfast_cluster::resources;
     let cp = ControlPlane::shared();
     let ns = cp.namespace("kueue-io").await.expect("namespace");
     // The chart's kueue-mode roles: the controller updates Workloads.
@@ -1539,7 +1535,7 @@ async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
     .expect("admission check");
     Api::<kube::api::DynamicObject>::all_with(
         admin.clone(),
-        &holdfast_tests::kueue::api_resource("AdmissionCheck", "admissionchecks"),
+        &holdfast_cluster::resources::admission_check(),
     )
     .patch(
         "holdfast-readmission",

@@ -1,6 +1,5 @@
 //! Tier 2 proof: the real Kueue controller manages a TrainJob on the local control plane.
 
-use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::{ControlPlane, Identity, kueue};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use std::time::Duration;
@@ -28,7 +27,7 @@ async fn kueue_creates_admits_and_unsuspends_a_queued_trainjob() {
     .expect("runtime");
     Api::<DynamicObject>::all_with(
         admin.clone(),
-        &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+        &holdfast_cluster::resources::cluster_training_runtime(),
     )
     .create(&PostParams::default(), &rt)
     .await
@@ -42,7 +41,7 @@ async fn kueue_creates_admits_and_unsuspends_a_queued_trainjob() {
     let tjs = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
-        &trainer("TrainJob", "trainjobs"),
+        &holdfast_cluster::resources::trainjob(),
     );
     let created = tjs
         .create(&PostParams::default(), &tj)
@@ -59,7 +58,7 @@ async fn kueue_creates_admits_and_unsuspends_a_queued_trainjob() {
     let wls = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
-        &kueue::api_resource("Workload", "workloads"),
+        &holdfast_cluster::resources::workload(),
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {

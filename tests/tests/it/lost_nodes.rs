@@ -390,7 +390,7 @@ async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
     let uid = Api::<kube::api::DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
-        &holdfast_tests::objects::trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
     )
     .get("mnist")
     .await
@@ -504,7 +504,7 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
     let uid = Api::<kube::api::DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
-        &holdfast_tests::objects::trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
     )
     .get("mnist")
     .await
@@ -550,14 +550,14 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
     let jobs = Api::<kube::api::DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
-        &execution_owners::job_resource(),
+        &holdfast_cluster::resources::job(),
     );
     // Before it, nobody but the garbage collector (not even an admin) unlinks the Job from
     // its JobSet or the JobSet from its TrainJob: either would hide the pod's chain.
     let jobsets = Api::<kube::api::DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
-        &execution_owners::jobset_resource(),
+        &holdfast_cluster::resources::jobset(),
     );
     let jobset_name = job_name.trim_end_matches("-node-0").to_owned();
     for (api, object, edit, what) in [
@@ -683,7 +683,7 @@ async fn nobody_switches_a_trainjobs_job_back_to_terminating_or_failed() {
     register_policy(cp, &ns).await;
     let admin = cp.client(Identity::Admin).await.expect("admin");
     let jobs: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(admin.clone(), &ns, &execution_owners::job_resource());
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::job());
     let job = |name: &str, policy: &str| {
         serde_json::from_value::<kube::api::DynamicObject>(json!({
             "apiVersion": "batch/v1", "kind": "Job",

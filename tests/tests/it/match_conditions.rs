@@ -31,7 +31,6 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::GroupVersionKind;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
@@ -66,18 +65,9 @@ pub(crate) fn users() -> [&'static str; 5] {
 
 pub(crate) fn api_resource(resource: &Resource) -> ApiResource {
     match resource {
-        Resource::TrainJob => ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
-            "trainjobs",
-        ),
-        Resource::Workload => ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "Workload"),
-            "workloads",
-        ),
-        _ => ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("", "v1", "ConfigMap"),
-            "configmaps",
-        ),
+        Resource::TrainJob => holdfast_cluster::resources::trainjob(),
+        Resource::Workload => holdfast_cluster::resources::workload(),
+        _ => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
     }
 }
 

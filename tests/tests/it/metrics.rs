@@ -15,7 +15,7 @@ use holdfast_tests::holdfast::{
     WebhookReplica, register_webhook, serving_cert, start_plain_controller,
     start_plain_controller_on, wait_readyz,
 };
-use holdfast_tests::objects::{create_dynamic, trainjob, trainjob_resource};
+use holdfast_tests::objects::{create_dynamic, trainjob};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::promql::{exposed_names, selected_names};
 use holdfast_tests::wait::wait_for;
@@ -185,7 +185,7 @@ async fn the_webhook_exports_build_process_certificate_and_kube_request_metrics(
         .unwrap_or(0.0)
     };
     let before = hook.metrics().await;
-    let jobs = trainjob_resource();
+    let jobs = holdfast_cluster::resources::trainjob();
     create_dynamic(
         &admin,
         &jobs,
@@ -223,7 +223,7 @@ async fn the_controller_exports_migration_holds_kube_requests_and_certificate_me
     let admin = cp.client(Identity::Admin).await.expect("admin");
     hold_support::ensure_runtime(&admin).await;
     let late = format!("late-runtime-{}", rand::random::<u32>());
-    let jobs = trainjob_resource();
+    let jobs = holdfast_cluster::resources::trainjob();
     create_dynamic(
         &admin,
         &jobs,
@@ -301,7 +301,7 @@ async fn the_controller_exports_migration_holds_kube_requests_and_certificate_me
 
     create_dynamic(
         &admin,
-        &holdfast_tests::objects::ctr_resource(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
         None,
         holdfast_tests::objects::cluster_training_runtime(&late, "pytorch/pytorch:2.10.0"),
     )

@@ -200,7 +200,7 @@ async fn held_in_kueue_mode_then_switched_to_plain(f: &mut Fixture) -> (Webhook,
     f.stop_gate().await;
     let queues: Api<DynamicObject> = Api::all_with(
         f.admin.clone(),
-        &holdfast_tests::kueue::api_resource("ClusterQueue", "clusterqueues"),
+        &holdfast_cluster::resources::cluster_queue(),
     );
     queues
         .patch(

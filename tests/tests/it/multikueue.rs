@@ -54,10 +54,13 @@ async fn ensure_multikueue(admin: &kube::Client) {
             .unwrap_or_default()
             .to_owned();
         let object: DynamicObject = serde_json::from_value(object).expect(kind);
-        Api::<DynamicObject>::all_with(admin.clone(), &kueue::api_resource(kind, plural))
-            .patch(&name, &pp, &Patch::Apply(&object))
-            .await
-            .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+        Api::<DynamicObject>::all_with(
+            admin.clone(),
+            &holdfast_cluster::resources::kueue(kind, plural),
+        )
+        .patch(&name, &pp, &Patch::Apply(&object))
+        .await
+        .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
     }
 }
 
@@ -66,7 +69,7 @@ async fn add_multikueue_to_queue(f: &Fixture) -> String {
     let cq = format!("cq-{}", f.ns);
     Api::<DynamicObject>::all_with(
         f.admin.clone(),
-        &kueue::api_resource("ClusterQueue", "clusterqueues"),
+        &holdfast_cluster::resources::cluster_queue(),
     )
     .patch(
         &cq,

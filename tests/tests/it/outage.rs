@@ -39,9 +39,16 @@ async fn small_queue_and_priorities(f: &Fixture) -> (String, String) {
     let pp = PatchParams::apply("holdfast-tests").force();
     let apply = |kind: &str, plural: &str, namespaced: bool, obj: Value| {
         let api: Api<DynamicObject> = if namespaced {
-            Api::namespaced_with(f.admin.clone(), &f.ns, &kueue::api_resource(kind, plural))
+            Api::namespaced_with(
+                f.admin.clone(),
+                &f.ns,
+                &holdfast_cluster::resources::kueue(kind, plural),
+            )
         } else {
-            Api::all_with(f.admin.clone(), &kueue::api_resource(kind, plural))
+            Api::all_with(
+                f.admin.clone(),
+                &holdfast_cluster::resources::kueue(kind, plural),
+            )
         };
         let pp = pp.clone();
         async move {

@@ -12,9 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use holdfast_core::mode::Mode;
-use holdfast_tests::execution_owners::jobset_resource;
 use holdfast_tests::in_process_webhook::InProcessWebhook;
-use holdfast_tests::objects::trainer_resource;
 use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -96,7 +94,11 @@ impl Harness {
     }
 
     fn jobsets(&self, client: &kube::Client) -> Api<DynamicObject> {
-        Api::namespaced_with(client.clone(), &self.ns, &jobset_resource())
+        Api::namespaced_with(
+            client.clone(),
+            &self.ns,
+            &holdfast_cluster::resources::jobset(),
+        )
     }
 
     /// Creates TrainJob `name` (so the garbage collector keeps what it owns) and returns the
@@ -105,7 +107,7 @@ impl Harness {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.admin.clone(),
             &self.ns,
-            &trainer_resource("TrainJob", "trainjobs"),
+            &holdfast_cluster::resources::trainjob(),
         );
         let tj = json!({
             "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",

@@ -144,7 +144,7 @@ async fn ungated_cluster_queue(f: &Fixture) -> String {
     .expect("cluster queue");
     Api::<DynamicObject>::all_with(
         f.admin.clone(),
-        &kueue::api_resource("ClusterQueue", "clusterqueues"),
+        &holdfast_cluster::resources::cluster_queue(),
     )
     .patch(
         &name,
@@ -187,7 +187,7 @@ async fn swap_local_queue(f: &Fixture, client: &kube::Client, cluster_queue: &st
     let queues: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &f.ns,
-        &kueue::api_resource("LocalQueue", "localqueues"),
+        &holdfast_cluster::resources::local_queue(),
     );
     queues
         .delete(QUEUE, &DeleteParams::default())

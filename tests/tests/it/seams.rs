@@ -265,7 +265,7 @@ async fn seam4_a_queue_without_the_readmission_check_refuses_release_and_open_no
     // An admin drops the check from the ClusterQueue.
     let cqs = Api::<DynamicObject>::all_with(
         f.admin.clone(),
-        &kueue::api_resource("ClusterQueue", "clusterqueues"),
+        &holdfast_cluster::resources::cluster_queue(),
     );
     cqs.patch(
         &cq,
@@ -1014,10 +1014,7 @@ async fn job_with_resources(f: &Fixture, name: &str, resources: Option<Value>) {
     .expect("runtime");
     Api::<DynamicObject>::all_with(
         f.admin.clone(),
-        &holdfast_tests::objects::trainer_resource(
-            "ClusterTrainingRuntime",
-            "clustertrainingruntimes",
-        ),
+        &holdfast_cluster::resources::cluster_training_runtime(),
     )
     .create(&PostParams::default(), &rt)
     .await

@@ -1040,15 +1040,10 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 fn ctr() -> ApiResource {
-    resource(
-        "trainer.kubeflow.org",
-        "v1alpha1",
-        "ClusterTrainingRuntime",
-        "clustertrainingruntimes",
-    )
+    holdfast_cluster::resources::cluster_training_runtime()
 }
 fn tj() -> ApiResource {
-    resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+    holdfast_cluster::resources::trainjob()
 }
 fn slurm() -> ApiResource {
     resource(

@@ -113,11 +113,8 @@ struct Scene {
 /// object is in the catalogue, so no case reads them.
 async fn held_probe(admin: &kube::Client, ns: &str) -> Case {
     use kube::api::{Api, DynamicObject, PostParams};
-    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        ns,
-        &holdfast_controller::resources::trainjob(),
-    );
+    let trainjobs: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::trainjob());
     let job: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "held-probe", "annotations": {"holdfast.dev/opened": "true"}},
@@ -142,7 +139,7 @@ async fn held_probe(admin: &kube::Client, ns: &str) -> Case {
     Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         ns,
-        &holdfast_tests::kueue::api_resource("Workload", "workloads"),
+        &holdfast_cluster::resources::workload(),
     )
     .create(&PostParams::default(), &workload)
     .await

@@ -23,7 +23,7 @@ use holdfast_tests::control_plane::free_port;
 use holdfast_tests::holdfast::{
     WebhookReplica, owned_control_plane_with, register_webhook as register, serving_cert,
 };
-use holdfast_tests::objects::{trainjob, trainjob_resource};
+use holdfast_tests::objects::trainjob;
 use holdfast_tests::registration::DEFAULT_TIMEOUT_SECONDS;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{Identity, control_plane::Options};
@@ -142,7 +142,7 @@ async fn with_client_certificates_required_only_certified_clients_reach_the_webh
     // the webhook itself.
     register(&cp, &ns, port, DEFAULT_TIMEOUT_SECONDS).await;
     let admin = cp.client(Identity::Admin).await.expect("admin");
-    Api::<DynamicObject>::namespaced_with(admin, &ns, &trainjob_resource())
+    Api::<DynamicObject>::namespaced_with(admin, &ns, &holdfast_cluster::resources::trainjob())
         .create(
             &PostParams::default(),
             &serde_json::from_value(trainjob("target", "no-such-runtime")).unwrap(),
@@ -150,7 +150,11 @@ async fn with_client_certificates_required_only_certified_clients_reach_the_webh
         .await
         .expect("create a TrainJob");
     let controller = cp.client(Identity::Controller).await.expect("controller");
-    let tjs = Api::<DynamicObject>::namespaced_with(controller, &ns, &trainjob_resource());
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        controller,
+        &ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
     let mut tj = tjs.get("target").await.expect("get");
     tj.metadata
         .annotations
@@ -161,14 +165,15 @@ async fn with_client_certificates_required_only_certified_clients_reach_the_webh
         .await
         .expect("the holder's hold lands through both webhooks");
     let alice = cp.client(Identity::User).await.expect("alice");
-    let err = Api::<DynamicObject>::namespaced_with(alice, &ns, &trainjob_resource())
-        .patch(
-            "target",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {HOLD: "2"}}})),
-        )
-        .await
-        .expect_err("a protected edit");
+    let err =
+        Api::<DynamicObject>::namespaced_with(alice, &ns, &holdfast_cluster::resources::trainjob())
+            .patch(
+                "target",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {HOLD: "2"}}})),
+            )
+            .await
+            .expect_err("a protected edit");
     assert!(
         err.to_string()
             .contains("jobs.validate.holdfast.dev\" denied the request"),

@@ -13,7 +13,6 @@ mod pods;
 mod shared;
 
 use anyhow::bail;
-use holdfast_tests::objects::trainer_resource as trainer;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::registration::{Registration, Target};
 use holdfast_tests::{ControlPlane, Identity};
@@ -209,12 +208,12 @@ async fn walk(demo: &Demo) -> anyhow::Result<()> {
     let ns = cp.namespace("demo").await?;
     let runtimes = Api::<DynamicObject>::all_with(
         admin.clone(),
-        &trainer("ClusterTrainingRuntime", "clustertrainingruntimes"),
+        &holdfast_cluster::resources::cluster_training_runtime(),
     );
     let jobs = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
-        &trainer("TrainJob", "trainjobs"),
+        &holdfast_cluster::resources::trainjob(),
     );
     let runtime_name = format!("torch-distributed-{ns}");
     let runtime = |image: &str| -> anyhow::Result<DynamicObject> {
@@ -321,9 +320,13 @@ async fn walk(demo: &Demo) -> anyhow::Result<()> {
 
     step("alice tries to unsuspend the held job");
     let patch = serde_json::json!({"spec": {"suspend": false}});
-    match Api::<DynamicObject>::namespaced_with(alice, &ns, &trainer("TrainJob", "trainjobs"))
-        .patch("mnist", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
+    match Api::<DynamicObject>::namespaced_with(
+        alice,
+        &ns,
+        &holdfast_cluster::resources::trainjob(),
+    )
+    .patch("mnist", &PatchParams::default(), &Patch::Merge(&patch))
+    .await
     {
         Err(kube::Error::Api(s)) => println!("    refused ({}): {}", s.code, s.message),
         Ok(_) => bail!("alice unsuspended a held job"),

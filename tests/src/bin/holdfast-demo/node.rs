@@ -16,7 +16,6 @@ use holdfast_tests::Identity;
 use holdfast_tests::chart_on_node::ChartRelease;
 use holdfast_tests::node::NodeCluster;
 use holdfast_tests::node_pods::training_runtime;
-use holdfast_tests::objects::{trainer_resource, trainjob_resource};
 use holdfast_tests::wait::wait_for;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -151,10 +150,10 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli, mode: Mode) -> anyhow::Resul
     let runtimes: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         &ns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+        &holdfast_cluster::resources::training_runtime(),
     );
     let trainjobs: Api<DynamicObject> =
-        Api::namespaced_with(admin.clone(), &ns, &trainjob_resource());
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::trainjob());
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
 
     step(&format!(
@@ -335,11 +334,8 @@ async fn walk(cluster: &NodeCluster, cli: &HoldCli, mode: Mode) -> anyhow::Resul
 /// Wait until the Workload's readmission check `check` is in `state` with a message containing
 /// `message`; print it.
 async fn gate(admin: &kube::Client, ns: &str, check: &str, state: &str, message: &str) {
-    let workloads: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        ns,
-        &holdfast_tests::kueue::api_resource("Workload", "workloads"),
-    );
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::workload());
     let (name, said) = wait_for(
         "the Workload's readmission check",
         Duration::from_secs(90),

@@ -14,9 +14,7 @@
 
 use holdfast_core::names;
 use holdfast_tests::holdfast::binary;
-use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, ctr_resource, trainjob, trainjob_resource,
-};
+use holdfast_tests::objects::{cluster_training_runtime, create_dynamic, trainjob};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
@@ -82,7 +80,7 @@ async fn an_idle_flood_of_the_admin_port_leaves_readyz_answering_and_the_lease_h
     let runtime = format!("torch-{ns}");
     create_dynamic(
         &admin,
-        &ctr_resource(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
         None,
         cluster_training_runtime(&runtime, "pytorch/pytorch:2.10.0"),
     )
@@ -154,7 +152,7 @@ async fn an_idle_flood_of_the_admin_port_leaves_readyz_answering_and_the_lease_h
     let mut unanswered = Vec::new();
     create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("during", &runtime),
     )

@@ -35,8 +35,7 @@ use holdfast_tests::Identity;
 use holdfast_tests::audit::ConfigMapWrites;
 use holdfast_tests::holdfast::{owned_control_plane, start_plain_controller, wait_readyz};
 use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, ctr_resource, snapshot_configmaps, trainjob,
-    trainjob_resource,
+    cluster_training_runtime, create_dynamic, snapshot_configmaps, trainjob,
 };
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
@@ -71,7 +70,7 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
     let runtime_name = format!("torch-{ns}");
     let runtime = create_dynamic(
         &admin,
-        &ctr_resource(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
         None,
         cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
@@ -228,10 +227,13 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
 
     // Every snapshot: holdfast's, intact, the runtime's content and provenance, owned by the
     // TrainJob of its name as it is now.
-    let live_runtime = Api::<DynamicObject>::all_with(admin.clone(), &ctr_resource())
-        .get(&runtime_name)
-        .await
-        .expect("the runtime");
+    let live_runtime = Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
+    )
+    .get(&runtime_name)
+    .await
+    .expect("the runtime");
     assert_eq!(
         live_runtime.metadata.resource_version, runtime.metadata.resource_version,
         "the runtime was not edited"
@@ -310,7 +312,7 @@ async fn watch_history_compacted_during_a_freeze_is_relisted_and_no_trainjob_is_
 // ---------------------------------------------------------------------------------------
 
 fn trainjobs(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), ns, &trainjob_resource())
+    Api::namespaced_with(client.clone(), ns, &holdfast_cluster::resources::trainjob())
 }
 
 async fn create_trainjobs(client: &kube::Client, ns: &str, runtime: &str, names: &[String]) {
@@ -318,7 +320,7 @@ async fn create_trainjobs(client: &kube::Client, ns: &str, runtime: &str, names:
         .map(|name| async move {
             create_dynamic(
                 client,
-                &trainjob_resource(),
+                &holdfast_cluster::resources::trainjob(),
                 Some(ns),
                 trainjob(name, runtime),
             )

@@ -24,8 +24,8 @@ use holdfast_tests::holdfast::{
     wait_readyz,
 };
 use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, ctr_resource, runtime_image, set_runtime_image,
-    snapshot_configmaps, trainjob, trainjob_resource,
+    cluster_training_runtime, create_dynamic, runtime_image, set_runtime_image,
+    snapshot_configmaps, trainjob,
 };
 use holdfast_tests::process::Supervised;
 use holdfast_tests::registration::DEFAULT_TIMEOUT_SECONDS;
@@ -73,7 +73,7 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
     let image = |i: usize| format!("pytorch/pytorch:2.{i}.0");
     let runtime = create_dynamic(
         &admin,
-        &ctr_resource(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
         None,
         cluster_training_runtime(&runtime_name, &image(0)),
     )
@@ -86,7 +86,13 @@ async fn killed_mid_migration(jobs: usize, kills: usize, max_jitter_ms: u64) {
             let (admin, ns, runtime_name) = (admin.clone(), ns.clone(), runtime_name.clone());
             async move {
                 let job = trainjob(&format!("job-{i:03}"), &runtime_name);
-                create_dynamic(&admin, &trainjob_resource(), Some(&ns), job).await;
+                create_dynamic(
+                    &admin,
+                    &holdfast_cluster::resources::trainjob(),
+                    Some(&ns),
+                    job,
+                )
+                .await;
             }
         })
         .buffer_unordered(16)
@@ -216,7 +222,7 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
     let runtime_name = format!("torch-{ns}");
     create_dynamic(
         &admin,
-        &ctr_resource(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
         None,
         cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
@@ -234,7 +240,7 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
     register_webhook(&cp, &ns, hook.port, DEFAULT_TIMEOUT_SECONDS).await;
     create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("before", &runtime_name),
     )
@@ -266,7 +272,7 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
     for name in &after {
         create_dynamic(
             &admin,
-            &trainjob_resource(),
+            &holdfast_cluster::resources::trainjob(),
             Some(&ns),
             trainjob(name, &runtime_name),
         )
@@ -287,7 +293,11 @@ async fn apiserver_and_etcd_restart_is_survived_by_the_controller_and_the_webhoo
     // The webhook rode it out: the runtime lookup at admission reaches the apiserver again,
     // and a plain user's edit of a snapshot is refused by the webhook itself.
     assert!(hook.proc.running(), "{}", hook.proc.log_tail(30));
-    let tjs = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &trainjob_resource());
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        &ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
     let after_0 = tjs.get("after-0").await.expect("after-0");
     assert!(
         after_0
@@ -487,7 +497,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
     let runtime_name = format!("torch-{ns}");
     create_dynamic(
         &admin,
-        &ctr_resource(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
         None,
         cluster_training_runtime(&runtime_name, "pytorch/pytorch:2.10.0"),
     )
@@ -497,7 +507,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
     let mut b = start_controller(&cp, &ns, "pause-b", &lease_args);
     create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("first", &runtime_name),
     )
@@ -527,7 +537,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
     .await;
     create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("second", &runtime_name),
     )
@@ -563,7 +573,7 @@ async fn paused_leader_is_replaced_and_writes_nothing_until_it_has_the_lease_aga
     assert_eq!(lease_holder(&admin, &ns).await, new_holder);
     create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("third", &runtime_name),
     )

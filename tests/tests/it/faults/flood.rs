@@ -26,7 +26,7 @@ use bytes::Bytes;
 use holdfast_tests::holdfast::{
     WebhookReplica, owned_control_plane, register_webhook as register, serving_cert,
 };
-use holdfast_tests::objects::{trainjob, trainjob_resource};
+use holdfast_tests::objects::trainjob;
 use holdfast_tests::registration::DEFAULT_TIMEOUT_SECONDS;
 use holdfast_tests::{ControlPlane, Identity};
 use http_body_util::StreamBody;
@@ -78,7 +78,11 @@ async fn a_flood_of_slow_bodies_from_pods_starves_neither_the_holder_nor_admin_w
     register(&cp, &ns, replica.port, DEFAULT_TIMEOUT_SECONDS).await;
 
     let admin = cp.client(Identity::Admin).await.expect("admin");
-    let tjs = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &trainjob_resource());
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        &ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
     tjs.create(
         &PostParams::default(),
         &dynamic(trainjob("target", "no-such-runtime")),
@@ -328,7 +332,11 @@ fn dynamic(v: Value) -> DynamicObject {
 /// The holder: [`HOLD_CYCLES`] holds and releases of `target`, as the hold executor writes
 /// them in plain mode (read, then an update preconditioned on what was read).
 async fn holder(controller: kube::Client, ns: String, ends: Instant, writes: Arc<Writes>) {
-    let tjs = Api::<DynamicObject>::namespaced_with(controller, &ns, &trainjob_resource());
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        controller,
+        &ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
     for i in 0..HOLD_CYCLES {
         for hold in [true, false] {
             if Instant::now() >= ends {
@@ -359,7 +367,8 @@ async fn holder(controller: kube::Client, ns: String, ends: Instant, writes: Arc
 /// The admin: [`ADMIN_JOBS`] managed TrainJobs created (both webhooks) and each edited
 /// (the validating one: it carries `holdfast.dev/managed`).
 async fn admin_writes(admin: kube::Client, ns: String, ends: Instant, writes: Arc<Writes>) {
-    let tjs = Api::<DynamicObject>::namespaced_with(admin, &ns, &trainjob_resource());
+    let tjs =
+        Api::<DynamicObject>::namespaced_with(admin, &ns, &holdfast_cluster::resources::trainjob());
     for i in 0..ADMIN_JOBS {
         if Instant::now() >= ends {
             writes.not_sent(Actor::Admin, 2 * (ADMIN_JOBS - i));
@@ -386,7 +395,8 @@ async fn admin_writes(admin: kube::Client, ns: String, ends: Instant, writes: Ar
 
 /// The plain user: [`USER_EDITS`] attempts to set the hold annotation on `target`.
 async fn user_edits(alice: kube::Client, ns: String, ends: Instant, writes: Arc<Writes>) {
-    let tjs = Api::<DynamicObject>::namespaced_with(alice, &ns, &trainjob_resource());
+    let tjs =
+        Api::<DynamicObject>::namespaced_with(alice, &ns, &holdfast_cluster::resources::trainjob());
     for i in 0..USER_EDITS {
         if Instant::now() >= ends {
             writes.not_sent(Actor::User, USER_EDITS - i);

@@ -30,7 +30,7 @@ use holdfast_tests::control_plane::free_port;
 use holdfast_tests::holdfast::{
     WebhookReplica, binary, owned_control_plane, register_webhook as register, serving_cert,
 };
-use holdfast_tests::objects::{trainjob, trainjob_resource};
+use holdfast_tests::objects::trainjob;
 use holdfast_tests::registration::DEFAULT_TIMEOUT_SECONDS;
 use holdfast_tests::{ControlPlane, Identity};
 use http_body_util::Full;
@@ -84,7 +84,11 @@ async fn forged_reviews_do_not_starve_the_apiservers_reviews() {
     let mut replica = WebhookReplica::start_binary(&cp, "forged", &bin, port, &cert, &key, &[]);
     replica.wait_ready().await;
     register(&cp, &ns, replica.port, DEFAULT_TIMEOUT_SECONDS).await;
-    let tjs = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &trainjob_resource());
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        &ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
     tjs.create(
         &PostParams::default(),
         &dynamic(trainjob("target", "no-such-runtime")),
@@ -170,7 +174,7 @@ async fn forged_reviews_do_not_starve_the_apiservers_reviews() {
 /// [`BALLAST`] Workloads in `ns`, each with a large annotation: listing the namespace costs
 /// the apiserver and the lister megabytes.
 async fn plant_ballast(admin: &kube::Client, ns: &str) {
-    let resource = holdfast_cluster::workload_resource();
+    let resource = holdfast_cluster::resources::workload();
     let api = Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &resource);
     let filler = "x".repeat(BALLAST_BYTES);
     for i in 0..BALLAST {
@@ -296,7 +300,11 @@ impl Writes {
 /// `cycles` holds and releases of `target` as the hold executor writes them in plain mode
 /// (read, then an update preconditioned on the read), [`PACE`] apart.
 async fn holder(controller: &kube::Client, ns: &str, cycles: usize, writes: &Writes) {
-    let tjs = Api::<DynamicObject>::namespaced_with(controller.clone(), ns, &trainjob_resource());
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        controller.clone(),
+        ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
     for i in 0..cycles {
         for hold in [true, false] {
             tokio::time::sleep(PACE).await;
@@ -320,7 +328,11 @@ async fn holder(controller: &kube::Client, ns: &str, cycles: usize, writes: &Wri
 
 /// [`USER_EDITS`] attempts by alice to set the hold annotation on `target`.
 async fn user_edits(alice: &kube::Client, ns: &str, writes: &Writes) {
-    let tjs = Api::<DynamicObject>::namespaced_with(alice.clone(), ns, &trainjob_resource());
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        alice.clone(),
+        ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
     for i in 0..USER_EDITS {
         tokio::time::sleep(PACE).await;
         let started = Instant::now();

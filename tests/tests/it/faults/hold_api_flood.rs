@@ -31,7 +31,7 @@ use holdfast_tests::hold_support::{self, RUNTIME};
 use holdfast_tests::holdfast::{
     owned_control_plane_with, serving_cert, start_plain_controller_on, wait_readyz,
 };
-use holdfast_tests::objects::{create_dynamic, trainjob, trainjob_resource};
+use holdfast_tests::objects::{create_dynamic, trainjob};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
@@ -70,7 +70,7 @@ impl Scene {
         hold_support::ensure_runtime(&admin).await;
         create_dynamic(
             &admin,
-            &trainjob_resource(),
+            &holdfast_cluster::resources::trainjob(),
             Some(&ns),
             trainjob("target", RUNTIME),
         )

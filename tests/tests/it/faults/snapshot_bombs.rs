@@ -11,9 +11,7 @@
 
 use holdfast_core::names;
 use holdfast_tests::holdfast::binary;
-use holdfast_tests::objects::{
-    cluster_training_runtime, create_dynamic, ctr_resource, trainjob, trainjob_resource,
-};
+use holdfast_tests::objects::{cluster_training_runtime, create_dynamic, trainjob};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
@@ -86,7 +84,7 @@ async fn eight_alias_bombs_in_snapshot_named_configmaps_leave_the_controller_lea
     let runtime = format!("torch-{ns}");
     create_dynamic(
         &admin,
-        &ctr_resource(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
         None,
         cluster_training_runtime(&runtime, "pytorch/pytorch:2.10.0"),
     )
@@ -96,7 +94,7 @@ async fn eight_alias_bombs_in_snapshot_named_configmaps_leave_the_controller_lea
     for job in &jobs {
         let created = create_dynamic(
             &admin,
-            &trainjob_resource(),
+            &holdfast_cluster::resources::trainjob(),
             Some(&ns),
             trainjob(job, &runtime),
         )
@@ -206,7 +204,7 @@ async fn eight_alias_bombs_in_snapshot_named_configmaps_leave_the_controller_lea
     // And it still works: a new TrainJob gets its snapshot.
     create_dynamic(
         &admin,
-        &trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
         Some(&ns),
         trainjob("after", &runtime),
     )

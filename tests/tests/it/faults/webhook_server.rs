@@ -45,7 +45,7 @@ use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -364,10 +364,7 @@ const SHED: (&str, (&str, &str)) = (
 const ADMISSIONS: &str = "holdfast_webhook_admissions_total";
 
 fn trainjobs() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
-        "trainjobs",
-    )
+    holdfast_cluster::resources::trainjob()
 }
 
 fn configmap(name: &str) -> ConfigMap {

@@ -175,7 +175,7 @@ async fn release_wait_exits_zero_only_after_the_terminating_pod_is_gone_and_prin
     let trainjobs: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         &tns,
-        &holdfast_tests::objects::trainjob_resource(),
+        &holdfast_cluster::resources::trainjob(),
     );
     create_workload_trainjob(&trainjobs, "tj", Some(true)).await;
     let target = format!("{tns}/tj");

@@ -32,7 +32,7 @@ async fn paused_by_a_hold_keeps_the_original(cluster: &NodeCluster, installed: &
 async fn priority_classes(admin: &kube::Client) {
     let api: Api<DynamicObject> = Api::all_with(
         admin.clone(),
-        &kueue::api_resource("WorkloadPriorityClass", "workloadpriorityclasses"),
+        &holdfast_cluster::resources::kueue("WorkloadPriorityClass", "workloadpriorityclasses"),
     );
     for (name, value) in [("kep-low", 10), ("kep-high", 1000)] {
         let obj = json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "WorkloadPriorityClass",
@@ -79,10 +79,8 @@ async fn e2e_updating_a_training_runtime_does_not_affect_a_paused_trainjob() {
     // TrainJob's pod sets from the live runtime, so the preempted job, readmitted after its
     // runtime's update, may ask for 20m: the quota fits that too.
     priority_classes(&admin).await;
-    let cqs: Api<DynamicObject> = Api::all_with(
-        admin.clone(),
-        &kueue::api_resource("ClusterQueue", "clusterqueues"),
-    );
+    let cqs: Api<DynamicObject> =
+        Api::all_with(admin.clone(), &holdfast_cluster::resources::cluster_queue());
     cqs.patch(
         &cq,
         &PatchParams::default(),

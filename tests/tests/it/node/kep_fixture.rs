@@ -10,8 +10,7 @@ use super::{
 };
 use holdfast_tests::Identity;
 use holdfast_tests::kueue;
-use holdfast_tests::node::{NodeCluster, jobset_resource};
-use holdfast_tests::objects::{trainer_resource, trainjob_resource};
+use holdfast_tests::node::NodeCluster;
 use holdfast_tests::wait::wait_for;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -84,10 +83,18 @@ impl Jobs {
             runtimes: Api::namespaced_with(
                 admin.clone(),
                 &ns,
-                &trainer_resource("TrainingRuntime", "trainingruntimes"),
+                &holdfast_cluster::resources::training_runtime(),
             ),
-            trainjobs: Api::namespaced_with(admin.clone(), &ns, &trainjob_resource()),
-            jobsets: Api::namespaced_with(admin.clone(), &ns, &jobset_resource()),
+            trainjobs: Api::namespaced_with(
+                admin.clone(),
+                &ns,
+                &holdfast_cluster::resources::trainjob(),
+            ),
+            jobsets: Api::namespaced_with(
+                admin.clone(),
+                &ns,
+                &holdfast_cluster::resources::jobset(),
+            ),
             pods: Api::namespaced(admin.clone(), &ns),
             snapshots: Api::namespaced(admin, &ns),
             ns,
@@ -492,7 +499,7 @@ impl Installed {
         let workloads: Api<DynamicObject> = Api::namespaced_with(
             admin,
             &self.jobs.ns,
-            &kueue::api_resource("Workload", "workloads"),
+            &holdfast_cluster::resources::workload(),
         );
         wait_for(
             &format!("an admitted Workload of {job}"),
@@ -537,13 +544,10 @@ impl Installed {
         self.release.uninstall().expect("helm uninstall");
         if let Some(cq) = self.cluster_queue {
             let admin = cluster.client(Identity::Admin).await.expect("client");
-            Api::<DynamicObject>::all_with(
-                admin,
-                &kueue::api_resource("ClusterQueue", "clusterqueues"),
-            )
-            .delete(&cq, &DeleteParams::default())
-            .await
-            .expect("delete the ClusterQueue");
+            Api::<DynamicObject>::all_with(admin, &holdfast_cluster::resources::cluster_queue())
+                .delete(&cq, &DeleteParams::default())
+                .await
+                .expect("delete the ClusterQueue");
         }
     }
 }

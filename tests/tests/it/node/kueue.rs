@@ -85,7 +85,7 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
     Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
-        &trainer_resource("TrainingRuntime", "trainingruntimes"),
+        &holdfast_cluster::resources::training_runtime(),
     )
     .create(
         &PostParams::default(),
@@ -128,11 +128,8 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
             }
         })
     };
-    let workloads: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &kueue::api_resource("Workload", "workloads"),
-    );
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::workload());
     let check_of = {
         let check_name = check_name.clone();
         move |w: &serde_json::Value| -> (String, String) {
@@ -200,7 +197,7 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
                     let cluster_scoped = |kind: &str, plural: &str| {
                         Api::<DynamicObject>::all_with(
                             admin.clone(),
-                            &kueue::api_resource(kind, plural),
+                            &holdfast_cluster::resources::kueue(kind, plural),
                         )
                     };
                     let cqs = cluster_scoped("ClusterQueue", "clusterqueues")
@@ -227,11 +224,8 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
     };
     // A managed, queued TrainJob: Kueue's webhook suspends it, and holdfast's gate keeps its
     // Workload at the start gate.
-    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &holdfast_tests::objects::trainjob_resource(),
-    );
+    let trainjobs: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::trainjob());
     let tj: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "tj", "labels": {"holdfast.dev/managed": "true", "kueue.x-k8s.io/queue-name": "main"}},
@@ -310,7 +304,8 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
         },
     )
     .await;
-    let jobsets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &jobset_resource());
+    let jobsets: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::jobset());
     wait_for(
         "Trainer suspends the JobSet",
         Duration::from_secs(60),
@@ -493,7 +488,7 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
     release.uninstall().expect("helm uninstall");
     let checks: Api<DynamicObject> = Api::all_with(
         admin.clone(),
-        &kueue::api_resource("AdmissionCheck", "admissionchecks"),
+        &holdfast_cluster::resources::admission_check(),
     );
     let terminating = wait_for(
         "the AdmissionCheck Terminating",
@@ -516,13 +511,10 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
             .contains(&"kueue.x-k8s.io/resource-in-use".to_owned()),
         "held by Kueue's finalizer"
     );
-    Api::<DynamicObject>::all_with(
-        admin.clone(),
-        &kueue::api_resource("ClusterQueue", "clusterqueues"),
-    )
-    .delete(&format!("cq-{ns}"), &DeleteParams::default())
-    .await
-    .expect("delete the ClusterQueue");
+    Api::<DynamicObject>::all_with(admin.clone(), &holdfast_cluster::resources::cluster_queue())
+        .delete(&format!("cq-{ns}"), &DeleteParams::default())
+        .await
+        .expect("delete the ClusterQueue");
     wait_for(
         "the AdmissionCheck gone with the ClusterQueue",
         Duration::from_secs(60),

@@ -90,7 +90,7 @@ impl<'a> Scene<'a> {
         Api::<DynamicObject>::namespaced_with(
             admin.clone(),
             &ns,
-            &trainer_resource("TrainingRuntime", "trainingruntimes"),
+            &holdfast_cluster::resources::training_runtime(),
         )
         .create(&PostParams::default(), &rt)
         .await
@@ -101,7 +101,7 @@ impl<'a> Scene<'a> {
             trainjobs: Api::namespaced_with(
                 admin.clone(),
                 &ns,
-                &holdfast_tests::objects::trainjob_resource(),
+                &holdfast_cluster::resources::trainjob(),
             ),
             ns,
             admin,
@@ -632,11 +632,8 @@ async fn plain_a_held_job_on_a_lost_node_runs_again_only_after_the_node_is_fence
 
 /// The state of holdfast's readmission check on the TrainJob's live Workload.
 async fn gate_state(admin: &kube::Client, ns: &str, check: &str) -> Option<(String, String)> {
-    let workloads: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        ns,
-        &holdfast_tests::kueue::api_resource("Workload", "workloads"),
-    );
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::workload());
     let all = workloads.list(&ListParams::default()).await.ok()?.items;
     let w = all
         .into_iter()

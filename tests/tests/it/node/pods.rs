@@ -172,7 +172,8 @@ async fn a_trainjob_runs_suspends_and_resumes_through_trainer_and_jobset() {
     create_workload_trainjob(&trainjobs, "tj", None).await;
 
     // Trainer makes the JobSet, JobSet the Jobs, the Job controller the pods, the node runs them.
-    let jobsets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &jobset_resource());
+    let jobsets: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::jobset());
     let js = wait_for("Trainer's JobSet", Duration::from_secs(60), || async {
         jobsets.get_opt("tj").await.ok().flatten()
     })
@@ -358,11 +359,8 @@ async fn plain_hold_stops_real_pods_and_release_waits_for_the_last_one_no_overla
     };
 
     // Created suspended, opened by dispatch: the first execution runs.
-    let trainjobs: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        &ns,
-        &holdfast_tests::objects::trainjob_resource(),
-    );
+    let trainjobs: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::trainjob());
     let tj: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "tj"},
