@@ -21,6 +21,9 @@ tests/cluster/node/build.sh
 # crane, for the node's local OCI registry and the pushes to it (tests/src/registry.rs): built
 # from go-containerregistry's Go module once (about 25 s), cached like promtool.
 tests/tools/registry/build.sh
+# krew, for the test that installs the CLI archive with it offline (node::krew): from its Go
+# module once (about 1.5 min).
+tests/tools/krew/build.sh
 echo "== fmt"
 cargo fmt --all -- --check
 # The project's cargo tools (mdbook here, cargo-machete and cargo-deny below) are each built
@@ -53,7 +56,7 @@ python3 tests/tools/import_cycles.py */src
 echo "== go client (gofmt, vet)"
 unformatted=$(cd clients/go && gofmt -l .)
 [ -z "$unformatted" ] || { echo "gofmt would change: $unformatted (run gofmt -w in clients/go)"; exit 1; }
-(cd clients/go && GOFLAGS=-mod=mod go vet ./...)
+(cd clients/go && GOFLAGS=-mod=mod go vet ./... && GOFLAGS=-mod=mod go vet -tags node ./...)
 echo "== build (the fault tests and the demo run the real binaries)"
 cargo build --workspace --bins --locked
 echo "== tests"
