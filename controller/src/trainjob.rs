@@ -11,7 +11,7 @@
 //! [`Watch`] is the one TrainJob watch of the leader: the snapshot reconciler and, in kueue
 //! mode, the readmission gate each [`Watch::subscribe`] to it and reflect its events into a
 //! store of their own (kube-runtime's store wakes one waiter only, so two Controllers cannot
-//! share one). A part started alone makes its own with [`Feed::alone`]. Writers (the hold
+//! share one). Writers (the hold
 //! executor, the reconcilers' fresh reads) read TrainJobs from the apiserver, not from here.
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
@@ -326,18 +326,6 @@ pub struct Feed {
 }
 
 impl Feed {
-    /// A watch of its own with this one consumer, and the future that runs it (it ends
-    /// when the feed is dropped or `shutdown` is cancelled).
-    pub fn alone(
-        client: kube::Client,
-        namespace: Option<&str>,
-        shutdown: CancellationToken,
-    ) -> (Feed, impl Future<Output = ()> + Send + 'static) {
-        let mut watch = Watch::new(client, namespace);
-        let feed = watch.subscribe();
-        (feed, watch.run(shutdown))
-    }
-
     /// The events, each applied to `writer`'s store before it is yielded.
     pub fn reflect(self, mut writer: Writer<Watched>) -> impl Stream<Item = Update> + Send {
         // The receiver may be gone (the watch already stopped): nothing to tell then.

@@ -141,8 +141,8 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         snapshot_config,
         metrics.snapshots.clone(),
         reconciler_ready.clone(),
-    )
-    .with_events(events.clone());
+        events.clone(),
+    );
     // A hold is on the TrainJob in plain mode only; in kueue mode the gate counts Workloads.
     if args.mode == Mode::Plain {
         let snapshots = snapshots.clone();
@@ -253,7 +253,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let gate = (args.mode == Mode::Kueue).then(|| {
         // Both parts watch the TrainJobs of --watch-namespace: one watch serves them.
         debug_assert_eq!(readmission_config.namespace, trainjob_namespace);
-        ReadmissionGate::new(client.clone(), readmission_config, gate_metrics).with_events(events)
+        ReadmissionGate::new(client.clone(), readmission_config, gate_metrics, events)
     });
     if let Some(gate) = &gate {
         let gate = gate.clone();

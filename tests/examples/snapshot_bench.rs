@@ -106,7 +106,15 @@ async fn child(kubeconfig: PathBuf, args: &Args) -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = SnapshotMetrics::default();
     metrics.register(&mut registry);
-    let snapshotter = Snapshotter::new(client.clone(), config, metrics, Readiness::default());
+    let namespace = config.namespace.clone();
+    let events = holdfast_tests::leader_parts::publisher(&client, None);
+    let snapshotter = Snapshotter::new(
+        client.clone(),
+        config,
+        metrics,
+        Readiness::default(),
+        events,
+    );
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     std::thread::spawn(move || {
@@ -115,7 +123,12 @@ async fn child(kubeconfig: PathBuf, args: &Args) -> anyhow::Result<()> {
         stop.cancel();
     });
     let lease = LeaseConfig::new(&args.lease_namespace, "holdfast-controller", "bench");
-    let work = move |token| async move { snapshotter.run(token).await };
+    let feed_client = client.clone();
+    let work = move |token: CancellationToken| async move {
+        let feed =
+            holdfast_tests::leader_parts::trainjob_feed(&feed_client, namespace.as_deref(), &token);
+        snapshotter.run_on(feed, token).await
+    };
     if let Some(result) =
         leader::run_as_leader(client, lease, LeaderMetrics::default(), shutdown, work).await?
     {

@@ -26,6 +26,7 @@ pub mod identity;
 pub mod in_process_webhook;
 pub mod kueue;
 pub mod kueue_support;
+pub mod leader_parts;
 pub mod lost_node;
 pub mod netns;
 pub mod node;

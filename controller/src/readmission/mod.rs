@@ -51,7 +51,7 @@ pub use error::Error;
 pub use metrics::ReadmissionMetrics;
 
 use crate::backoff::Backoffs;
-use crate::events::{EventMetrics, Publisher, PublisherConfig};
+use crate::events::Publisher;
 use crate::pods::JOBSET_NAME_LABEL;
 use crate::trainjob::{self, Feed};
 use holdfast_cluster::resources;
@@ -66,19 +66,25 @@ pub struct ReadmissionGate {
     metrics: ReadmissionMetrics,
     /// The Workload store while the gate runs (for [`ReadmissionGate::held`]).
     workloads: Arc<std::sync::RwLock<Option<reflector::Store<DynamicObject>>>>,
-    /// Where its Events go; one of its own if unset.
-    events: Option<Publisher>,
+    /// Where its Events go (the process's one publisher).
+    events: Publisher,
 }
 
 impl ReadmissionGate {
-    /// A gate that writes as `client`'s identity and counts into `metrics`.
-    pub fn new(client: kube::Client, config: Config, metrics: ReadmissionMetrics) -> Self {
+    /// A gate that writes as `client`'s identity, counts into `metrics` and publishes its
+    /// Events through `events` (the process's one publisher).
+    pub fn new(
+        client: kube::Client,
+        config: Config,
+        metrics: ReadmissionMetrics,
+        events: Publisher,
+    ) -> Self {
         ReadmissionGate {
             client,
             config,
             metrics,
             workloads: Arc::default(),
-            events: None,
+            events,
         }
     }
 
@@ -96,32 +102,13 @@ impl ReadmissionGate {
         ))
     }
 
-    /// Publishes its Events through `events` (the process's one publisher).
-    pub fn with_events(mut self, events: Publisher) -> Self {
-        self.events = Some(events);
-        self
-    }
-
     pub fn metrics(&self) -> &ReadmissionMetrics {
         &self.metrics
     }
 
-    /// Runs, with a TrainJob watch of its own, until `shutdown` is cancelled.
-    pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        self.run_inner(shutdown, None).await
-    }
-
-    /// As [`ReadmissionGate::run`], fed by a shared TrainJob watch (of the namespace of this
-    /// gate's configuration).
-    pub async fn run_on(&self, trainjobs: Feed, shutdown: CancellationToken) -> anyhow::Result<()> {
-        self.run_inner(shutdown, Some(trainjobs)).await
-    }
-
-    async fn run_inner(
-        &self,
-        shutdown: CancellationToken,
-        feed: Option<Feed>,
-    ) -> anyhow::Result<()> {
+    /// Runs until `shutdown` is cancelled, fed by `feed`, a feed of the one TrainJob watch
+    /// ([`crate::trainjob::Watch`], of the namespace of this gate's configuration).
+    pub async fn run_on(&self, feed: Feed, shutdown: CancellationToken) -> anyhow::Result<()> {
         let client = &self.client;
         let config = &self.config;
         let namespace = config.namespace.as_deref();
@@ -206,11 +193,6 @@ impl ReadmissionGate {
         .touched_objects();
 
         // TrainJobs.
-        let feed = feed.unwrap_or_else(|| {
-            let (feed, driver) = Feed::alone(client.clone(), namespace, shutdown.child_token());
-            tasks.spawn(driver);
-            feed
-        });
         let trainjob_writer = reflector::store::Writer::new(());
         let trainjobs = trainjob_writer.as_reader();
         let trainjob_stream = feed
@@ -224,13 +206,7 @@ impl ReadmissionGate {
 
         let queues = holdfast_cluster::queues::Queues::start(client.clone(), namespace);
         let queues_changed = queues.changes();
-        let events = self.events.clone().unwrap_or_else(|| {
-            Publisher::start(
-                client.clone(),
-                PublisherConfig::default(),
-                EventMetrics::default(),
-            )
-        });
+        let events = self.events.clone();
         let ctx = Arc::new(reconcile::Context {
             client: client.clone(),
             config: config.clone(),

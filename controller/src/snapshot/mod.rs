@@ -66,7 +66,7 @@ use futures::StreamExt;
 use holdfast_serve::Readiness;
 use kube::runtime::reflector;
 use kube::runtime::{Controller, controller, watcher};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -84,7 +84,7 @@ pub use read::read_snapshot;
 pub use resolve::{ResolveError, ResolvedRuntime, RuntimeOrigin, resolve_runtime};
 
 use crate::backoff::Backoffs;
-use crate::events::{EventMetrics, Publisher, PublisherConfig};
+use crate::events::Publisher;
 use crate::trainjob::{self, Feed};
 use drift::DriftCache;
 use reconcile::Context;
@@ -109,18 +109,20 @@ struct Inner {
     drift_cache: Mutex<DriftCache>,
     /// One `GET /v1/drift` computation at a time ([`Snapshotter::drift`]).
     drift_turn: tokio::sync::Semaphore,
-    /// Where its Events go; one of its own (with the configuration's reporter) if unset.
-    events: OnceLock<Publisher>,
+    /// Where its Events go (the process's one publisher).
+    events: Publisher,
 }
 
 impl Snapshotter {
-    /// A reconciler that writes as `client`'s identity, counts into `metrics` and sets
-    /// `readiness` once its watches have synced.
+    /// A reconciler that writes as `client`'s identity, counts into `metrics`, sets
+    /// `readiness` once its watches have synced and publishes its Events through `events`
+    /// (the process's one publisher).
     pub fn new(
         client: kube::Client,
         config: Config,
         metrics: SnapshotMetrics,
         readiness: Readiness,
+        events: Publisher,
     ) -> Self {
         Snapshotter {
             inner: Arc::new(Inner {
@@ -131,15 +133,9 @@ impl Snapshotter {
                 running: RwLock::new(None),
                 drift_cache: Mutex::default(),
                 drift_turn: tokio::sync::Semaphore::new(1),
-                events: OnceLock::new(),
+                events,
             }),
         }
-    }
-
-    /// Publishes its Events through `events` (the process's one publisher).
-    pub fn with_events(self, events: Publisher) -> Self {
-        let _ = self.inner.events.set(events);
-        self
     }
 
     /// The drifted TrainJobs of `namespace` (every namespace's when `None`), with the paths
@@ -190,19 +186,14 @@ impl Snapshotter {
         Some(count)
     }
 
-    /// Runs the reconciler, with a TrainJob watch of its own, until `shutdown` is cancelled.
-    /// Does no leader election itself: run it under [`crate::leader::run_as_leader`].
-    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), Error> {
+    /// Runs the reconciler until `shutdown` is cancelled, fed by `trainjobs`, a feed of the
+    /// one TrainJob watch ([`crate::trainjob::Watch`], of the namespace of this reconciler's
+    /// configuration). Does no leader election itself: run it under
+    /// [`crate::leader::run_as_leader`].
+    pub async fn run_on(&self, trainjobs: Feed, shutdown: CancellationToken) -> Result<(), Error> {
         // Also when this future is dropped (leadership lost, task aborted).
         let _stopped = Stopped(self);
-        self.run_inner(&shutdown, None).await
-    }
-
-    /// As [`Snapshotter::run`], fed by a shared TrainJob watch (of the namespace of this
-    /// reconciler's configuration).
-    pub async fn run_on(&self, trainjobs: Feed, shutdown: CancellationToken) -> Result<(), Error> {
-        let _stopped = Stopped(self);
-        self.run_inner(&shutdown, Some(trainjobs)).await
+        self.run_inner(&shutdown, trainjobs).await
     }
 
     fn stopped(&self) {
@@ -214,11 +205,7 @@ impl Snapshotter {
         Health::new(self.inner.readiness.clone(), self.inner.metrics.clone()).stopped();
     }
 
-    async fn run_inner(
-        &self,
-        shutdown: &CancellationToken,
-        feed: Option<Feed>,
-    ) -> Result<(), Error> {
+    async fn run_inner(&self, shutdown: &CancellationToken, feed: Feed) -> Result<(), Error> {
         let Inner {
             client,
             config,
@@ -240,11 +227,6 @@ impl Snapshotter {
             configmaps::watch(client.clone(), namespace, health.clone(), retrigger.clone());
         tasks.spawn(driver);
 
-        let feed = feed.unwrap_or_else(|| {
-            let (feed, driver) = Feed::alone(client.clone(), namespace, shutdown.child_token());
-            tasks.spawn(driver);
-            feed
-        });
         let writer = reflector::store::Writer::new(());
         let trainjobs = writer.as_reader();
         health.require(TRAINJOBS);
@@ -269,17 +251,7 @@ impl Snapshotter {
             health.clone(),
             retrigger,
         ));
-        let events = self.inner.events.get().cloned().unwrap_or_else(|| {
-            Publisher::start(
-                client.clone(),
-                PublisherConfig {
-                    reporter: config.reporter.clone(),
-                    instance: config.instance.clone(),
-                    ..PublisherConfig::default()
-                },
-                EventMetrics::default(),
-            )
-        });
+        let events = self.inner.events.clone();
         let ctx = Arc::new(Context {
             client: client.clone(),
             config: config.clone(),

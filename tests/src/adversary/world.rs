@@ -187,6 +187,7 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
             ..readmission::Config::default()
         },
         ReadmissionMetrics::default(),
+        crate::leader_parts::publisher(&cp.client(Identity::Controller).await?, None),
     );
     let s = stop.clone();
     tokio::spawn(async move {
@@ -207,6 +208,7 @@ async fn start_services(cp: &'static ControlPlane) -> anyhow::Result<Services> {
         },
         SnapshotMetrics::default(),
         readiness.clone(),
+        crate::leader_parts::publisher(&cp.client(Identity::Controller).await?, None),
     );
     let s = stop.clone();
     tokio::spawn(async move {

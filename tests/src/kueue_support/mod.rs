@@ -162,7 +162,7 @@ impl Fixture {
             .await
             .expect("controller");
         let gate = ReadmissionGate::new(
-            client,
+            client.clone(),
             readmission::Config {
                 namespace: Some(self.ns.clone()),
                 retry_min: Duration::from_millis(100),
@@ -172,12 +172,14 @@ impl Fixture {
                 ..readmission::Config::default()
             },
             self.metrics.clone(),
+            crate::leader_parts::publisher(&client, None),
         );
         self.running_gate = Some(gate.clone());
         let token = CancellationToken::new();
         let stop = token.clone();
+        let feed = crate::leader_parts::trainjob_feed(&client, Some(&self.ns), &stop);
         let task = tokio::spawn(async move {
-            if let Err(e) = gate.run(stop).await {
+            if let Err(e) = gate.run_on(feed, stop).await {
                 panic!("the readmission gate failed: {e:#}");
             }
         });

@@ -196,11 +196,13 @@ async fn the_controllers_own_configmap_writes_pass_the_policy() {
         config,
         SnapshotMetrics::default(),
         readiness.clone(),
+        holdfast_tests::leader_parts::publisher(&controller, None),
     );
     let stop = CancellationToken::new();
+    let feed = holdfast_tests::leader_parts::trainjob_feed(&controller, Some(&ns), &stop);
     let task = tokio::spawn({
         let stop = stop.clone();
-        async move { snapshotter.run(stop).await }
+        async move { snapshotter.run_on(feed, stop).await }
     });
     wait_for("the reconciler ready", MINUTE, || async {
         readiness.get().then_some(())

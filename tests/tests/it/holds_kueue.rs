@@ -1317,18 +1317,20 @@ async fn kueue_mode_open_waits_for_the_snapshot_and_the_gate_keeps_the_job_until
     // The snapshot is written: a later Open opens the gate, and the job runs.
     let controller = f.cp.client(Identity::Controller).await.expect("controller");
     let snapshotter = Snapshotter::new(
-        controller,
+        controller.clone(),
         Config {
             namespace: Some(f.ns.clone()),
             ..Config::default()
         },
         SnapshotMetrics::default(),
         holdfast_serve::Readiness::default(),
+        holdfast_tests::leader_parts::publisher(&controller, None),
     );
     let stop = tokio_util::sync::CancellationToken::new();
+    let feed = holdfast_tests::leader_parts::trainjob_feed(&controller, Some(&f.ns), &stop);
     let task = tokio::spawn({
         let stop = stop.clone();
-        async move { snapshotter.run(stop).await }
+        async move { snapshotter.run_on(feed, stop).await }
     });
     assert_eq!(
         f.exec.open(&f.ns, "job", meta(None, MINUTE)).await,

@@ -1228,12 +1228,20 @@ async fn start(cp: &ControlPlane, ns: &str) -> Running {
         .expect("controller client");
     let metrics = SnapshotMetrics::default();
     let readiness = Readiness::default();
-    let snapshotter = Snapshotter::new(client, test_config(ns), metrics.clone(), readiness.clone());
+    let events = holdfast_tests::leader_parts::publisher(&client, None);
+    let snapshotter = Snapshotter::new(
+        client.clone(),
+        test_config(ns),
+        metrics.clone(),
+        readiness.clone(),
+        events,
+    );
     let stop = CancellationToken::new();
+    let feed = holdfast_tests::leader_parts::trainjob_feed(&client, Some(ns), &stop);
     let task = tokio::spawn({
         let s = snapshotter.clone();
         let stop = stop.clone();
-        async move { Ok(s.run(stop).await?) }
+        async move { Ok(s.run_on(feed, stop).await?) }
     });
     wait_for(
         "the reconciler to be ready",
@@ -1265,14 +1273,26 @@ fn start_replica_with(client: kube::Client, ns: &str, lease: LeaseConfig) -> Run
     let readiness = Readiness::default();
     let mut config = test_config(ns);
     config.instance = Some(lease.identity.clone());
-    let snapshotter = Snapshotter::new(client.clone(), config, metrics.clone(), readiness.clone());
+    let events = holdfast_tests::leader_parts::publisher(&client, config.instance.clone());
+    let snapshotter = Snapshotter::new(
+        client.clone(),
+        config,
+        metrics.clone(),
+        readiness.clone(),
+        events,
+    );
     let stop = CancellationToken::new();
     // As the controller runs it: under the Lease, through the production path.
     let task = tokio::spawn({
         let s = snapshotter.clone();
         let stop = stop.clone();
+        let (feed_client, ns) = (client.clone(), ns.to_owned());
         async move {
-            let work = move |token| async move { s.run(token).await };
+            let work = move |token: CancellationToken| async move {
+                let feed =
+                    holdfast_tests::leader_parts::trainjob_feed(&feed_client, Some(&ns), &token);
+                s.run_on(feed, token).await
+            };
             match leader::run_as_leader(client, lease, LeaderMetrics::default(), stop, work).await {
                 Ok(None) => Ok(()),
                 Ok(Some(result)) => Ok(result?),
