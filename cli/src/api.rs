@@ -25,7 +25,7 @@ fn deadline(within: Duration) -> String {
     let at = Timestamp::now()
         .saturating_add(within)
         .unwrap_or(Timestamp::MAX);
-    format!("{at:.3}")
+    holdfast_core::rfc3339::millis(at)
 }
 
 impl ApiRequest {

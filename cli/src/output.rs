@@ -127,7 +127,7 @@ fn cells(r: &Row<'_>, now: Timestamp) -> [String; 10] {
     let age = hold
         .and_then(|h| h.get("placedAt"))
         .and_then(Value::as_str)
-        .and_then(|t| t.parse::<Timestamp>().ok())
+        .and_then(|t| holdfast_core::rfc3339::parse(t).ok())
         .map_or_else(|| "-".to_owned(), |at| age(now.duration_since(at)));
     [
         r.namespace.to_owned(),

@@ -326,13 +326,13 @@ pub async fn record_fence(
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     for _ in 0..8 {
         let current = api.get_opt(name).await?;
-        let text = at.to_string();
+        let text = holdfast_core::rfc3339::auto(at);
         let result = match current {
             Some(mut cm) => {
                 let data = cm.data.get_or_insert_with(BTreeMap::new);
                 if let Some(standing) = data
                     .get(node)
-                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .and_then(|t| holdfast_core::rfc3339::parse(t).ok())
                     .filter(|t| *t >= at)
                 {
                     return Ok(standing);

@@ -1,5 +1,7 @@
-//! RFC 3339 timestamps as holdfast reads and writes them: the hold API's deadlines, the
-//! annotations' times and the User-Agent's deadline. Always written in UTC with `Z`.
+//! RFC 3339 timestamps as holdfast reads and writes them, and the one place it does: the hold
+//! API's deadlines (the CLI's too), the annotations' times, the User-Agent's deadline, the
+//! fences ConfigMap's times and the pod times a fence is compared with. Always written in UTC
+//! with `Z`, by jiff's formatter.
 //!
 //! The reader is RFC 3339's `date-time` and nothing looser (jiff's own parser also takes
 //! ISO 8601 and Temporal forms: `12:00Z`, `+0100`, `[UTC]`): `YYYY-MM-DD`, `T` (or `t` or a

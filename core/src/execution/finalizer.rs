@@ -19,6 +19,8 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
+
+use crate::rfc3339;
 use serde_json::Value;
 
 /// The finalizer holdfast keeps on an execution's pods until their processes are gone.
@@ -209,7 +211,7 @@ pub fn fenced(pod: &Value, fences: &Fences) -> bool {
         node(pod),
         pod.pointer("/metadata/creationTimestamp")
             .and_then(Value::as_str)
-            .and_then(|t| t.parse::<Timestamp>().ok()),
+            .and_then(|t| rfc3339::parse(t).ok()),
     ) else {
         return false;
     };
@@ -242,7 +244,7 @@ fn latest_start(pod: &Value) -> Option<Timestamp> {
         .into_iter()
         .filter_map(|p| s.pointer(p).and_then(Value::as_str))
     })
-    .filter_map(|t| t.parse::<Timestamp>().ok())
+    .filter_map(|t| rfc3339::parse(t).ok())
     .max()
 }
 
@@ -261,7 +263,7 @@ pub fn read_fences(
     let mut unreadable = Vec::new();
     let latest = now.saturating_add(FENCE_SKEW).unwrap_or(now);
     for (node, at) in data.into_iter().flatten() {
-        match at.parse::<Timestamp>() {
+        match rfc3339::parse(at) {
             Ok(at) if at <= latest => {
                 fences.insert(node.clone(), at);
             }

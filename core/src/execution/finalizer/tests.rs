@@ -145,6 +145,26 @@ fn fences_are_read_from_the_configmaps_data_and_an_unreadable_one_is_none() {
     assert_eq!(read_fences(None, now).0, Fences::new());
 }
 
+#[test]
+fn a_fence_or_a_pod_time_not_in_rfc3339_form_is_not_read() {
+    // Forms jiff's own parser takes (RFC 9557's zone annotation, ISO 8601's basic offset):
+    // read through the one strict reader, they are no fence and no creation time.
+    let loose = "2026-12-03T10:10:00Z[UTC]";
+    let data = [
+        ("n1".to_owned(), loose.to_owned()),
+        ("n2".to_owned(), "2026-12-03T11:10:00+0100".to_owned()),
+    ]
+    .into();
+    let (fences, unreadable) = read_fences(Some(&data), at("2026-12-03T11:00:00Z"));
+    assert_eq!(fences, Fences::new());
+    assert_eq!(unreadable, ["n1", "n2"]);
+
+    let mut deleted = pod(Some("n1"), true, true, running());
+    deleted["metadata"]["creationTimestamp"] = json!(loose);
+    let fenced: Fences = [("n1".to_owned(), at("2026-12-03T10:10:00Z"))].into();
+    assert!(!super::fenced(&deleted, &fenced));
+}
+
 fn phase_by(pod: &mut Value, phase: &str, manager: &str) {
     pod["status"]["phase"] = json!(phase);
     pod["metadata"]["managedFields"] = json!([
