@@ -651,6 +651,9 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     if mode == Mode::Kueue && trainjob && unsuspends_marked(o, n) {
         return deny_unsuspend_of_marked(input, o);
     }
+    if mode == Mode::Kueue && trainjob && unsuspends_at_closed_gate(o, n) {
+        return deny_kueue_unsuspend_at_closed_gate(input, who);
+    }
     if trainjob && let Some(v) = start_gate_label(input, who, o, n) {
         return v;
     }
@@ -720,6 +723,32 @@ fn deny_unsuspend_of_plain_hold(
 /// and a mark is inert.
 fn unsuspends_marked(o: Object<'_>, n: Object<'_>) -> bool {
     fields::has_annotation(o, ANN_HOLD_MARK) && fields::suspended(o) && !fields::suspended(n)
+}
+
+/// Kueue mode: a TrainJob labelled managed (before or by this update) whose stored version
+/// has no opened mark is unsuspended by nobody, Kueue included. The readmission gate keeps
+/// such a job's check `Pending`, but a check it had turned `Ready` while the job was still
+/// unmanaged stays `Ready` once the label is added, and Kueue, admitting on it, unsuspends a
+/// job that never passed Open (found by the adversary's long run). No lookup: the stored
+/// version decides, as for the mark. Kueue retries the refused unsuspend; it goes through once
+/// Open has written the mark.
+fn unsuspends_at_closed_gate(o: Object<'_>, n: Object<'_>) -> bool {
+    fields::suspended(o)
+        && !fields::suspended(n)
+        && !fields::opened(o)
+        && (fields::managed(o) || fields::managed(n))
+}
+
+fn deny_kueue_unsuspend_at_closed_gate(input: &AdmissionInput, who: &Identities) -> Verdict {
+    Verdict::deny(
+        "spec.suspend",
+        format!(
+            "spec.suspend of TrainJob {}: it is labelled {LABEL_MANAGED}=true and its start gate is closed (no {ANN_OPENED}); it stays suspended until {} opens it, through Open; user {} may not unsuspend it, Kueue included (Kueue admitted it on a readmission check that was Ready before the label was added: it unsuspends the job once Open has written the mark)",
+            input.object_ref(),
+            who.describe_controller(),
+            input.user.username
+        ),
+    )
 }
 
 fn deny_unsuspend_of_marked(input: &AdmissionInput, o: Object<'_>) -> Verdict {
@@ -908,5 +937,7 @@ fn plain_trainjob_update(
 
 #[cfg(test)]
 mod mark_tests;
+#[cfg(test)]
+mod start_gate_tests;
 #[cfg(test)]
 mod tests;

@@ -25,7 +25,7 @@ use holdfast_core::{
 use holdfast_tests::{ControlPlane, Identity, kueue};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kueue_support::{
-    Fixture, MINUTE, QUEUE, SETTLE, Webhook, active, check, condition_reason, refused,
+    Fixture, MINUTE, QUEUE, SETTLE, Webhook, active, check, condition, condition_reason, refused,
 };
 use serde_json::{Value, json};
 
@@ -1225,6 +1225,56 @@ async fn a_trainjob_whose_pods_request_nothing_is_admitted_only_through_the_read
         checks.contains(&kueue_support::CHECK),
         "admitted with checks {checks:?}: the readmission check (and so the start gate) was skipped; workload: {wl:#}"
     );
+    webhook.stop().await;
+    f.finish().await;
+}
+
+/// Found by the adversary's long run (kueue mode, twice in 1,000 sequences): an unmanaged
+/// TrainJob waiting for admission is labelled `holdfast.dev/managed: "true"` by its editor
+/// after the readmission check turned `Ready` for it; Kueue, admitting on that check,
+/// unsuspended a managed job that never passed Open. Kueue's unsuspend is sent here as
+/// Kueue sends it (its identity, the TrainJob it read), the check held `Pending` by a gate
+/// that is down: refused, naming the closed start gate, and the job stays suspended.
+#[tokio::test]
+async fn kueue_does_not_unsuspend_a_trainjob_labelled_managed_while_it_waited_for_admission() {
+    let f = Fixture::start_with(
+        "gate-after-label",
+        kueue_support::Setup {
+            gate: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    let webhook = Webhook::serve(&f).await;
+    let kueue_client = f.cp.client(Identity::Kueue).await.expect("kueue");
+    f.create_job("job", json!({"holdfast.dev/managed": "false"}))
+        .await;
+    f.workload_when("job", "the Workload reserves quota", |w| {
+        condition(w, "QuotaReserved")
+    })
+    .await;
+    f.trainjobs(&f.admin)
+        .patch(
+            "job",
+            &PatchParams::default(),
+            &merge(json!({"metadata": {"labels": {"holdfast.dev/managed": "true"}}})),
+        )
+        .await
+        .expect("the editor labels the waiting job managed");
+    let message = refused(
+        f.trainjobs(&kueue_client)
+            .patch(
+                "job",
+                &PatchParams::default(),
+                &merge(json!({"spec": {"suspend": false}})),
+            )
+            .await,
+    );
+    assert!(
+        message.contains("spec.suspend") && message.contains("holdfast.dev/opened"),
+        "{message}"
+    );
+    assert_eq!(f.trainjob("job").await["spec"]["suspend"], true);
     webhook.stop().await;
     f.finish().await;
 }
