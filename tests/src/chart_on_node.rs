@@ -1,7 +1,10 @@
-//! holdfast's chart installed on the tier-3 node the way users install it: `helm install` of
-//! `charts/holdfast` with holdfast's image built locally from the Dockerfile's recipe
-//! (`tests/cluster/node/holdfast-image.sh`) and imported into the node, and the hold API
-//! reached through the controller's Service. Used by the node tests and the demo's node mode.
+//! holdfast's chart installed on the tier-3 node the way users install it: holdfast's image
+//! (built locally from the Dockerfile's recipe, `tests/cluster/node/holdfast-image.sh`) and
+//! the chart (`helm package`) pushed to the cluster's local OCI registry
+//! ([`crate::registry`]), then `helm install oci://…/charts/holdfast --version V` with the
+//! image pointed at that registry, so the node's containerd pulls it as a user's node does;
+//! and the hold API reached through the controller's Service. Used by the node tests and the
+//! demo's node mode.
 
 use crate::identity::Identity;
 use crate::node::NodeCluster;
@@ -9,15 +12,74 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use std::time::{Duration, Instant};
 
-/// holdfast's image, built from the Dockerfile's recipe (cached) and imported into the node:
-/// its archive and its `repository:tag` reference.
-pub fn holdfast_image(cluster: &NodeCluster) -> (std::path::PathBuf, String) {
-    let script = crate::binaries::cluster_module_dir().join("node/holdfast-image.sh");
-    let image_dir = crate::binaries::run_build_script(&script).expect("holdfast image");
-    let archive = image_dir.join("image.tar");
-    let reference = std::fs::read_to_string(image_dir.join("image.ref")).expect("ref");
-    cluster.import_image(&archive).expect("import");
-    (archive, reference.trim().to_owned())
+/// holdfast's image, built from the Dockerfile's recipe (cached): its OCI archive and the
+/// `repository:tag` it was built as (`localhost/holdfast/holdfast:<content hash>`). Built once
+/// per test process, so every install of a run runs the same image.
+pub fn holdfast_image() -> (std::path::PathBuf, String) {
+    static BUILT: std::sync::OnceLock<(std::path::PathBuf, String)> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = crate::binaries::cluster_module_dir().join("node/holdfast-image.sh");
+            let image_dir = crate::binaries::run_build_script(&script).expect("holdfast image");
+            let archive = image_dir.join("image.tar");
+            let reference = std::fs::read_to_string(image_dir.join("image.ref")).expect("ref");
+            (archive, reference.trim().to_owned())
+        })
+        .clone()
+}
+
+/// What [`publish`] pushed to the cluster's registry.
+#[derive(Clone, Debug)]
+pub struct Published {
+    /// `oci://127.0.0.1:P/charts/holdfast`.
+    pub chart: String,
+    /// The chart's version (the tree's `Chart.yaml` version).
+    pub version: String,
+    /// `127.0.0.1:P/holdfast`: the chart value `image.repository` that points at it.
+    pub image_repository: String,
+    /// `127.0.0.1:P/holdfast:<tag>`, the tag being the chart's appVersion.
+    pub image: String,
+}
+
+/// Push holdfast's image and the tree's chart to the cluster's registry, as a release is
+/// pushed (`tests/release.sh`: the image as `REGISTRY/holdfast`, the chart to
+/// `oci://REGISTRY/charts`). The chart is packaged with the tree's version and, as its
+/// appVersion, the image's tag, so its default tag is the pushed image's. Pushing again is
+/// cheap (the registry has the blobs) and leaves the same content.
+pub fn publish(cluster: &NodeCluster, helm: &crate::helm::Helm) -> Published {
+    let (archive, built) = holdfast_image();
+    let (_, tag) = built.rsplit_once(':').expect("a tagged image");
+    let registry = cluster.registry().expect("the cluster's registry");
+    let image = registry
+        .push_image(&archive, "holdfast", tag)
+        .expect("crane push of holdfast's image");
+    let chart_yaml: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(crate::helm::chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses");
+    let version = chart_yaml["version"].as_str().expect("version").to_owned();
+    let out = tempfile::tempdir().expect("tempdir");
+    helm.run(&[
+        "package".into(),
+        crate::helm::chart_dir().display().to_string(),
+        "--version".into(),
+        version.clone(),
+        "--app-version".into(),
+        tag.to_owned(),
+        "--destination".into(),
+        out.path().display().to_string(),
+    ])
+    .expect("helm package");
+    let package = out.path().join(format!("holdfast-{version}.tgz"));
+    let repo = registry
+        .push_chart(helm, &package)
+        .expect("helm push of the chart");
+    Published {
+        chart: format!("{repo}/holdfast"),
+        version,
+        image_repository: format!("{}/holdfast", registry.host()),
+        image,
+    }
 }
 
 /// The pods of namespace `ns`, each with its phase and container states: what a failed
@@ -41,9 +103,9 @@ pub async fn pod_states(admin: &kube::Client, ns: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A release of the chart installed on the node from the local image (`helm install --wait`).
-/// Dropped while still installed, it is uninstalled, so a failing test leaves no webhook of
-/// its own guarding the next test's writes.
+/// A release of the chart installed on the node from the cluster's registry (`helm install
+/// oci://… --wait`). Dropped while still installed, it is uninstalled, so a failing test leaves
+/// no webhook of its own guarding the next test's writes.
 pub struct ChartRelease {
     /// The helm binary the release was installed with.
     pub helm: crate::helm::Helm,
@@ -51,26 +113,28 @@ pub struct ChartRelease {
     namespace: String,
     /// The admin's kubeconfig, as helm is given it.
     pub kubeconfig: String,
-    image: (String, String),
+    /// The chart and image it was installed from.
+    pub published: Published,
     installed: bool,
 }
 
 impl ChartRelease {
-    /// `helm install` of release `name` in `namespace` with `sets` besides the image's.
+    /// Publish ([`publish`]), then `helm install` of release `name` in `namespace` from the
+    /// registry, with `sets` besides the image's repository.
     pub async fn install(
         cluster: &NodeCluster,
         name: &str,
         namespace: &str,
         sets: &[&str],
     ) -> Self {
-        let (_, reference) = holdfast_image(cluster);
-        let (repository, tag) = reference.rsplit_once(':').expect("tag");
+        let helm = crate::helm::ensure().expect("helm");
+        let published = publish(cluster, &helm);
         let mut release = ChartRelease {
-            helm: crate::helm::ensure().expect("helm"),
+            helm,
             name: name.to_owned(),
             namespace: namespace.to_owned(),
             kubeconfig: cluster.kubeconfig(Identity::Admin).display().to_string(),
-            image: (repository.to_owned(), tag.to_owned()),
+            published,
             installed: false,
         };
         let started = Instant::now();
@@ -79,7 +143,9 @@ impl ChartRelease {
         release.explain(cluster, "helm install", out).await;
         release.webhook_answers(cluster).await;
         eprintln!(
-            "helm install {name} ({sets:?}) --wait took {:?} (webhook answering through its Service)",
+            "helm install {name} {} --version {} ({sets:?}) --wait took {:?} (webhook answering through its Service)",
+            release.published.chart,
+            release.published.version,
             started.elapsed()
         );
         release
@@ -117,7 +183,8 @@ impl ChartRelease {
         .await;
     }
 
-    /// `helm upgrade` with `sets` (the image's are always set; nothing is reused).
+    /// `helm upgrade` to the same chart with `sets` (the image's repository is always set;
+    /// nothing is reused).
     pub async fn upgrade(&self, cluster: &NodeCluster, sets: &[&str]) {
         let out = self.helm_run("upgrade", &[], sets);
         self.explain(cluster, "helm upgrade", out).await;
@@ -144,7 +211,11 @@ impl ChartRelease {
         let mut args: Vec<String> = [
             verb,
             &self.name,
-            &crate::helm::chart_dir().display().to_string(),
+            &self.published.chart,
+            "--version",
+            &self.published.version,
+            // The registry is plain HTTP on the node's loopback (crate::registry).
+            "--plain-http",
             "--namespace",
             &self.namespace,
             "--kubeconfig",
@@ -156,15 +227,10 @@ impl ChartRelease {
         .map(str::to_owned)
         .to_vec();
         args.extend(extra.iter().map(|s| s.to_string()));
-        // The tag is a content hash that can be all digits: as a string, or helm reads a
-        // number (which the chart's schema refuses).
-        args.push("--set-string".into());
-        args.push(format!("image.tag={}", self.image.1));
-        let image = [
-            format!("image.repository={}", self.image.0),
-            "image.pullPolicy=Never".to_owned(),
-        ];
-        for s in image.iter().map(String::as_str).chain(sets.iter().copied()) {
+        // The chart's default tag is the pushed image's (its appVersion); the pull policy is
+        // the chart's (IfNotPresent), so the node pulls the image the first time.
+        let image = format!("image.repository={}", self.published.image_repository);
+        for s in std::iter::once(image.as_str()).chain(sets.iter().copied()) {
             args.push("--set".into());
             args.push(s.to_owned());
         }

@@ -38,6 +38,7 @@ pub mod rbac;
 pub mod readmission_policy;
 pub mod registration;
 pub mod serving_files;
+pub mod registry;
 pub mod values_table;
 pub mod wait;
 

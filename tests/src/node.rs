@@ -178,6 +178,8 @@ pub struct NodeCluster {
     trainer: Mutex<TrainerRelease>,
     workload_image: String,
     pause_image: String,
+    /// The local OCI registry, started on first use ([`NodeCluster::registry`]).
+    registry: Mutex<Option<crate::registry::LocalRegistry>>,
     /// How many extra nodes ([`crate::extra_node`]) were added so far.
     pub(crate) extra_nodes: std::sync::atomic::AtomicUsize,
 }
@@ -331,6 +333,7 @@ impl NodeCluster {
             trainer: Mutex::new(TrainerRelease::Current),
             workload_image,
             pause_image,
+            registry: Mutex::new(None),
             extra_nodes: std::sync::atomic::AtomicUsize::new(0),
         };
         // From here on a failure must tear down what was started: `cluster` drops the control
@@ -379,9 +382,62 @@ impl NodeCluster {
             .forward(target)
     }
 
-    /// Import an OCI image archive into the node's containerd (namespace `k8s.io`).
-    pub fn import_image(&self, archive: &Path) -> anyhow::Result<()> {
-        self.import_image_into(&self.containerd_socket(), archive)
+    /// The cluster's local OCI registry ([`crate::registry`]), started on first use inside
+    /// the node's network namespace and stopped with the cluster; every containerd of the
+    /// cluster pulls from it over plain HTTP (its `hosts.toml` in [`Self::registry_hosts_dir`]).
+    pub fn registry(&self) -> anyhow::Result<crate::registry::LocalRegistry> {
+        let mut registry = lock(&self.registry);
+        if let Some(r) = registry.as_ref() {
+            return Ok(r.clone());
+        }
+        let (started, process) =
+            crate::registry::LocalRegistry::start(&self.cp, &self.registry_hosts_dir())?;
+        lock(&self.procs).push(process);
+        *registry = Some(started.clone());
+        Ok(started)
+    }
+
+    /// The registry configuration directory of the cluster's containerds (`config_path`:
+    /// one `<host>/hosts.toml` per registry).
+    fn registry_hosts_dir(&self) -> PathBuf {
+        self.cp.dir().join("containerd-hosts")
+    }
+
+    /// The names of the images in the node's containerd (namespace `k8s.io`), as `ctr images
+    /// ls` lists them.
+    pub fn image_names(&self) -> anyhow::Result<Vec<String>> {
+        let out = Command::new(self.node.bin("ctr"))
+            .arg("--address")
+            .arg(self.containerd_socket())
+            .args(["-n", "k8s.io", "images", "ls", "--quiet"])
+            .output()?;
+        if !out.status.success() {
+            bail!("ctr images ls: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// Remove image `name` from the node's containerd if it is there (`ctr images rm`), so
+    /// the next pod that runs it makes the kubelet pull it.
+    pub fn remove_image(&self, name: &str) -> anyhow::Result<()> {
+        if !self.image_names()?.iter().any(|n| n == name) {
+            return Ok(());
+        }
+        let out = Command::new(self.node.bin("ctr"))
+            .arg("--address")
+            .arg(self.containerd_socket())
+            .args(["-n", "k8s.io", "images", "rm", "--sync", name])
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "ctr images rm {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
     }
 
     /// Import an OCI image archive into the containerd of socket `sock`.
@@ -484,6 +540,7 @@ impl NodeCluster {
         self.create_cgroup(&self.cgroup_root)?;
 
         let cd = dir.join("containerd");
+        std::fs::create_dir_all(self.registry_hosts_dir())?;
         std::fs::create_dir_all(dir.join("cni").join("net.d"))?;
         std::fs::write(
             dir.join("cni").join("net.d").join("10-holdfast.conflist"),
@@ -608,6 +665,9 @@ state = "{state}"
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{pause}"
+  # The local registry's hosts.toml (crate::registry), read at each pull.
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{hosts}"
 
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
@@ -619,6 +679,7 @@ state = "{state}"
             cni = self.node.dir.join("cni").display(),
             cniconf = dir.join("cni").join("net.d").display(),
             pause = self.pause_image,
+            hosts = self.registry_hosts_dir().display(),
         )
     }
 

@@ -92,7 +92,9 @@ pub(super) fn image_layout(archive: &std::path::Path) -> (serde_json::Value, Vec
 }
 
 /// The chart installed for real (issue #15, item 4), plain mode: holdfast's image has the
-/// Dockerfile's layout; `helm install --wait` brings both Deployments' two replicas Ready on
+/// Dockerfile's layout; pushed with the chart to the cluster's registry, `helm install
+/// oci://… --version V` makes the node pull the image, which containerd did not have (the
+/// kubelet's `Pulled` event and `ctr images ls` name the registry's reference); `helm install --wait` brings both Deployments' two replicas Ready on
 /// the node; the controller issues the certificates and injects the caBundle; the apiserver
 /// calls the webhook through its Service (a user's snapshot edit is refused). The two
 /// controller replicas elect one leader (the Lease's holder is one of their pods); deleting
@@ -112,7 +114,7 @@ async fn the_chart_on_the_node_guards_snapshots_fails_over_upgrades_and_uninstal
 
     let cluster = NodeCluster::shared();
     // holdfast's image, built from the Dockerfile's recipe without an engine.
-    let (archive, _) = holdfast_image(cluster);
+    let (archive, _) = holdfast_image();
 
     // The same layout as the Dockerfile promises: files, user, entrypoint.
     let (files, user, entrypoint) = dockerfile_layout();
@@ -133,10 +135,56 @@ async fn the_chart_on_the_node_guards_snapshots_fails_over_upgrades_and_uninstal
     assert_eq!(files, ["/holdfast-controller", "/holdfast-webhook"]);
     assert_eq!(user, "65532:65532");
 
+    // Installed as a user installs a release: the image and the chart pushed to a registry
+    // (the cluster's own), `helm install oci://…`, and the node's containerd pulling the
+    // image, which it did not have.
+    let helm = holdfast_tests::helm::ensure().expect("helm");
+    let published = publish(cluster, &helm);
+    cluster
+        .remove_image(&published.image)
+        .expect("ctr images rm");
+    let before = cluster.image_names().expect("ctr images ls");
+    assert!(
+        !before.contains(&published.image),
+        "{} not in containerd before the install: {before:?}",
+        published.image
+    );
     let ns = "hf-system";
     let mut release = ChartRelease::install(cluster, "hf", ns, &["mode=plain"]).await;
+    assert!(
+        release.published.chart.starts_with("oci://127.0.0.1:"),
+        "{:?}",
+        release.published
+    );
+    assert_eq!(release.published.image, published.image);
     let fullname = release.fullname();
     let admin = cluster.client(Identity::Admin).await.expect("client");
+    let after = cluster.image_names().expect("ctr images ls");
+    assert!(
+        after.contains(&published.image),
+        "containerd has {} by its registry name after the install: {after:?}",
+        published.image
+    );
+    let pulled = format!("Successfully pulled image \"{}\"", published.image);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), ns);
+    let event = wait_for(
+        "the kubelet's event of the image pulled from the registry",
+        Duration::from_secs(30),
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("Pulled")
+                        && e.message.as_deref().is_some_and(|m| m.starts_with(&pulled))
+                })
+        },
+    )
+    .await;
+    eprintln!("kubelet: {}", event.message.unwrap_or_default());
     for d in ["hf-holdfast-controller", "hf-holdfast-webhook"] {
         let dep = Api::<Deployment>::namespaced(admin.clone(), ns)
             .get(d)

@@ -15,6 +15,7 @@ mod failsafe;
 mod go_client;
 mod kep;
 mod kep_fixture;
+mod krew;
 mod kueue;
 mod lost;
 mod multikueue;
