@@ -37,8 +37,8 @@ pub mod promql;
 pub mod rbac;
 pub mod readmission_policy;
 pub mod registration;
-pub mod serving_files;
 pub mod registry;
+pub mod serving_files;
 pub mod values_table;
 pub mod wait;
 
