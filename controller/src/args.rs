@@ -73,6 +73,11 @@ pub struct Args {
         default_value = "holdfast-fences"
     )]
     pub fences_configmap: String,
+    /// holdfast's webhook configurations (validating and mutating, one name) to arm: nothing
+    /// is served or written until its webhook has answered the probe through the apiserver
+    /// and their protected entries fail closed (`crate::arming`). Unset: not armed here.
+    #[arg(long, env = "HOLDFAST_ARM_WEBHOOK_CONFIGURATION")]
+    pub arm_webhook_configuration: Option<String>,
     /// How long a standby waits after the Lease last changed before taking it over (at
     /// least 3s); the leader renews every third of it and gives up after two thirds without
     /// a renewal.
@@ -289,6 +294,8 @@ pub struct Configs {
     pub lease: LeaseConfig,
     /// `None` in external certificate mode.
     pub certs: Option<CertConfig>,
+    /// `None`: the webhook configurations are not armed by this controller.
+    pub arming: Option<crate::arming::ArmingConfig>,
 }
 
 impl Args {
@@ -340,6 +347,15 @@ impl Args {
             lease: LeaseConfig::new(&self.lease_namespace, &self.lease_name, identity)
                 .with_lease_duration(self.lease_duration.max(Duration::from_secs(3))),
             certs: self.certs.config()?,
+            arming: self
+                .arm_webhook_configuration
+                .clone()
+                .filter(|n| !n.is_empty())
+                .map(|configuration| crate::arming::ArmingConfig {
+                    configuration,
+                    probe_namespace: self.lease_namespace.clone(),
+                    probe_name: self.fences_configmap.clone(),
+                }),
         })
     }
 }

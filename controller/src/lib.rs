@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod args;
+pub mod arming;
 pub mod backoff;
 pub mod cert_events;
 pub mod events;

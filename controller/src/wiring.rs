@@ -9,7 +9,9 @@
 //!   holding the Lease, fed by one TrainJob watch ([`trainjob::Watch`]). Losing the Lease
 //!   ends the process with an error: it must not write without it.
 //!
-//! Ready means: the API serves and, on the leader, the reconciler's watches have synced.
+//! Ready means: holdfast's webhook configurations are armed (`crate::arming`: its webhook
+//! answered through the apiserver), the API serves and, on the leader, the reconciler's watches
+//! have synced.
 //!
 //! Only here (and in [`crate::args`]) are the flags known: each part is given its own
 //! configuration, made by [`Args::configs`].
@@ -48,6 +50,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         execution: execution_config,
         lease,
         certs: cert_config,
+        arming,
     } = args.configs()?;
     let config = args.client.config().await?;
     let mut registry = Registry::default();
@@ -177,6 +180,21 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             }
         }
     });
+
+    // Nothing is served or written before holdfast's webhook configurations are armed: an
+    // install whose webhook never answers stays disarmed and refuses nothing, and this
+    // replica is not Ready (the admin port above answers /livez meanwhile).
+    if let Some(arming) = arming {
+        if !crate::arming::until_armed(&client, &arming, &shutdown).await {
+            while tasks.join_next().await.is_some() {}
+            return Ok(());
+        }
+        tasks.spawn(crate::arming::keep_armed(
+            client.clone(),
+            arming,
+            shutdown.clone(),
+        ));
+    }
 
     match args.tls.files() {
         Some(files) => {

@@ -2,6 +2,7 @@
 //! as pure functions of what was read. Nothing here performs I/O.
 #![forbid(unsafe_code)]
 
+pub mod arming;
 pub mod duration;
 pub mod execution;
 pub mod hold;

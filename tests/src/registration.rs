@@ -286,10 +286,24 @@ impl Registration {
         }
     }
 
-    /// The chart's object with our name, no annotations (cert-manager's injection), and each
-    /// entry re-pointed: our URL, namespaces and timeout.
+    /// The chart's object with our name, no annotations (cert-manager's injection), armed as
+    /// holdfast's controller arms it once its webhook answers (the entries the chart names in
+    /// `holdfast.dev/fails-closed` set to Fail: registered, they fail closed as installed
+    /// ones do once serving), and each entry re-pointed: our URL, namespaces and timeout.
     fn object(&self, chart: &Value) -> Value {
         let mut o = chart.clone();
+        let armed: Vec<String> = holdfast_core::arming::fails_closed(chart)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        for w in o["webhooks"].as_array_mut().into_iter().flatten() {
+            if w["name"]
+                .as_str()
+                .is_some_and(|n| armed.iter().any(|a| a == n))
+            {
+                w["failurePolicy"] = Value::from(holdfast_core::arming::ARMED_POLICY);
+            }
+        }
         o["metadata"]["name"] = Value::String(self.name.clone());
         if let Some(m) = o["metadata"].as_object_mut() {
             m.remove("annotations");

@@ -9,6 +9,7 @@
 use super::fields;
 use super::object::{ANNOTATIONS, BINARY_DATA, DATA, Doc, Field, IMMUTABLE, LABELS, Object, UID};
 use super::{AdmissionInput, Identities, Operation, Resource, Verdict};
+use crate::arming::LABEL_PROBE;
 use crate::mode::Mode;
 use crate::names::{
     ANN_ADMITTED_RUNTIME_RESOURCE_VERSION, ANN_HOLD_INSTANCE, ANN_HOLD_MARK, ANN_OPENED,
@@ -76,10 +77,28 @@ use serde_json::Value;
 ///   type read as absent (`spec.suspend: "yes"` is not suspended).
 pub fn validate(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict {
     match input.resource {
+        Resource::ConfigMap if is_arming_probe(input) => Verdict::deny(
+            input.object_ref(),
+            format!(
+                "holdfast's webhook answers: ConfigMap {} is the controller's arming probe, a dry run (nothing is written)",
+                input.object_ref()
+            ),
+        ),
         Resource::ConfigMap => snapshot(input, who),
         Resource::TrainJob | Resource::Workload => held_kind(input, who, mode),
         Resource::JobSet | Resource::Other { .. } => Verdict::Allow,
     }
+}
+
+/// The controller's arming probe (`crate::arming`): a dry-run CREATE of a ConfigMap labelled
+/// [`LABEL_PROBE`], which only the chart's probe entry sends. Denied, so that the controller
+/// sees the webhook answered; being a dry run, its denial refuses nothing.
+fn is_arming_probe(input: &AdmissionInput) -> bool {
+    input.operation == Operation::Create
+        && input.dry_run
+        && Doc::of(input.object.as_ref())
+            .object()
+            .is_some_and(|o| fields::label(o, LABEL_PROBE).is_some())
 }
 
 /// A LocalQueue whose ClusterQueue must require holdfast's readmission check for a request

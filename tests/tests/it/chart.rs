@@ -325,10 +325,13 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
 
         // The caBundle: only the secret mode templates it.
         let vwc = find(&docs, "ValidatingWebhookConfiguration", "holdfast");
+        assert_disarmed(vwc);
+        let vwc = &armed(vwc);
         for hook in vwc["webhooks"].as_array().expect("webhooks") {
-            // The best-effort entries always Ignore (see
-            // protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_ignore).
+            // Once armed, the best-effort entries and the probe's always Ignore (see
+            // protected_webhook_entries_render_disarmed_and_once_armed_follow_failure_policy).
             let best_effort = [
+                "probe.validate.holdfast.dev",
                 "queues.validate.holdfast.dev",
                 "kueue-unsuspend.validate.holdfast.dev",
             ]
@@ -366,13 +369,13 @@ fn helm_lint_and_template_pass_for_every_documented_values_combination() {
             combo.mode == "kueue",
             "{combo:?}"
         );
-        assert_eq!(
+        // Its own webhook configurations, every certificate mode: it arms them.
+        assert!(
             grants(
                 role,
                 "admissionregistration.k8s.io",
                 "validatingwebhookconfigurations"
             ),
-            combo.certs == "self-managed",
             "{combo:?}"
         );
         let ns_role = find(&docs, "Role", "holdfast-controller");
@@ -623,6 +626,10 @@ fn webhook_entries_are_sent_the_resources_and_operations_the_policy_reads() {
         ]);
         let mut want_v = vec![
             (
+                "probe.validate.holdfast.dev".to_owned(),
+                r(&[("configmaps", "CREATE")]),
+            ),
+            (
                 "snapshots.validate.holdfast.dev".to_owned(),
                 r(&[("configmaps", "CREATE,UPDATE,DELETE")]),
             ),
@@ -661,8 +668,70 @@ fn webhook_entries_are_sent_the_resources_and_operations_the_policy_reads() {
     }
 }
 
+/// `doc` (a webhook configuration) armed as holdfast's controller arms it: the entries its
+/// `holdfast.dev/fails-closed` annotation names set to Fail.
+fn armed(doc: &Value) -> Value {
+    let names: Vec<String> = holdfast_core::arming::fails_closed(doc)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut doc = doc.clone();
+    for w in doc["webhooks"].as_array_mut().into_iter().flatten() {
+        if w["name"]
+            .as_str()
+            .is_some_and(|n| names.iter().any(|a| a == n))
+        {
+            w["failurePolicy"] = Value::from("Fail");
+        }
+    }
+    doc
+}
+
+/// Configurations `name` armed as holdfast's controller arms them ([`armed`], and marked).
+async fn arm_as_the_controller(admin: &kube::Client, name: &str) {
+    let mark = |v: &Value| {
+        let mut v = armed(v);
+        v["metadata"]["annotations"]["holdfast.dev/armed"] = Value::from("true");
+        v
+    };
+    let api = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
+    let c = serde_json::to_value(api.get(name).await.expect("validating")).expect("json");
+    api.replace(
+        name,
+        &PostParams::default(),
+        &serde_json::from_value(mark(&c)).expect("vwc"),
+    )
+    .await
+    .expect("arm");
+    let api = Api::<MutatingWebhookConfiguration>::all(admin.clone());
+    let c = serde_json::to_value(api.get(name).await.expect("mutating")).expect("json");
+    api.replace(
+        name,
+        &PostParams::default(),
+        &serde_json::from_value(mark(&c)).expect("mwc"),
+    )
+    .await
+    .expect("arm");
+}
+
+/// Every entry rendered disarmed (Ignore) and the configuration not marked armed: what a
+/// fresh install registers.
+fn assert_disarmed(doc: &Value) {
+    for w in doc["webhooks"].as_array().into_iter().flatten() {
+        assert_eq!(
+            w["failurePolicy"], "Ignore",
+            "rendered disarmed: {}",
+            w["name"]
+        );
+    }
+    assert!(
+        !holdfast_core::arming::is_marked(doc),
+        "rendered without the armed mark"
+    );
+}
+
 #[test]
-fn protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_ignore() {
+fn protected_webhook_entries_render_disarmed_and_once_armed_follow_failure_policy() {
     let helm = helm();
     let (_dir, ca_path, _) = ca_file();
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
@@ -680,11 +749,22 @@ fn protected_webhook_entries_follow_failure_policy_and_best_effort_ones_always_i
         .install("holdfast", "holdfast-system", &ca_path)
         .set(format!("webhook.failurePolicy={policy}"));
         let docs = helm.render(&install).expect("render");
-        let v = entries(find(&docs, "ValidatingWebhookConfiguration", "holdfast"));
-        let m = entries(find(&docs, "MutatingWebhookConfiguration", "holdfast"));
+        let (vdoc, mdoc) = (
+            find(&docs, "ValidatingWebhookConfiguration", "holdfast"),
+            find(&docs, "MutatingWebhookConfiguration", "holdfast"),
+        );
+        assert_disarmed(vdoc);
+        assert_disarmed(mdoc);
+        let v = entries(&armed(vdoc));
+        let m = entries(&armed(mdoc));
         let p = policy.to_owned();
         let i = "Ignore".to_owned();
         let mut want_v = vec![
+            (
+                "probe.validate.holdfast.dev".to_owned(),
+                i.clone(),
+                s(&["the-controllers-dry-run-probe"]),
+            ),
             (
                 "snapshots.validate.holdfast.dev".to_owned(),
                 p.clone(),
@@ -847,7 +927,14 @@ fn validation_engine_policy_moves_the_validating_rules_into_admission_policies()
             if doc["webhooks"].as_array().is_some_and(Vec::is_empty) {
                 return Vec::new();
             }
-            entries(doc)
+            // As the controller arms it, and without the probe's entry (every engine has it).
+            let mut e = entries(&armed(doc));
+            assert_eq!(
+                e.first().map(|x| x.0.as_str()),
+                Some("probe.validate.holdfast.dev")
+            );
+            e.remove(0);
+            e
         };
         assert_eq!(validating(&both), validating(&webhook), "{mode}");
         // The mutating side is the webhook's whatever the engine.
@@ -1392,6 +1479,28 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
             "",
             "tbk-holdfast-readmission-gate",
         ),
+        // Arming its own two webhook configurations, in every certificate mode.
+        (
+            "get",
+            adm,
+            "validatingwebhookconfigurations",
+            "",
+            "tbk-holdfast",
+        ),
+        (
+            "patch",
+            adm,
+            "validatingwebhookconfigurations",
+            "",
+            "tbk-holdfast",
+        ),
+        (
+            "patch",
+            adm,
+            "mutatingwebhookconfigurations",
+            "",
+            "tbk-holdfast",
+        ),
     ];
     let denied: Vec<Access> = vec![
         ("delete", kq, "workloads", "tenant", "w"),
@@ -1421,7 +1530,14 @@ async fn the_charts_rbac_grants_exactly_the_documented_table() {
             adm,
             "validatingwebhookconfigurations",
             "",
-            "tbk-holdfast",
+            "someone-elses",
+        ),
+        (
+            "patch",
+            adm,
+            "mutatingwebhookconfigurations",
+            "",
+            "someone-elses",
         ),
     ];
     check_table(&admin, &release_ns, &tenant, ctl, &allowed, &denied).await;
@@ -1832,8 +1948,8 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     let injected = ca_bundles(&admin, name).await;
     assert_eq!(
         injected.len(),
-        5,
-        "two validating and three mutating entries (plain mode)"
+        6,
+        "three validating (the probe's among them) and three mutating entries (plain mode)"
     );
     assert!(
         injected
@@ -1958,6 +2074,133 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     .expect("helm uninstall");
     assert!(ca_bundles(&admin, name).await.is_empty());
     assert_eq!(secret_versions(&admin, &ns, &secrets).await.len(), 3);
+}
+
+/// The configurations' live JSON, validating then mutating.
+async fn live_configurations(admin: &kube::Client, name: &str) -> Vec<Value> {
+    let v = Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .get(name)
+        .await
+        .expect("validating");
+    let m = Api::<MutatingWebhookConfiguration>::all(admin.clone())
+        .get(name)
+        .await
+        .expect("mutating");
+    vec![
+        serde_json::to_value(v).expect("json"),
+        serde_json::to_value(m).expect("json"),
+    ]
+}
+
+/// Arming, with exactly the chart's RBAC (the controller's ServiceAccount) and its flags: a
+/// fresh `helm install` registers every entry disarmed; while no webhook answers the probe
+/// the controller's pass arms nothing (it waits, saying the webhook did not answer). A
+/// configuration marked armed (holdfast has served: a restart) is armed at once, without a
+/// probe: the entries the chart names Fail. `helm upgrade` (another value) keeps them armed
+/// and marked: the chart renders what it looks up.
+#[tokio::test]
+async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_armed_one_stays_armed_across_helm_upgrade()
+ {
+    use holdfast_controller::arming::{self, State};
+    let _live = LIVE_WEBHOOKS.lock().await;
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("hf-arm").await.expect("namespace");
+    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
+    let chart = helm::chart_dir().display().to_string();
+    let release = "arm";
+    let name = "arm-holdfast";
+    let helm_cmd = |verb: &str, extra: &[&str]| {
+        let mut args: Vec<String> = [
+            verb,
+            release,
+            chart.as_str(),
+            "--namespace",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        helm.run(&args)
+    };
+    helm_cmd("install", &[]).expect("helm install");
+    for c in live_configurations(&admin, name).await {
+        assert_disarmed(&c);
+    }
+    let docs = helm.render(&Install::new(release, &ns)).expect("render");
+    let config = controller_args_from_rendered(&docs)
+        .configs()
+        .expect("configs")
+        .arming
+        .expect("the chart arms its configurations");
+    assert_eq!(config.configuration, name);
+    let ctl = cp
+        .service_account_client(&ns, "arm-holdfast-controller")
+        .await
+        .expect("token");
+
+    // No webhook answers (no pod runs here): nothing is armed.
+    match arming::pass(&ctl, &config).await {
+        State::Waiting(why) => assert!(why.contains("did not answer the probe"), "{why}"),
+        State::Armed => panic!("armed without an answer"),
+    }
+    for c in live_configurations(&admin, name).await {
+        assert_disarmed(&c);
+    }
+
+    // Marked armed (holdfast served before): armed at once.
+    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"metadata": {"annotations": {"holdfast.dev/armed": "true"}}}),
+            ),
+        )
+        .await
+        .expect("mark");
+    assert_eq!(arming::pass(&ctl, &config).await, State::Armed);
+    let expect_armed = |configs: &[Value], when: &str| {
+        for c in configs {
+            assert!(holdfast_core::arming::is_marked(c), "{when}: marked");
+            assert_eq!(
+                holdfast_core::arming::arming(c),
+                holdfast_core::arming::Arming::default(),
+                "{when}: every entry armed: {c}"
+            );
+            assert_eq!(
+                c["webhooks"]
+                    .as_array()
+                    .expect("webhooks")
+                    .iter()
+                    .filter(|w| w["failurePolicy"] == "Fail")
+                    .count(),
+                holdfast_core::arming::fails_closed(c).len(),
+                "{when}: the named entries, and only they, fail closed"
+            );
+        }
+    };
+    expect_armed(&live_configurations(&admin, name).await, "armed");
+
+    helm_cmd("upgrade", &["--set", "logFormat=plain"]).expect("helm upgrade");
+    expect_armed(
+        &live_configurations(&admin, name).await,
+        "after helm upgrade",
+    );
+
+    helm.run(&[
+        "uninstall".into(),
+        release.into(),
+        "--namespace".into(),
+        ns.clone(),
+        "--kubeconfig".into(),
+        kubeconfig.clone(),
+    ])
+    .expect("helm uninstall");
 }
 
 /// The hold API's CA is published in the ConfigMap `<fullname>-hold-api-ca`: written by the
@@ -2171,6 +2414,8 @@ async fn rendered_manifests_are_accepted_by_the_real_apiserver() {
             .delete(name, &dp)
             .await;
     }
+    // Armed as the controller arms them once its webhook answers (none answers here).
+    arm_as_the_controller(&admin, &configurations[0]).await;
     let tenant = cp.namespace("tenant").await.expect("namespace");
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &tenant);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

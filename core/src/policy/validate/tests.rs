@@ -1292,3 +1292,27 @@ fn in_plain_mode_a_workload_held_in_kueue_mode_stays_inactive_in_its_queue_and_i
     );
     assert!(v.is_allowed(), "{v:?}");
 }
+
+#[test]
+fn the_arming_probe_is_denied_only_as_a_dry_run_create() {
+    let probe = cm("hf-fences", &[(crate::arming::LABEL_PROBE, "true")]);
+    let mut dry = input(
+        Resource::ConfigMap,
+        Operation::Create,
+        CONTROLLER,
+        None,
+        Some(&probe),
+    );
+    dry.dry_run = true;
+    for mode in BOTH {
+        match validate(&dry, &who(), *mode) {
+            Verdict::Deny { message, .. } => {
+                assert!(message.contains("arming probe"), "{message}")
+            }
+            Verdict::Allow => panic!("the probe was allowed"),
+        }
+    }
+    // The same create for real is judged as any ConfigMap (not a snapshot: allowed).
+    dry.dry_run = false;
+    assert_eq!(validate(&dry, &who(), Mode::Plain), Verdict::Allow);
+}
