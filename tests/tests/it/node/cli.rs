@@ -17,17 +17,24 @@ async fn kubectl_holdfast(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, 
 
 /// A release of the chart in `holdfast-system` whose `rbac.holdCallerBindings` name the
 /// tenant's supervisor, ServiceAccount `dispatch` of `tns`, and that supervisor's kubeconfig:
-/// an exec plugin printing its token (`marker` is written when the plugin runs). The release
-/// is uninstalled when this is dropped.
-struct OnCall {
+/// an exec plugin printing its token (`marker` is written when the plugin runs), and that
+/// token. The release is uninstalled when this is dropped.
+pub(super) struct OnCall {
     kubeconfig: std::path::PathBuf,
     marker: std::path::PathBuf,
+    /// The supervisor's ServiceAccount token (an hour).
+    pub(super) token: String,
     _dir: tempfile::TempDir,
-    _release: ChartRelease,
+    pub(super) release: ChartRelease,
 }
 
 impl OnCall {
-    async fn install(cluster: &NodeCluster, admin: &kube::Client, tns: &str, name: &str) -> Self {
+    pub(super) async fn install(
+        cluster: &NodeCluster,
+        admin: &kube::Client,
+        tns: &str,
+        name: &str,
+    ) -> Self {
         let sets = [
             format!("rbac.holdCallerBindings[0].namespace={tns}"),
             "rbac.holdCallerBindings[0].subjects[0].kind=ServiceAccount".to_owned(),
@@ -52,8 +59,9 @@ impl OnCall {
         OnCall {
             kubeconfig,
             marker,
+            token,
             _dir: dir,
-            _release: release,
+            release,
         }
     }
 }
