@@ -1,6 +1,11 @@
 //! The one duration format of holdfast's flags, chart values and command line: a whole
 //! number with a unit, or several run together, largest unit first is customary but not
 //! required (`50ms`, `15s`, `2m`, `1h30m`, `26280h`, `90d`).
+//!
+//! Not kube's `Duration` (Go's `time.ParseDuration`): that one also takes fractions, signs,
+//! a bare `0` and `ns`/`us`, has no `d`, and panics on a number too large (its
+//! `Duration::mul_f64`); a wrapper keeping these forms would have to read the text first,
+//! which is all this parser does. See the decisions page.
 
 use std::time::Duration;
 
@@ -81,6 +86,18 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(parse(text), Ok(want), "{text:?}");
         }
+    }
+
+    #[test]
+    fn forms_kubes_duration_takes_are_refused() {
+        // Go's time.ParseDuration (kube's Duration) reads each of these; a flag must not.
+        for bad in [
+            "0", "1.5s", ".5s", "-1s", "+1s", "1ns", "1us", "1\u{b5}s", "1e3s", "1h-1m",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        // And one it has no unit for.
+        assert_eq!(parse("90d"), Ok(Duration::from_secs(90 * 86_400)));
     }
 
     #[test]
