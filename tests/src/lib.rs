@@ -28,6 +28,7 @@ pub mod kueue;
 pub mod kueue_support;
 pub mod leader_parts;
 pub mod lost_node;
+pub mod multikueue_clusters;
 pub mod netns;
 pub mod node;
 pub mod node_pods;
