@@ -221,20 +221,8 @@ async fn an_install_whose_image_does_not_exist_leaves_unmanaged_trainjobs_and_ku
         }
     }
 
-    // The writes its entries match go through.
-    let jobsets = Api::<DynamicObject>::namespaced_with(
-        admin.clone(),
-        "default",
-        &resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
-    );
-    let outcome = dry_run_create(&jobsets, trainers_jobset(cluster, "unmanaged")).await;
-    assert_eq!(outcome, Ok(()), "Trainer's JobSet of an unmanaged TrainJob");
-    let trainjobs =
-        Api::<DynamicObject>::namespaced_with(admin.clone(), "default", &trainjob_resource());
-    let outcome = dry_run_create(&trainjobs, managed_trainjob("managed")).await;
-    assert_eq!(outcome, Ok(()), "a managed TrainJob's create");
-
-    // For real: an unmanaged TrainJob gets its JobSet from Trainer.
+    // The writes its entries match go through, in a namespace with the node's runtime
+    // (Trainer's own webhook checks a TrainJob's runtime exists).
     let work_ns = &format!("hfbad-work-{}", std::process::id());
     Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
         .create(
@@ -245,12 +233,18 @@ async fn an_install_whose_image_does_not_exist_leaves_unmanaged_trainjobs_and_ku
         .await
         .expect("namespace");
     let trainjobs = workload_runtime(cluster, &admin, work_ns).await;
-    create_workload_trainjob(&trainjobs, "unmanaged", None).await;
     let jobsets = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         work_ns,
         &resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
     );
+    let outcome = dry_run_create(&jobsets, trainers_jobset(cluster, "dry")).await;
+    assert_eq!(outcome, Ok(()), "Trainer's JobSet of an unmanaged TrainJob");
+    let outcome = dry_run_create(&trainjobs, managed_trainjob("managed")).await;
+    assert_eq!(outcome, Ok(()), "a managed TrainJob's create");
+
+    // For real: an unmanaged TrainJob gets its JobSet from Trainer.
+    create_workload_trainjob(&trainjobs, "unmanaged", None).await;
     wait_for(
         "Trainer to create the unmanaged TrainJob's JobSet",
         Duration::from_secs(60),
