@@ -187,14 +187,15 @@ fn table() -> Vec<Case> {
         case("kueue: unsuspend a queued TrainJob", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&queued, Some(false))), &[KUEUE]),
         case("kueue: suspend absent to true", KUEUE_MODE, TJ, Update, Some(queued.clone()), Some(suspend(&queued, Some(true))), &[KUEUE]),
         case("kueue: suspend absent to false is no change", KUEUE_MODE, TJ, Update, Some(queued.clone()), Some(suspend(&queued, Some(false))), &EVERYONE),
-        case("kueue: unsuspend a queued managed TrainJob at its gate", KUEUE_MODE, TJ, Update, Some(queued_gated.clone()), Some(suspend(&queued_gated, Some(false))), &[KUEUE]),
+        case("kueue: unsuspend a queued managed TrainJob at its gate (nobody, Kueue included: Open first)", KUEUE_MODE, TJ, Update, Some(queued_gated.clone()), Some(suspend(&queued_gated, Some(false))), NOBODY),
+        case("kueue: unsuspend a queued managed TrainJob past its gate", KUEUE_MODE, TJ, Update, Some(ann(&queued_gated, ANN_OPENED, "true")), Some(suspend(&ann(&queued_gated, ANN_OPENED, "true"), Some(false))), &[KUEUE]),
         case("kueue: queue the TrainJob while unsuspending it", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&queued, Some(false))), &[KUEUE]),
         case("kueue: drop the queue label while unsuspending", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&job, Some(false))), &[KUEUE]),
         case("kueue: drop the queue label of a suspended TrainJob (Kueue would then ignore it)", KUEUE_MODE, TJ, Update, Some(suspend(&queued, Some(true))), Some(suspend(&job, Some(true))), &[CONTROLLER, KUEUE]),
         case("kueue: suspend an unqueued TrainJob (still Kueue's field)", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(false))), Some(suspend(&job, Some(true))), &[KUEUE]),
         case("kueue: unsuspend an unqueued TrainJob (a queue name dropped earlier is no way out)", KUEUE_MODE, TJ, Update, Some(suspend(&job, Some(true))), Some(suspend(&job, Some(false))), &[KUEUE]),
         case("kueue: an empty queue name does not free spec.suspend", KUEUE_MODE, TJ, Update, Some(tj(&[], &[(QUEUE_NAME_LABEL, "")], Some(true))), Some(tj(&[], &[(QUEUE_NAME_LABEL, "")], Some(false))), &[KUEUE]),
-        case("kueue: unsuspend an unqueued managed TrainJob at its gate", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(suspend(&gated, Some(false))), &[KUEUE]),
+        case("kueue: unsuspend an unqueued managed TrainJob at its gate", KUEUE_MODE, TJ, Update, Some(gated.clone()), Some(suspend(&gated, Some(false))), NOBODY),
         case("kueue: create an unsuspended TrainJob", KUEUE_MODE, TJ, Create, None, Some(suspend(&job, Some(false))), &EVERYONE),
         case("kueue: create a managed TrainJob without a queue name", KUEUE_MODE, TJ, Create, None, Some(suspend(&gated, Some(false))), &[CONTROLLER]),
         case("kueue: create a managed TrainJob with an empty queue name", KUEUE_MODE, TJ, Create, None, Some(tj(&[], &[MANAGED, (QUEUE_NAME_LABEL, "")], None)), &[CONTROLLER]),
@@ -617,8 +618,8 @@ fn kueue_mode_controller_cannot_flip_suspend() {
 
 #[test]
 fn kueue_may_flip_suspend() {
-    let old = tj(&[], &[MANAGED, QUEUED], Some(true));
-    let new = tj(&[], &[MANAGED, QUEUED], Some(false));
+    let old = tj(&[(ANN_OPENED, "true")], &[MANAGED, QUEUED], Some(true));
+    let new = tj(&[(ANN_OPENED, "true")], &[MANAGED, QUEUED], Some(false));
     assert!(
         verdict(
             Resource::TrainJob,
@@ -667,7 +668,7 @@ fn kueue_may_not_touch_hold_annotations_while_flipping_suspend() {
 fn kueue_mode_suspend_is_kueues_whatever_the_labels() {
     let unqueued = |s| tj(&[], &[], Some(s));
     let queued = |s| tj(&[], &[QUEUED], Some(s));
-    let managed = |s| tj(&[], &[MANAGED], Some(s));
+    let managed = |s| tj(&[(ANN_OPENED, "true")], &[MANAGED], Some(s));
     for (o, n) in [
         (unqueued(true), unqueued(false)),
         (unqueued(false), unqueued(true)),
