@@ -389,7 +389,11 @@ async fn register(admin: &kube::Client, mode: Mode, engine: Engine, pass: Pass, 
     let Some(hooks) = config["webhooks"].as_array_mut() else {
         return 0;
     };
-    hooks.retain(|w| (w["failurePolicy"] == "Fail") == pass.protected());
+    // Not the arming probe's entry: it sends only the controller's labelled dry run.
+    hooks.retain(|w| {
+        w["name"] != holdfast_core::arming::PROBE_ENTRY
+            && (w["failurePolicy"] == "Fail") == pass.protected()
+    });
     hooks
         .iter_mut()
         .for_each(|w| w["failurePolicy"] = json!("Fail"));
