@@ -177,10 +177,9 @@ async fn multikueue_runs_a_managers_trainjob_on_the_worker_node_and_a_hold_there
         "MultiKueue's copy"
     );
     assert!(
-        remote.data["spec"]
-            .get("managedBy")
-            .is_none_or(Value::is_null),
-        "the worker's Trainer runs the copy"
+        remote.data["spec"]["managedBy"] != MULTIKUEUE_CONTROLLER,
+        "the worker's Trainer runs the copy: {}",
+        remote.data["spec"]["managedBy"]
     );
     let manager_pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     assert!(
@@ -226,6 +225,307 @@ async fn multikueue_runs_a_managers_trainjob_on_the_worker_node_and_a_hold_there
     );
     // The worker is shared: its copy goes with the namespace (the manager, which would
     // collect it, stops with this test).
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(worker_admin)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("delete the worker's namespace");
+}
+
+/// One line of what a watch saw: when (since the deactivation), in which cluster, which
+/// object, its resourceVersion (one etcd per cluster: ordered within a cluster) and a summary.
+#[derive(Clone, Debug)]
+struct Seen {
+    at: Duration,
+    cluster: &'static str,
+    object: String,
+    rv: u64,
+    summary: String,
+}
+
+/// Conditions that are True, as `Type(Reason)`.
+fn true_conditions(o: &Value) -> String {
+    o.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] == "True")
+        .map(|c| {
+            format!(
+                "{}({})",
+                c["type"].as_str().unwrap_or_default(),
+                c["reason"].as_str().unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What matters of each kind during a hold.
+fn summary(kind: &str, o: &Value) -> String {
+    let deleting = if o.pointer("/metadata/deletionTimestamp").is_some() {
+        " deleting"
+    } else {
+        ""
+    };
+    match kind {
+        "Workload" => format!(
+            "active={} [{}] checks=[{}] clusterName={}{deleting}",
+            o["spec"]["active"] != false,
+            true_conditions(o),
+            o.pointer("/status/admissionChecks")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|c| format!(
+                    "{}:{}",
+                    c["name"].as_str().unwrap_or_default(),
+                    c["state"].as_str().unwrap_or_default()
+                ))
+                .collect::<Vec<_>>()
+                .join(","),
+            o.pointer("/status/clusterName")
+                .and_then(Value::as_str)
+                .unwrap_or("-"),
+        ),
+        "TrainJob" | "JobSet" => format!(
+            "suspend={} [{}]{deleting}",
+            o["spec"]["suspend"],
+            true_conditions(o)
+        ),
+        _ => format!(
+            "phase={} containers=[{}]{deleting}",
+            o.pointer("/status/phase")
+                .and_then(Value::as_str)
+                .unwrap_or("-"),
+            o.pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(
+                    |c| match c["state"].as_object().and_then(|s| s.keys().next()) {
+                        Some(k) if k == "terminated" => format!(
+                            "terminated finishedAt={}",
+                            c["state"]["terminated"]["finishedAt"]
+                                .as_str()
+                                .unwrap_or_default()
+                        ),
+                        Some(k) => k.clone(),
+                        None => "-".into(),
+                    }
+                )
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    }
+}
+
+/// Records every change of `api`'s objects (by summary) into `log`, from `since`.
+fn record(
+    api: Api<DynamicObject>,
+    cluster: &'static str,
+    kind: &'static str,
+    since: std::sync::Arc<std::sync::Mutex<Instant>>,
+    log: std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+) -> tokio::task::JoinHandle<()> {
+    use kube::runtime::watcher;
+    tokio::spawn(async move {
+        let mut last = std::collections::HashMap::<String, String>::new();
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()));
+        while let Some(ev) = stream.next().await {
+            let (o, deleted) = match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => (o, false),
+                Ok(watcher::Event::Delete(o)) => (o, true),
+                _ => continue,
+            };
+            let v = serde_json::to_value(&o).expect("json");
+            let object = format!("{kind}/{}", o.metadata.name.clone().unwrap_or_default());
+            let summary = if deleted {
+                "DELETED".to_owned()
+            } else {
+                summary(kind, &v)
+            };
+            if last.get(&object) == Some(&summary) {
+                continue;
+            }
+            last.insert(object.clone(), summary.clone());
+            let at = since.lock().expect("since").elapsed();
+            log.lock().expect("log").push(Seen {
+                at,
+                cluster,
+                object,
+                rv: o
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or_default(),
+                summary,
+            });
+        }
+    })
+}
+
+/// Groundwork for a gate that sees the workers: deactivating the manager's Workload (what a
+/// Kueue-mode hold writes; holdfast refuses the hold itself here, so the test writes
+/// `spec.active: false` as an admin) makes MultiKueue delete the worker's TrainJob and
+/// Workload (and Trainer's JobSet goes with them) while the job's pod, 15 s of SIGTERM grace,
+/// still terminates: in the worker's own order of writes, the copy is gone before the pod.
+/// Prints the timeline both clusters' watches saw (the book's MultiKueue page reads it).
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node and a manager)"]
+async fn deactivating_the_managers_workload_deletes_the_workers_copy_while_its_pod_still_terminates()
+ {
+    use std::sync::{Arc, Mutex};
+    let worker = NodeCluster::shared();
+    let clusters = TwoClusters::start(worker).await.expect("two clusters");
+    let ns = clusters.namespace("mk-obs").await.expect("namespace");
+    let manager = &clusters.manager;
+    let admin = manager
+        .client(Identity::Admin)
+        .await
+        .expect("manager admin");
+    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
+    clusters
+        .queues(&ns, &[MULTIKUEUE_CHECK])
+        .await
+        .expect("queues");
+    clusters
+        .runtime(&ns, "workload", 15)
+        .await
+        .expect("runtimes");
+    let r = holdfast_cluster::resources::trainjob;
+    let trainjobs: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &r());
+    let tj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tj", "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+    }))
+    .expect("trainjob");
+    trainjobs
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create");
+    let worker_pods: Api<Pod> = Api::namespaced(worker_admin.clone(), &ns);
+    next_execution(
+        &worker_pods,
+        "tj",
+        &[],
+        "the worker's pods Running",
+        Duration::from_secs(120),
+    )
+    .await;
+
+    let since = Arc::new(Mutex::new(Instant::now()));
+    let log = Arc::new(Mutex::new(Vec::<Seen>::new()));
+    let res = |c: &kube::Client, ar: kube::core::ApiResource| {
+        Api::<DynamicObject>::namespaced_with(c.clone(), &ns, &ar)
+    };
+    use holdfast_cluster::resources as rs;
+    let tasks = [
+        record(
+            res(&admin, rs::workload()),
+            "manager",
+            "Workload",
+            since.clone(),
+            log.clone(),
+        ),
+        record(
+            res(&admin, rs::trainjob()),
+            "manager",
+            "TrainJob",
+            since.clone(),
+            log.clone(),
+        ),
+        record(
+            res(&worker_admin, rs::workload()),
+            "worker",
+            "Workload",
+            since.clone(),
+            log.clone(),
+        ),
+        record(
+            res(&worker_admin, rs::trainjob()),
+            "worker",
+            "TrainJob",
+            since.clone(),
+            log.clone(),
+        ),
+        record(
+            res(&worker_admin, rs::jobset()),
+            "worker",
+            "JobSet",
+            since.clone(),
+            log.clone(),
+        ),
+        record(
+            res(&worker_admin, rs::pod()),
+            "worker",
+            "Pod",
+            since.clone(),
+            log.clone(),
+        ),
+    ];
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let workloads = res(&admin, rs::workload());
+    let name = live_workloads(&workloads).await[0]["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    *since.lock().expect("since") = Instant::now();
+    log.lock().expect("log").push(Seen {
+        at: Duration::ZERO,
+        cluster: "manager",
+        object: format!("Workload/{name}"),
+        rv: 0,
+        summary: "DEACTIVATED (spec.active: false)".into(),
+    });
+    workloads
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"active": false}})),
+        )
+        .await
+        .expect("deactivate");
+    wait_for(
+        "the worker's pods and copy gone",
+        Duration::from_secs(120),
+        || async {
+            let pods = running_pods(&worker_pods, "tj").await;
+            let copy = res(&worker_admin, rs::trainjob())
+                .get_opt("tj")
+                .await
+                .ok()
+                .flatten();
+            (pods.is_empty() && copy.is_none()).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    for t in &tasks {
+        t.abort();
+    }
+    let log = log.lock().expect("log").clone();
+    for s in &log {
+        eprintln!(
+            "{:>7.1?} {:<7} rv={:<6} {:<45} {}",
+            s.at, s.cluster, s.rv, s.object, s.summary
+        );
+    }
+    let first_deleted = |object: &str| {
+        log.iter()
+            .filter(|s| s.cluster == "worker" && s.object.starts_with(object))
+            .find(|s| s.summary == "DELETED")
+            .map(|s| s.rv)
+            .unwrap_or_else(|| panic!("the worker's {object} seen deleted: {log:#?}"))
+    };
+    let pod_gone = first_deleted("Pod/");
+    for copy in ["TrainJob/tj", "Workload/"] {
+        assert!(
+            first_deleted(copy) < pod_gone,
+            "the worker's {copy} was deleted only after the pod was gone: {log:#?}"
+        );
+    }
     Api::<k8s_openapi::api::core::v1::Namespace>::all(worker_admin)
         .delete(&ns, &DeleteParams::default())
         .await
