@@ -327,6 +327,8 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
 {{- $heldTrainJob := "(request.resource.resource == 'trainjobs' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
 {{- /* Kueue mode: an unsuspend of a TrainJob carrying a hold's mark (its Workload's hold is being placed or is in force); only the unsuspend, so that Kueue's own suspend never waits on holdfast. */ -}}
 {{- $markedUnsuspend := printf "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-mark' in oldObject.metadata.annotations && %s && !%s)" (include "holdfast.cel.suspended" "oldObject") (include "holdfast.cel.suspended" "object") -}}
+{{- /* Kueue mode: an unsuspend of a managed TrainJob (before or by the write) whose stored version has no opened mark: refused whoever sends it, Kueue included, so Kueue's must reach a fail-closed entry too. */ -}}
+{{- $gatedUnsuspend := printf "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && %s && !%s && !%s && (%s || %s))" (include "holdfast.cel.suspended" "oldObject") (include "holdfast.cel.suspended" "object") (include "holdfast.cel.hasAnnotation" (list "oldObject" "holdfast.dev/opened")) (include "holdfast.cel.managed" "oldObject") (include "holdfast.cel.managed" "object") -}}
 {{- $stateChanges := include "holdfast.cel.stateChanges" "" -}}
 {{- $kueueMode := eq .Values.mode "kueue" -}}
 - name: holdfast-state
@@ -361,6 +363,7 @@ owner or job-uid, a held Workload; not the controller's or Kueue's writes the ru
     || {{ $heldWorkload }}
     || ({{ $flip }} && {{ $heldTrainJob }})
     || {{ $markedUnsuspend }}
+    || {{ $gatedUnsuspend }}
 {{- end }}
 {{- end -}}
 
