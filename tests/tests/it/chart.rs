@@ -2192,6 +2192,31 @@ async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_arme
         "after helm upgrade",
     );
 
+    // A rollback to the first revision, rendered before arming, sets its entries back to
+    // Ignore but cannot take the mark (the controller's alone, never rendered by the chart):
+    // the controller re-arms from the mark, with no probe answered (no pod runs here).
+    helm.run(&[
+        "rollback".into(),
+        release.into(),
+        "1".into(),
+        "--namespace".into(),
+        ns.clone(),
+        "--kubeconfig".into(),
+        kubeconfig.clone(),
+    ])
+    .expect("helm rollback");
+    for c in live_configurations(&admin, name).await {
+        assert!(
+            holdfast_core::arming::is_marked(&c),
+            "a rollback keeps the controller's mark: {c}"
+        );
+    }
+    assert_eq!(arming::pass(&ctl, &config).await, State::Armed);
+    expect_armed(
+        &live_configurations(&admin, name).await,
+        "after helm rollback",
+    );
+
     helm.run(&[
         "uninstall".into(),
         release.into(),
