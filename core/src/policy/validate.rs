@@ -77,7 +77,7 @@ use serde_json::Value;
 ///   type read as absent (`spec.suspend: "yes"` is not suspended).
 pub fn validate(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict {
     match input.resource {
-        Resource::ConfigMap if is_arming_probe(input) => Verdict::deny(
+        Resource::ConfigMap if is_arming_probe(input, who) => Verdict::deny(
             input.object_ref(),
             format!(
                 "holdfast's webhook answers: ConfigMap {} is the controller's arming probe, a dry run (nothing is written)",
@@ -92,10 +92,12 @@ pub fn validate(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict
 
 /// The controller's arming probe (`crate::arming`): a dry-run CREATE of a ConfigMap labelled
 /// [`LABEL_PROBE`], which only the chart's probe entry sends. Denied, so that the controller
-/// sees the webhook answered; being a dry run, its denial refuses nothing.
-fn is_arming_probe(input: &AdmissionInput) -> bool {
+/// sees the webhook answered; being a dry run, its denial refuses nothing. Only the
+/// controller's: anyone else's labelled ConfigMap meets the snapshot rules like any other.
+fn is_arming_probe(input: &AdmissionInput, who: &Identities) -> bool {
     input.operation == Operation::Create
         && input.dry_run
+        && who.is_controller(&input.user.username)
         && Doc::of(input.object.as_ref())
             .object()
             .is_some_and(|o| fields::label(o, LABEL_PROBE).is_some())

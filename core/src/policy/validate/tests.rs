@@ -1316,4 +1316,15 @@ fn the_arming_probe_is_denied_only_as_a_dry_run_create() {
     // The same create for real is judged as any ConfigMap (not a snapshot: allowed).
     dry.dry_run = false;
     assert_eq!(validate(&dry, &who(), Mode::Plain), Verdict::Allow);
+    // Anyone else's labelled dry run is judged as any ConfigMap, not as the probe.
+    let plain = cm("hf-fences", &[(crate::arming::LABEL_PROBE, "true")]);
+    let mut alice = input(
+        Resource::ConfigMap,
+        Operation::Create,
+        ALICE,
+        None,
+        Some(&plain),
+    );
+    alice.dry_run = true;
+    assert_eq!(validate(&alice, &who(), Mode::Plain), Verdict::Allow);
 }
