@@ -131,14 +131,6 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     ));
 
     let trainjob_namespace = snapshot_config.namespace.clone();
-    // Hold marks left by a call that ended between its two writes (`hold::mark`).
-    tasks.spawn(hold::sweep_marks_every(
-        client.clone(),
-        trainjob_namespace.clone(),
-        executor.call_bound(),
-        hold::MARK_SWEEP_INTERVAL,
-        shutdown.clone(),
-    ));
     let snapshots = Snapshotter::new(
         client.clone(),
         snapshot_config,
@@ -195,6 +187,15 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             shutdown.clone(),
         ));
     }
+    // Hold marks left by a call that ended between its two writes (`hold::mark`): a write,
+    // so only once armed.
+    tasks.spawn(hold::sweep_marks_every(
+        client.clone(),
+        trainjob_namespace.clone(),
+        executor.call_bound(),
+        hold::MARK_SWEEP_INTERVAL,
+        shutdown.clone(),
+    ));
 
     match args.tls.files() {
         Some(files) => {
