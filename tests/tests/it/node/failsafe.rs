@@ -154,10 +154,6 @@ fn managed_trainjob(name: &str) -> serde_json::Value {
     })
 }
 
-fn trainjob_resource() -> ApiResource {
-    resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
-}
-
 /// The failed install, fixed (this test confirmed the hazard first: with the chart's entries
 /// registered failing closed it saw both writes below refused, "failed calling webhook
 /// jobsets.mutate / jobs.mutate"). The chart installed with an image tag that does not exist:
@@ -236,7 +232,7 @@ async fn an_install_whose_image_does_not_exist_leaves_unmanaged_trainjobs_and_ku
     let jobsets = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         work_ns,
-        &resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+        &holdfast_cluster::resources::jobset(),
     );
     let outcome = dry_run_create(&jobsets, trainers_jobset(cluster, "dry")).await;
     assert_eq!(outcome, Ok(()), "Trainer's JobSet of an unmanaged TrainJob");
@@ -268,7 +264,7 @@ async fn an_install_whose_image_does_not_exist_leaves_unmanaged_trainjobs_and_ku
     let workloads = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         "default",
-        &resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads"),
+        &holdfast_cluster::resources::workload(),
     );
     let workload = serde_json::json!({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
@@ -361,8 +357,11 @@ async fn a_good_install_fails_closed_once_ready_with_its_pods_stopped() {
         .await;
     }
 
-    let trainjobs =
-        Api::<DynamicObject>::namespaced_with(admin.clone(), "default", &trainjob_resource());
+    let trainjobs = Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        "default",
+        &holdfast_cluster::resources::trainjob(),
+    );
     let outcome = dry_run_create(&trainjobs, managed_trainjob("managed")).await;
     assert!(
         matches!(&outcome, Err((_, m)) if m.contains("failed calling webhook \"jobs.mutate.holdfast.dev\"")),
@@ -371,7 +370,7 @@ async fn a_good_install_fails_closed_once_ready_with_its_pods_stopped() {
     let jobsets = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         "default",
-        &resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+        &holdfast_cluster::resources::jobset(),
     );
     let outcome = dry_run_create(&jobsets, trainers_jobset(cluster, "held")).await;
     assert!(
