@@ -1889,6 +1889,27 @@ async fn secret_versions(admin: &kube::Client, ns: &str, names: &[&str]) -> Vec<
     out
 }
 
+/// `helm VERB RELEASE [CHART] --namespace NS --kubeconfig KUBECONFIG EXTRA…` against the
+/// control plane: the install, upgrades and rollbacks of the tests that run real helm.
+fn helm_on_release(
+    helm: &Helm,
+    verb: &str,
+    release: &str,
+    chart: Option<&str>,
+    ns: &str,
+    kubeconfig: &str,
+    extra: &[&str],
+) -> anyhow::Result<String> {
+    let args: Vec<String> = [verb, release]
+        .into_iter()
+        .chain(chart)
+        .chain(["--namespace", ns, "--kubeconfig", kubeconfig])
+        .chain(extra.iter().copied())
+        .map(str::to_owned)
+        .collect();
+    helm.run(&args)
+}
+
 #[tokio::test]
 async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_upgrade_without_rotating()
  {
@@ -1901,20 +1922,7 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     let chart = helm::chart_dir().display().to_string();
     let release = "crt";
     let helm_cmd = |verb: &str, extra: &[&str]| {
-        let mut args: Vec<String> = [
-            verb,
-            release,
-            chart.as_str(),
-            "--namespace",
-            &ns,
-            "--kubeconfig",
-            &kubeconfig,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        helm.run(&args)
+        helm_on_release(&helm, verb, release, Some(&chart), &ns, &kubeconfig, extra)
     };
     // A real `helm install` into the control plane (no kubelet: the pods never run, which
     // does not matter to what is checked here).
@@ -2112,20 +2120,7 @@ async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_arme
     let release = "arm";
     let name = "arm-holdfast";
     let helm_cmd = |verb: &str, extra: &[&str]| {
-        let mut args: Vec<String> = [
-            verb,
-            release,
-            chart.as_str(),
-            "--namespace",
-            &ns,
-            "--kubeconfig",
-            &kubeconfig,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        helm.run(&args)
+        helm_on_release(&helm, verb, release, Some(&chart), &ns, &kubeconfig, extra)
     };
     helm_cmd("install", &[]).expect("helm install");
     for c in live_configurations(&admin, name).await {
@@ -2195,16 +2190,8 @@ async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_arme
     // A rollback to the first revision, rendered before arming, sets its entries back to
     // Ignore but cannot take the mark (the controller's alone, never rendered by the chart):
     // the controller re-arms from the mark, with no probe answered (no pod runs here).
-    helm.run(&[
-        "rollback".into(),
-        release.into(),
-        "1".into(),
-        "--namespace".into(),
-        ns.clone(),
-        "--kubeconfig".into(),
-        kubeconfig.clone(),
-    ])
-    .expect("helm rollback");
+    helm_on_release(&helm, "rollback", release, None, &ns, &kubeconfig, &["1"])
+        .expect("helm rollback");
     for c in live_configurations(&admin, name).await {
         assert!(
             holdfast_core::arming::is_marked(&c),

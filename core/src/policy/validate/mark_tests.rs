@@ -11,7 +11,8 @@ use serde_json::Value;
 const MARK: (&str, &str) = (ANN_HOLD_MARK, "instance=4 deadline=2026-12-05T00:10:00Z");
 const QUEUED: (&str, &str) = (QUEUE_NAME_LABEL, "team-queue");
 
-fn judge(user: &str, mode: Mode, old: &Value, new: &Value) -> Verdict {
+/// The verdict on `user`'s update of TrainJob `old` to `new` in `mode`.
+pub(super) fn judge(user: &str, mode: Mode, old: &Value, new: &Value) -> Verdict {
     validate(
         &input(
             Resource::TrainJob,

@@ -2,31 +2,16 @@
 //! managed after its readmission check turned `Ready` (while it was unmanaged) is admitted by
 //! Kueue on that check; Kueue's unsuspend of it is refused until Open writes the mark.
 
-use super::validate;
+use super::mark_tests::judge;
 use crate::mode::Mode;
 use crate::names::{ANN_OPENED, LABEL_MANAGED, QUEUE_NAME_LABEL};
+use crate::policy::Verdict;
 use crate::policy::testkit::*;
-use crate::policy::{Operation, Resource, Verdict};
-use serde_json::Value;
 
 const QUEUED: (&str, &str) = (QUEUE_NAME_LABEL, "team-queue");
 const MANAGED: (&str, &str) = (LABEL_MANAGED, "true");
 const UNMANAGED: (&str, &str) = (LABEL_MANAGED, "false");
 const OPENED: (&str, &str) = (ANN_OPENED, "2026-12-05T00:00:00Z");
-
-fn judge(user: &str, mode: Mode, old: &Value, new: &Value) -> Verdict {
-    validate(
-        &input(
-            Resource::TrainJob,
-            Operation::Update,
-            user,
-            Some(old),
-            Some(new),
-        ),
-        &who(),
-        mode,
-    )
-}
 
 type Labels = &'static [(&'static str, &'static str)];
 type Annotations = &'static [(&'static str, &'static str)];
