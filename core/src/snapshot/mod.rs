@@ -18,6 +18,8 @@
 //! - [`read_snapshot`] is the reader: the same checks as Trainer's, and one more (namespace).
 //! - [`drift`] / [`drifted`] compare a snapshot with the live runtime;
 //!   [`admission_race`] compares the version admitted with the version snapshotted.
+//! - [`step`] decides a TrainJob's reconciliation, one request at a time, for the
+//!   controller's reconciler to drive.
 //!
 //! Nothing here knows a runtime kind: a `ClusterTrainingRuntime`, a namespaced
 //! `TrainingRuntime` and a kind nobody has heard of yet are treated the same.
@@ -31,7 +33,10 @@ mod open;
 mod read;
 mod reference;
 mod render;
+pub mod step;
 
+#[cfg(test)]
+mod step_table;
 #[cfg(test)]
 mod tests;
 
