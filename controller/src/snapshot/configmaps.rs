@@ -29,22 +29,62 @@ use crate::trainjob::{JobRef, TrainJob, trainjob_ref};
 /// The watch's name in health and metrics.
 pub const WATCH: &str = "configmaps";
 
-/// What the reconciler keeps of a snapshot ConfigMap's metadata.
+/// What the reconciler keeps of a snapshot ConfigMap's metadata: its uid and
+/// resourceVersion, its controller's uid, holdfast's SHA-256 of the runtime, and two flags.
+///
+/// One is kept per snapshot, so per TrainJob: the four strings share one allocation
+/// ([`Texts`]) instead of one each (four allocations of 32 to 80 bytes, most of it the
+/// allocator's rounding and headers).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotMeta {
-    pub uid: Option<String>,
-    pub resource_version: Option<String>,
-    /// The uid of the controller ownerReference (the first with `controller: true`, as
-    /// `metav1.GetControllerOf` and Trainer's reader pick it).
-    pub controller_uid: Option<String>,
+    texts: Texts,
     /// The controller is a `trainer.kubeflow.org` TrainJob of the snapshot's TrainJob name.
-    pub controller_is_namesake_trainjob: bool,
+    controller_is_namesake_trainjob: bool,
     /// It carries holdfast's label `holdfast.dev/runtime-snapshot: "true"`.
     pub holdfasts: bool,
-    /// `holdfast.dev/runtime-sha256`.
-    pub sha256: Option<String>,
-    /// `holdfast.dev/runtime-resource-version`.
-    pub source_resource_version: Option<String>,
+}
+
+/// The uid, resourceVersion, controller uid and `holdfast.dev/runtime-sha256` of a snapshot
+/// ConfigMap, each optional, one after another in one string.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Texts {
+    all: Box<str>,
+    /// Where each ends in `all`; `None`: absent.
+    ends: [Option<u32>; 4],
+}
+
+const UID: usize = 0;
+const RESOURCE_VERSION: usize = 1;
+const CONTROLLER_UID: usize = 2;
+const SHA256: usize = 3;
+
+impl Texts {
+    fn new(parts: [Option<&str>; 4]) -> Self {
+        let mut all = String::with_capacity(parts.iter().flatten().map(|p| p.len()).sum());
+        let mut ends = [None; 4];
+        for (part, end) in parts.iter().zip(&mut ends) {
+            if let Some(part) = part {
+                all.push_str(part);
+                // Metadata strings are bounded far below 4 GiB (the apiserver's request limit).
+                *end = u32::try_from(all.len()).ok();
+            }
+        }
+        Texts {
+            all: all.into_boxed_str(),
+            ends,
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&str> {
+        let end = usize::try_from(self.ends[i]?).ok()?;
+        let start = self.ends[..i]
+            .iter()
+            .rev()
+            .find_map(|e| *e)
+            .and_then(|e| usize::try_from(e).ok())
+            .unwrap_or(0);
+        self.all.get(start..end)
+    }
 }
 
 impl SnapshotMeta {
@@ -54,11 +94,14 @@ impl SnapshotMeta {
             .owner_references
             .as_ref()
             .and_then(|owners| owners.iter().find(|r| r.controller == Some(true)));
-        let annotation = |key: &str| meta.annotations.as_ref()?.get(key).cloned();
+        let annotation = |key: &str| meta.annotations.as_ref()?.get(key).map(String::as_str);
         SnapshotMeta {
-            uid: meta.uid.clone(),
-            resource_version: meta.resource_version.clone(),
-            controller_uid: controller.map(|r| r.uid.clone()),
+            texts: Texts::new([
+                meta.uid.as_deref(),
+                meta.resource_version.as_deref(),
+                controller.map(|r| r.uid.as_str()),
+                annotation(names::ANN_RUNTIME_SHA256),
+            ]),
             controller_is_namesake_trainjob: controller.is_some_and(|r| {
                 r.kind == names::TRAINJOB_KIND
                     && r.name == job
@@ -69,9 +112,28 @@ impl SnapshotMeta {
                 .as_ref()
                 .and_then(|l| l.get(names::LABEL_RUNTIME_SNAPSHOT))
                 .is_some_and(|v| v == "true"),
-            sha256: annotation(names::ANN_RUNTIME_SHA256),
-            source_resource_version: annotation(names::ANN_RUNTIME_RESOURCE_VERSION),
         }
+    }
+
+    /// The ConfigMap's uid.
+    pub fn uid(&self) -> Option<&str> {
+        self.texts.get(UID)
+    }
+
+    /// The ConfigMap's resourceVersion.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.texts.get(RESOURCE_VERSION)
+    }
+
+    /// The uid of the controller ownerReference (the first with `controller: true`, as
+    /// `metav1.GetControllerOf` and Trainer's reader pick it).
+    pub fn controller_uid(&self) -> Option<&str> {
+        self.texts.get(CONTROLLER_UID)
+    }
+
+    /// `holdfast.dev/runtime-sha256`.
+    pub fn sha256(&self) -> Option<&str> {
+        self.texts.get(SHA256)
     }
 
     /// Whether its controller is a TrainJob of the same name but (as the caller has checked)
@@ -272,7 +334,7 @@ mod tests {
         let meta = |holdfasts: bool, rv: &str| {
             Arc::new(SnapshotMeta {
                 holdfasts,
-                resource_version: Some(rv.to_owned()),
+                texts: Texts::new([None, Some(rv), None, None]),
                 ..SnapshotMeta::default()
             })
         };
@@ -306,6 +368,40 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshots_kept_strings_share_one_allocation() {
+        let meta = SnapshotMeta::of(
+            &cm(json!({"metadata": {
+                "name": "a-runtime-snapshot", "namespace": "ns", "uid": "c1", "resourceVersion": "",
+                "annotations": {"holdfast.dev/runtime-sha256": "ab"},
+                "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob", "name": "a", "uid": "u1", "controller": true}]
+            }})),
+            "a",
+        );
+        assert_eq!(&*meta.texts.all, "c1u1ab");
+        // Empty and absent stay apart.
+        assert_eq!(meta.resource_version(), Some(""));
+        assert_eq!(
+            (meta.uid(), meta.controller_uid(), meta.sha256()),
+            (Some("c1"), Some("u1"), Some("ab"))
+        );
+        let unowned = SnapshotMeta::of(
+            &cm(
+                json!({"metadata": {"name": "a-runtime-snapshot", "namespace": "ns", "uid": "c1"}}),
+            ),
+            "a",
+        );
+        assert_eq!(
+            (
+                unowned.uid(),
+                unowned.resource_version(),
+                unowned.controller_uid()
+            ),
+            (Some("c1"), None, None)
+        );
+    }
+
+    #[test]
     fn only_snapshot_names_have_a_key() {
         let named = |n: &str| cm(json!({"metadata": {"name": n, "namespace": "ns"}}));
         assert_eq!(
@@ -335,17 +431,19 @@ mod tests {
             }})),
             "a",
         );
-        assert_eq!(meta.controller_uid.as_deref(), Some("u1"));
+        assert_eq!(meta.controller_uid(), Some("u1"));
+        assert_eq!(meta.uid(), Some("c1"));
+        assert_eq!(meta.resource_version(), Some("9"));
         assert!(meta.holdfasts);
         assert!(meta.owned_by_earlier_trainjob());
-        assert_eq!(meta.sha256.as_deref(), Some("ab"));
-        assert_eq!(meta.source_resource_version.as_deref(), Some("41"));
+        assert_eq!(meta.sha256(), Some("ab"));
 
         let squatter = SnapshotMeta::of(
             &cm(json!({"metadata": {"name": "a-runtime-snapshot", "namespace": "ns"}})),
             "a",
         );
-        assert_eq!(squatter.controller_uid, None);
+        assert_eq!(squatter.controller_uid(), None);
+        assert_eq!((squatter.uid(), squatter.sha256()), (None, None));
         assert!(!squatter.holdfasts && !squatter.owned_by_earlier_trainjob());
     }
 }

@@ -212,12 +212,12 @@ fn publish(ctx: &Context, cache: &Mutex<DriftCache>, counts: &BTreeMap<RuntimeLa
 /// The snapshot of a TrainJob, if it has one it owns and its digest is known.
 fn facts(ctx: &Context, namespace: &str, name: &str, uid: &str) -> Option<Facts> {
     let cm = ctx.configmaps.snapshot_of(namespace, name)?;
-    if cm.controller_uid.as_deref() != Some(uid) {
+    if cm.controller_uid() != Some(uid) {
         return None;
     }
     if cm.holdfasts {
         return Some(Facts {
-            digest: cm.sha256.clone()?,
+            digest: cm.sha256()?.to_owned(),
             holdfasts: true,
         });
     }
