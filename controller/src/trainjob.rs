@@ -92,15 +92,45 @@ pub struct TrainJobSpec {
     pub managed_by: Option<String>,
 }
 
+/// `apiGroup` and `kind` are nearly always the CRD's defaults: those values are [`shared`],
+/// not copied into every cached TrainJob.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeRefFields {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_group: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "shared",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_group: Option<Cow<'static, str>>,
+    #[serde(
+        default,
+        deserialize_with = "shared",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kind: Option<Cow<'static, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// The values of `spec.runtimeRef`'s `apiGroup` and `kind` that most TrainJobs carry.
+const SHARED_VALUES: [&str; 3] = [
+    names::TRAINER_GROUP,
+    names::CLUSTER_TRAINING_RUNTIME_KIND,
+    names::TRAINING_RUNTIME_KIND,
+];
+
+/// A string, borrowed from [`SHARED_VALUES`] when it is one of them.
+fn shared<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'static, str>>, D::Error> {
+    let value = Option::<String>::deserialize(deserializer)?;
+    Ok(
+        value.map(|v| match SHARED_VALUES.iter().find(|s| **s == v) {
+            Some(s) => Cow::Borrowed(*s),
+            None => Cow::Owned(v),
+        }),
+    )
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -338,12 +368,34 @@ impl Feed {
     }
 }
 
-/// The TrainJob an update brings (listed, created or changed): a Controller's trigger.
+/// The TrainJob an update brings (listed, created or changed) as a Controller's trigger:
+/// its namespace and name only.
+///
+/// A Controller keeps each queued trigger's reference twice (its schedule's map and its
+/// delay queue) until the job is reconciled, and a reference made from a whole object also
+/// carries copies of its resourceVersion and uid: at start-up every TrainJob is queued at
+/// once. The reconcilers read the job from their store by namespace and name, never from
+/// the trigger, and a reference's resourceVersion and uid take no part in finding it.
 pub fn applied(update: Update) -> Option<Result<Watched, watcher::Error>> {
     match update {
-        Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job)) => Some(Ok(job)),
+        Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job)) => {
+            Some(Ok(trigger_of(&job)))
+        }
         _ => None,
     }
+}
+
+/// The name and namespace of `job` alone, as a [`Watched`].
+fn trigger_of(job: &Watched) -> Watched {
+    let meta = kube::Resource::meta(job);
+    DeserializeGuard(Ok(TrainJob {
+        metadata: ObjectMeta {
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        ..TrainJob::default()
+    }))
 }
 
 impl TrainJob {
@@ -550,6 +602,44 @@ mod tests {
     }
 
     #[test]
+    fn a_runtime_refs_default_group_and_kind_are_shared_not_copied() {
+        let j = watched(json!({
+            "metadata": {"name": "a", "namespace": "ns"},
+            "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime", "name": "torch"}}
+        }));
+        let job = j.0.expect("decoded");
+        let r = job.spec.runtime_ref.clone().expect("runtimeRef");
+        assert!(matches!(
+            r.api_group,
+            Some(Cow::Borrowed("trainer.kubeflow.org"))
+        ));
+        assert!(matches!(
+            r.kind,
+            Some(Cow::Borrowed("ClusterTrainingRuntime"))
+        ));
+        assert_eq!(
+            job.as_json().expect("json")["spec"],
+            json!({"runtimeRef": {"apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime", "name": "torch"}})
+        );
+        let other = watched(json!({
+            "metadata": {"name": "a", "namespace": "ns"},
+            "spec": {"runtimeRef": {"apiGroup": "example.com", "kind": "Other", "name": "x"}}
+        }));
+        let r = other
+            .0
+            .expect("decoded")
+            .spec
+            .runtime_ref
+            .expect("runtimeRef");
+        assert_eq!(
+            (r.api_group.as_deref(), r.kind.as_deref()),
+            (Some("example.com"), Some("Other"))
+        );
+    }
+
+    #[test]
     fn a_running_job_is_not_finished() {
         let j = watched(json!({
             "metadata": {"name": "a", "namespace": "ns"},
@@ -655,6 +745,38 @@ mod tests {
             .map(|j| kube::ResourceExt::name_any(&**j))
             .collect();
         assert_eq!(names, ["b"]);
+    }
+
+    #[test]
+    fn a_trigger_carries_only_the_jobs_name_and_namespace() {
+        let job = watched(json!({
+            "metadata": {
+                "name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "annotations": {"holdfast.dev/admitted-runtime-resource-version": "41"}
+            },
+            "spec": {"runtimeRef": {"name": "torch"}}
+        }));
+        let listed = watcher::Event::InitApply(job.clone());
+        let Some(Ok(trigger)) = applied(Ok(listed)) else {
+            panic!("a listed job triggers");
+        };
+        // What a Controller queues: the same object as the job's, without copies of its
+        // resourceVersion and uid.
+        let queued = ObjectRef::from_obj(&trigger);
+        assert_eq!(queued, ObjectRef::from_obj(&job));
+        assert_eq!(queued, trainjob_ref("ns", "a"));
+        assert_eq!(
+            (queued.extra.resource_version, queued.extra.uid),
+            (None, None)
+        );
+        assert_eq!(
+            trigger.0.expect("decoded").metadata,
+            ObjectMeta {
+                name: Some("a".to_owned()),
+                namespace: Some("ns".to_owned()),
+                ..ObjectMeta::default()
+            }
+        );
     }
 
     #[test]
