@@ -147,6 +147,14 @@ impl Queues {
             .collect()
     }
 
+    /// AdmissionCheck `name` as watched, if it is known.
+    pub fn admission_check(&self, name: &str) -> Option<Value> {
+        Self::object(
+            &self.0.checks.store,
+            ObjectRef::new_with(name, crate::resources::admission_check()),
+        )
+    }
+
     /// Whether `workload` (as read) goes through a ClusterQueue that lists MultiKueue's
     /// AdmissionCheck. `None` also while the watches have not listed, or the queue cannot be
     /// resolved: [`Queues::gate_for`] refuses Release and Open then.

@@ -66,6 +66,12 @@ pub fn admission_check() -> ApiResource {
     kueue("AdmissionCheck", "admissionchecks")
 }
 
+/// MultiKueueConfigs (cluster-scoped): the worker clusters an AdmissionCheck of MultiKueue's
+/// dispatches to.
+pub fn multikueue_config() -> ApiResource {
+    kueue("MultiKueueConfig", "multikueueconfigs")
+}
+
 /// `batch/v1` Jobs.
 pub fn job() -> ApiResource {
     resource("batch", "v1", "Job", "jobs")

@@ -120,6 +120,17 @@ pub struct Args {
     /// probe: its next call probes first.
     #[arg(long, env = "HOLDFAST_PREFLIGHT_INTERVAL", default_value = "30s", value_parser = duration::parse)]
     pub preflight_interval: Duration,
+    /// Kueue mode, in a MultiKueue manager: a worker the readmission gate counts pods in, as
+    /// `NAME=PATH` (the worker's MultiKueueCluster name and a kubeconfig file for it),
+    /// repeated or comma-separated (the chart passes `multikueue.workers`). Hold, Release and
+    /// Open of a TrainJob under MultiKueue go ahead only where these cover every cluster of
+    /// its queue's MultiKueueConfig.
+    #[arg(
+        long = "multikueue-worker",
+        env = "HOLDFAST_MULTIKUEUE_WORKERS",
+        value_delimiter = ','
+    )]
+    pub multikueue_workers: Vec<String>,
 }
 
 /// The hold API's bounds (what one caller, source or user may hold of it) and the

@@ -15,6 +15,7 @@ pub mod hold_api_ca;
 pub mod install_check;
 pub mod leader;
 pub mod metrics;
+pub mod multikueue;
 pub mod pods;
 pub mod readmission;
 pub mod snapshot;

@@ -113,6 +113,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         ));
     }
 
+    let workers = multikueue_workers(&args).await?;
     let executor = HoldExecutor::new(
         kube_requests.client(without_retry(config))?,
         args.mode,
@@ -120,6 +121,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     )
     .with_metrics(call_metrics)
     .with_events(events.clone())
+    .with_workers(workers.clone())
     // The snapshot reconciler runs beside the hold API: Open waits for a job's snapshot.
     .with_snapshot_gate();
     let report = executor.preflight(None).await;
@@ -273,6 +275,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         // Both parts watch the TrainJobs of --watch-namespace: one watch serves them.
         debug_assert_eq!(readmission_config.namespace, trainjob_namespace);
         ReadmissionGate::new(client.clone(), readmission_config, gate_metrics, events)
+            .with_workers(workers)
     });
     if let Some(gate) = &gate {
         let gate = gate.clone();
@@ -396,4 +399,13 @@ async fn keep_ready(
                 && (!leading.load(Ordering::SeqCst) || reconciler.get()),
         );
     }
+}
+
+/// The MultiKueue workers of `--multikueue-worker`, each a client from its kubeconfig.
+async fn multikueue_workers(args: &Args) -> anyhow::Result<crate::multikueue::Workers> {
+    let workers = crate::multikueue::Workers::from_kubeconfigs(&args.multikueue_workers).await?;
+    if !workers.is_empty() {
+        tracing::info!(workers = ?workers.names(), "MultiKueue workers: the readmission gate counts pods there too");
+    }
+    Ok(workers)
 }

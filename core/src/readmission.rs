@@ -403,6 +403,8 @@ pub enum Pods {
     Unknown,
     Remain(usize),
     Gone,
+    /// A place the pods may be in (a MultiKueue worker) could not be read: they may remain.
+    Unreachable,
 }
 
 /// Why the gate keeps a Workload's check `Pending`.
@@ -417,6 +419,9 @@ pub enum WaitReason {
     PodsRemain,
     /// The TrainJob's A is not a decimal number: raising it could lower it.
     UnreadableAttempt,
+    /// A MultiKueue worker holdfast is configured for cannot be read: pods of the previous
+    /// execution may remain there.
+    WorkerUnreachable,
 }
 
 impl WaitReason {
@@ -427,6 +432,7 @@ impl WaitReason {
             WaitReason::HoldElsewhere => "hold_elsewhere",
             WaitReason::PodsRemain => "pods_remain",
             WaitReason::UnreadableAttempt => "unreadable_attempt",
+            WaitReason::WorkerUnreachable => "worker_unreachable",
         }
     }
 
@@ -442,6 +448,9 @@ impl WaitReason {
             WaitReason::PodsRemain => "waiting for the pods of the previous execution to be gone",
             WaitReason::UnreadableAttempt => {
                 "the TrainJob's holdfast.dev/attempt is not a decimal number"
+            }
+            WaitReason::WorkerUnreachable => {
+                "waiting to reach every MultiKueue worker: pods of the previous execution may remain in one that cannot be read"
             }
         }
     }
@@ -526,6 +535,7 @@ pub fn decide_gate(
     match pods {
         Pods::Unknown => return GateStep::LookForPods,
         Pods::Remain(_) => return wait(WaitReason::PodsRemain),
+        Pods::Unreachable => return wait(WaitReason::WorkerUnreachable),
         Pods::Gone => {}
     }
     match claim {

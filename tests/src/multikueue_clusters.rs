@@ -13,7 +13,7 @@
 //!   JobSet. Its apiserver runs inside the node's network namespace and is forwarded to the
 //!   same port on the host's loopback, which is where the manager's Kueue (a host process)
 //!   reaches it; its serving certificate names `127.0.0.1`.
-//! - [`TwoClusters::connect`] gives the manager's Kueue a credential for the worker: a
+//! - [`connect`] gives the manager's Kueue a credential for the worker: a
 //!   ServiceAccount in the worker bound to [`worker_rules`], a TokenRequest token of it, and a
 //!   kubeconfig with the worker's CA and that token **inline** (Kueue refuses kubeconfigs that
 //!   name a CA file or a token file, use exec or auth-provider plugins, basic auth or skip TLS
@@ -71,6 +71,19 @@ pub fn worker_rules() -> Value {
     ])
 }
 
+/// The account holdfast's readmission gate in the manager reads the worker as.
+pub const GATE_ACCOUNT: &str = "holdfast-gate";
+
+/// What holdfast's readmission gate in the manager needs in a worker: to list the pods of a
+/// TrainJob's executions, found by ownership (their Jobs and JobSets), and nothing else.
+pub fn gate_rules() -> Value {
+    json!([
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"]},
+        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["list"]},
+    ])
+}
+
 /// A manager control plane connected to the tier-3 worker through MultiKueue. The manager
 /// stops when this is dropped; the worker is shared and stays.
 pub struct TwoClusters {
@@ -110,102 +123,17 @@ impl TwoClusters {
             workload_image: workload_image.to_owned(),
             set_up: Duration::ZERO,
         };
-        clusters.connect().await?;
+        connect(&clusters.manager, clusters.worker).await?;
         Ok(TwoClusters {
             set_up: t0.elapsed(),
             ..clusters
         })
     }
 
-    /// The worker's credential in the manager, MultiKueue's objects, and their wait to be
-    /// Active.
-    async fn connect(&self) -> anyhow::Result<()> {
-        let kubeconfig = self.worker_kubeconfig().await?;
-        let admin = self.manager.client(Identity::Admin).await?;
-        let apply = |doc: Value| {
-            let admin = admin.clone();
-            async move { crate::rbac::apply(&admin, &doc, KUEUE_NAMESPACE, false).await }
-        };
-        apply(
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}),
-        )
-        .await?;
-        apply(json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": WORKER, "namespace": KUEUE_NAMESPACE},
-            "stringData": {"kubeconfig": kubeconfig}}))
-        .await?;
-        apply(json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "MultiKueueCluster",
-            "metadata": {"name": WORKER},
-            "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": WORKER}}}}))
-        .await?;
-        apply(
-            json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "MultiKueueConfig",
-            "metadata": {"name": CONFIG}, "spec": {"clusters": [WORKER]}}),
-        )
-        .await?;
-        apply(json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
-            "metadata": {"name": MULTIKUEUE_CHECK},
-            "spec": {"controllerName": MULTIKUEUE_CONTROLLER,
-                "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": CONFIG}}}))
-        .await?;
-        let clusters = Api::<DynamicObject>::all_with(
-            admin.clone(),
-            &resources::kueue("MultiKueueCluster", "multikueueclusters"),
-        );
-        let checks = Api::<DynamicObject>::all_with(admin.clone(), &resources::admission_check());
-        let start = Instant::now();
-        loop {
-            let cluster = clusters.get(WORKER).await?;
-            let check = checks.get(MULTIKUEUE_CHECK).await?;
-            if active(&cluster.data) && active(&check.data) {
-                return Ok(());
-            }
-            if start.elapsed() > Duration::from_secs(90) {
-                bail!(
-                    "MultiKueue not Active after 90s: cluster {}, check {}\nmanager's kueue:\n{}",
-                    cluster.data["status"],
-                    check.data["status"],
-                    self.manager.log_tail("kueue", 30)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
-    /// In the worker: [`WORKER_ACCOUNT`], its ClusterRole of [`worker_rules`] and binding;
-    /// returns a kubeconfig for the worker, as that account, with the CA and a token inline.
-    async fn worker_kubeconfig(&self) -> anyhow::Result<String> {
-        let admin = self.worker.client(Identity::Admin).await?;
-        let docs = [
-            json!({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": WORKER_ACCOUNT_NAMESPACE}}),
-            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                "metadata": {"name": WORKER_ACCOUNT, "namespace": WORKER_ACCOUNT_NAMESPACE}}),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": WORKER_ACCOUNT}, "rules": worker_rules()}),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": WORKER_ACCOUNT},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": WORKER_ACCOUNT},
-                "subjects": [{"kind": "ServiceAccount", "name": WORKER_ACCOUNT, "namespace": WORKER_ACCOUNT_NAMESPACE}]}),
-        ];
-        for doc in &docs {
-            crate::rbac::apply(&admin, doc, WORKER_ACCOUNT_NAMESPACE, false).await?;
-        }
-        let token = crate::rbac::mint_token(
-            &admin,
-            WORKER_ACCOUNT_NAMESPACE,
-            WORKER_ACCOUNT,
-            TOKEN_SECONDS,
-        )
-        .await?;
-        let ca = base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            self.worker.ca_pem().as_bytes(),
-        );
-        Ok(format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: {WORKER}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {WORKER_ACCOUNT}\n  user:\n    token: {token}\ncontexts:\n- name: {WORKER}\n  context:\n    cluster: {WORKER}\n    user: {WORKER_ACCOUNT}\ncurrent-context: {WORKER}\n",
-            server = self.worker.server,
-        ))
+    /// A kubeconfig for the worker as [`GATE_ACCOUNT`], allowed [`gate_rules`] only: what the
+    /// chart's `kueue.multikueue.workers` Secret holds.
+    pub async fn gate_kubeconfig(&self) -> anyhow::Result<String> {
+        worker_kubeconfig(self.worker, GATE_ACCOUNT, gate_rules()).await
     }
 
     /// A namespace `{prefix}-{random}` in the manager (as [`ControlPlane::namespace`] makes
@@ -252,6 +180,96 @@ impl TwoClusters {
         }
         Ok(())
     }
+}
+
+/// The worker's credential in the manager, MultiKueue's objects, and their wait to be
+/// Active.
+pub async fn connect(manager: &ControlPlane, worker: &ControlPlane) -> anyhow::Result<()> {
+    let kubeconfig = worker_kubeconfig(worker, WORKER_ACCOUNT, worker_rules()).await?;
+    let admin = manager.client(Identity::Admin).await?;
+    let apply = |doc: Value| {
+        let admin = admin.clone();
+        async move { crate::rbac::apply(&admin, &doc, KUEUE_NAMESPACE, false).await }
+    };
+    apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}))
+        .await?;
+    apply(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": WORKER, "namespace": KUEUE_NAMESPACE},
+        "stringData": {"kubeconfig": kubeconfig}}))
+    .await?;
+    apply(
+        json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "MultiKueueCluster",
+        "metadata": {"name": WORKER},
+        "spec": {"clusterSource": {"kubeConfig": {"locationType": "Secret", "location": WORKER}}}}),
+    )
+    .await?;
+    apply(
+        json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "MultiKueueConfig",
+        "metadata": {"name": CONFIG}, "spec": {"clusters": [WORKER]}}),
+    )
+    .await?;
+    apply(json!({"apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
+        "metadata": {"name": MULTIKUEUE_CHECK},
+        "spec": {"controllerName": MULTIKUEUE_CONTROLLER,
+            "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": CONFIG}}}))
+    .await?;
+    let clusters = Api::<DynamicObject>::all_with(
+        admin.clone(),
+        &resources::kueue("MultiKueueCluster", "multikueueclusters"),
+    );
+    let checks = Api::<DynamicObject>::all_with(admin.clone(), &resources::admission_check());
+    let start = Instant::now();
+    loop {
+        let cluster = clusters.get(WORKER).await?;
+        let check = checks.get(MULTIKUEUE_CHECK).await?;
+        if active(&cluster.data) && active(&check.data) {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            bail!(
+                "MultiKueue not Active after 90s: cluster {}, check {}\nmanager's kueue:\n{}",
+                cluster.data["status"],
+                check.data["status"],
+                manager.log_tail("kueue", 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// In the worker: ServiceAccount `account`, a ClusterRole of `rules` and its binding;
+/// returns a kubeconfig for the worker, as that account, with the CA and a token inline.
+pub async fn worker_kubeconfig(
+    worker: &ControlPlane,
+    account: &str,
+    rules: Value,
+) -> anyhow::Result<String> {
+    let admin = worker.client(Identity::Admin).await?;
+    let docs = [
+        json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": WORKER_ACCOUNT_NAMESPACE}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": WORKER_ACCOUNT_NAMESPACE}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": account}, "rules": rules}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": WORKER_ACCOUNT_NAMESPACE}]}),
+    ];
+    for doc in &docs {
+        crate::rbac::apply(&admin, doc, WORKER_ACCOUNT_NAMESPACE, false).await?;
+    }
+    let token =
+        crate::rbac::mint_token(&admin, WORKER_ACCOUNT_NAMESPACE, account, TOKEN_SECONDS).await?;
+    let ca = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        worker.ca_pem().as_bytes(),
+    );
+    Ok(format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {WORKER}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: {WORKER}\n  context:\n    cluster: {WORKER}\n    user: {account}\ncurrent-context: {WORKER}\n",
+        server = worker.server,
+    ))
 }
 
 /// Whether an object's condition `Active` is True.

@@ -411,3 +411,15 @@ together: 14d, 1h30m) as whole seconds, for PromQL. */}}
 {{- end -}}
 {{- $total -}}
 {{- end -}}
+
+{{/*
+The controller's --multikueue-worker list: NAME=PATH of each kueue.multikueue.workers entry,
+comma-separated, each kubeconfig mounted at /etc/holdfast/multikueue/NAME/kubeconfig.
+*/}}
+{{- define "holdfast.multikueueWorkers" -}}
+{{- $out := list -}}
+{{- range .Values.kueue.multikueue.workers -}}
+{{- $out = append $out (printf "%s=/etc/holdfast/multikueue/%s/kubeconfig" .name .name) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

@@ -72,6 +72,8 @@ pub struct HoldExecutor {
     events: Option<Publisher>,
     /// Whether Open checks the TrainJob's runtime snapshot first ([`Self::with_snapshot_gate`]).
     snapshot_gate: bool,
+    /// The MultiKueue workers the readmission gate sees ([`Self::with_workers`]).
+    workers: crate::multikueue::Workers,
 }
 
 /// What a call read, for its Event: the TrainJob (the Event's object), its Workload, and
@@ -110,7 +112,16 @@ impl HoldExecutor {
             held_workloads,
             events: None,
             snapshot_gate: false,
+            workers: crate::multikueue::Workers::default(),
         }
+    }
+
+    /// Hold, Release and Open of a TrainJob under MultiKueue go ahead where `workers` (the
+    /// ones the readmission gate counts pods in) cover every cluster of the queue's
+    /// MultiKueueConfig; they answer `Unsupported` elsewhere, naming what is missing.
+    pub fn with_workers(mut self, workers: crate::multikueue::Workers) -> Self {
+        self.workers = workers;
+        self
     }
 
     /// Open refuses to open a managed TrainJob that has no runtime snapshot
@@ -405,7 +416,16 @@ impl HoldExecutor {
                 observed.pods.clear();
             }
             if let Some(under) = self.under_multikueue(&read.trainjob, read.workload.as_ref()) {
-                return Err(HoldError::unsupported(under.refusal(kind)));
+                let coverage = crate::multikueue::coverage_of(
+                    &self.client,
+                    self.queues.as_ref(),
+                    &self.workers,
+                    &under,
+                )
+                .await;
+                if !coverage.covered() {
+                    return Err(HoldError::unsupported(under.refusal(kind, &coverage)));
+                }
             }
             if let (Some(queues), Some(workload)) = (&self.queues, &read.workload)
                 && let Some(why) = queues.gate_for(workload).refusal_for(kind)
@@ -706,6 +726,7 @@ impl HoldExecutor {
             config: &self.config,
             meta: self.read_meta(),
             queues: self.queues.as_ref(),
+            workers: &self.workers,
         };
         let report = preflight::run(&prober, scope, previous.as_ref()).await;
         let targeted = matches!(scope, preflight::Scope::Full { target: Some(_) });

@@ -270,9 +270,10 @@ pub struct PreflightReport {
     /// every flavor, and why. A job queued there can be held, but not released or opened.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ungated_cluster_queues: Vec<UngatedQueue>,
-    /// Kueue mode: every ClusterQueue that lists MultiKueue's AdmissionCheck, and why that
-    /// matters. holdfast does not support MultiKueue yet: Hold, Release and Open of a job
-    /// queued there answer `Unsupported`.
+    /// Kueue mode: every ClusterQueue that lists MultiKueue's AdmissionCheck, and what that
+    /// means: Hold, Release and Open of a job queued there go ahead where holdfast has a
+    /// kubeconfig for every worker of the check's MultiKueueConfig, and answer `Unsupported`
+    /// elsewhere, naming what is missing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub multikueue_cluster_queues: Vec<UngatedQueue>,
 }
@@ -516,6 +517,8 @@ pub(crate) struct Prober<'a> {
     pub meta: CallMeta,
     /// Kueue mode: the watched queues.
     pub queues: Option<&'a Queues>,
+    /// The MultiKueue workers the readmission gate sees.
+    pub workers: &'a crate::multikueue::Workers,
 }
 
 /// Runs every probe of the executor's mode. `previous`: the last report, whose round trip a
@@ -584,18 +587,26 @@ pub(crate) async fn run(
             .into_iter()
             .map(|(name, why)| UngatedQueue { name, why })
             .collect();
-        report.multikueue_cluster_queues = queues
-            .multikueue()
-            .into_iter()
-            .map(|(name, check)| {
-                let why = UnderMultiKueue::Queue {
-                    cluster_queue: name.clone(),
-                    check,
-                }
-                .refusals();
-                UngatedQueue { name, why }
-            })
-            .collect();
+        for (name, check) in queues.multikueue() {
+            let under = UnderMultiKueue::Queue {
+                cluster_queue: name.clone(),
+                check,
+            };
+            let coverage =
+                crate::multikueue::coverage_of(exec.client, Some(queues), exec.workers, &under)
+                    .await;
+            let why = if coverage.covered() {
+                format!(
+                    "hold, release and open go ahead: {}, and the readmission gate counts the previous execution's pods there",
+                    coverage.why_not()
+                )
+            } else {
+                under.refusals(&coverage)
+            };
+            report
+                .multikueue_cluster_queues
+                .push(UngatedQueue { name, why });
+        }
     }
     report
 }

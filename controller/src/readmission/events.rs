@@ -2,7 +2,10 @@
 //! pods it waits for), passed, and a queue without the check. Published when the gate's
 //! write of the check lands — so once per change of what it says, not once per reconcile.
 
-use holdfast_core::readmission::{WaitReason, multikueue::UnderMultiKueue};
+use holdfast_core::readmission::{
+    WaitReason,
+    multikueue::{Coverage, UnderMultiKueue},
+};
 
 use crate::events::Notice;
 
@@ -11,7 +14,9 @@ const ACTION: &str = "Readmission";
 /// The check on `workload` stays Pending for `reason`; `pods`: those that remain.
 pub fn waiting(workload: &str, reason: WaitReason, pods: &[String]) -> Notice {
     let pods = match (reason, pods.is_empty()) {
-        (WaitReason::PodsRemain, false) => format!(": {}", crate::pods::listed(pods)),
+        (WaitReason::PodsRemain | WaitReason::WorkerUnreachable, false) => {
+            format!(": {}", crate::pods::listed(pods))
+        }
         _ => String::new(),
     };
     Notice::normal(
@@ -54,15 +59,15 @@ pub fn multikueue_copy(message: &str) -> Notice {
     Notice::warning("MultiKueueCopyPending", ACTION, format!("{message}."))
 }
 
-/// The TrainJob is under MultiKueue, which holdfast does not support yet.
-pub fn under_multikueue(under: &UnderMultiKueue) -> Notice {
+/// The TrainJob is under MultiKueue where holdfast does not see every worker.
+pub fn under_multikueue(under: &UnderMultiKueue, coverage: &Coverage) -> Notice {
     Notice::warning(
         "MultiKueueUnsupported",
         ACTION,
         format!(
             "{}. Its runtime snapshot stays in this cluster: the worker cluster that runs it \
              uses its own runtime.",
-            under.refusals()
+            under.refusals(coverage)
         ),
     )
 }

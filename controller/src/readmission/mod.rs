@@ -68,6 +68,8 @@ pub struct ReadmissionGate {
     workloads: Arc<std::sync::RwLock<Option<reflector::Store<DynamicObject>>>>,
     /// Where its Events go (the process's one publisher).
     events: Publisher,
+    /// The MultiKueue workers whose pods it counts too.
+    workers: crate::multikueue::Workers,
 }
 
 impl ReadmissionGate {
@@ -85,7 +87,15 @@ impl ReadmissionGate {
             metrics,
             workloads: Arc::default(),
             events,
+            workers: crate::multikueue::Workers::default(),
         }
+    }
+
+    /// The gate counting, for a TrainJob under MultiKueue, the previous execution's pods in
+    /// each of `workers` too, and waiting while one cannot be read.
+    pub fn with_workers(mut self, workers: crate::multikueue::Workers) -> Self {
+        self.workers = workers;
+        self
     }
 
     /// The holds among the Workloads in the gate's store, but those being deleted (their
@@ -218,6 +228,7 @@ impl ReadmissionGate {
             events,
             ungated: std::sync::Mutex::default(),
             multikueue: std::sync::Mutex::default(),
+            workers: self.workers.clone(),
         });
         tasks.spawn(sweep::run(
             ctx.clone(),

@@ -58,6 +58,8 @@ pub(crate) struct Context {
     pub(crate) ungated: Mutex<HashSet<(String, String)>>,
     /// TrainJobs under MultiKueue.
     pub(crate) multikueue: Mutex<HashSet<(String, String)>>,
+    /// The MultiKueue workers whose pods are counted for a TrainJob under MultiKueue.
+    pub(crate) workers: crate::multikueue::Workers,
 }
 
 impl Context {
@@ -134,7 +136,7 @@ pub(crate) async fn reconcile(trainjob: Arc<Watched>, ctx: Arc<Context>) -> Resu
     let cached_workloads = ctx.cached_workloads(&namespace, &uid);
     let key = ObjectRef::from_obj(&*trainjob).erase();
     watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
-    watch_multikueue(&ctx, &trainjob, &cached, &cached_workloads);
+    watch_multikueue(&ctx, &trainjob, &cached, &cached_workloads).await;
     if decoded && !needs_work(&cached, &cached_workloads, &ours) {
         ctx.backoff.succeeded(&key);
         return Ok(Action::requeue(ctx.config.resync));
@@ -188,9 +190,10 @@ async fn watch_queue(ctx: &Context, trainjob: &Watched, cached: &Value, workload
 /// Makes MultiKueue visible: a TrainJob under MultiKueue (its `spec.managedBy`, or its
 /// Workload's or queue's ClusterQueue listing MultiKueue's AdmissionCheck) gets a Warning
 /// Event when it is first seen so, and is counted in
-/// `holdfast_readmission_multikueue_trainjobs` while it stays so. Every hold call of it
+/// `holdfast_readmission_multikueue_trainjobs` while it stays so. The Event is left where
+/// holdfast does not see every worker the job may run in, where every hold call of it
 /// answers `Unsupported`.
-fn watch_multikueue(ctx: &Context, trainjob: &Watched, cached: &Value, workloads: &[Value]) {
+async fn watch_multikueue(ctx: &Context, trainjob: &Watched, cached: &Value, workloads: &[Value]) {
     let key = (
         trainjob.namespace().unwrap_or_default(),
         trainjob.name_any(),
@@ -222,10 +225,23 @@ fn watch_multikueue(ctx: &Context, trainjob: &Watched, cached: &Value, workloads
         newly
     };
     if let (true, Some(under)) = (newly, under) {
+        let coverage =
+            crate::multikueue::coverage_of(&ctx.client, Some(&ctx.queues), &ctx.workers, &under)
+                .await;
+        if coverage.covered() {
+            tracing::info!(
+                namespace = key.0,
+                trainjob = key.1,
+                "{}; {}",
+                under.what(),
+                coverage.why_not()
+            );
+            return;
+        }
         tracing::warn!(namespace = key.0, trainjob = key.1, "{}", under.what());
         ctx.events.publish(
             &trainjob.object_ref(&()),
-            gate_events::under_multikueue(&under),
+            gate_events::under_multikueue(&under, &coverage),
         );
     }
 }
@@ -394,7 +410,27 @@ async fn step(
         let mut remaining = Vec::new();
         if gate == GateStep::LookForPods {
             remaining = remaining_pods(ctx, namespace, name).await?;
-            let pods = if remaining.is_empty() {
+            let mut unreachable = Vec::new();
+            if !ctx.workers.is_empty()
+                && read
+                    .workloads
+                    .get(i)
+                    .is_some_and(|w| under_multikueue_now(ctx, read, w))
+            {
+                let workers = ctx.workers.remaining(namespace, name).await;
+                remaining.extend(workers.remain);
+                unreachable = workers.unreachable;
+            }
+            let pods = if !unreachable.is_empty() {
+                tracing::warn!(
+                    namespace,
+                    trainjob = name,
+                    ?unreachable,
+                    "MultiKueue workers cannot be read: the gate stays closed"
+                );
+                remaining = unreachable;
+                Pods::Unreachable
+            } else if remaining.is_empty() {
                 Pods::Gone
             } else {
                 Pods::Remain(remaining.len())
@@ -483,6 +519,7 @@ fn wait_label(reason: WaitReason) -> &'static str {
         WaitReason::HoldElsewhere => "wait_hold_elsewhere",
         WaitReason::PodsRemain => "wait_pods_remain",
         WaitReason::UnreadableAttempt => "wait_unreadable_attempt",
+        WaitReason::WorkerUnreachable => "wait_worker_unreachable",
     }
 }
 
@@ -516,6 +553,12 @@ async fn put_workload(
         Api::namespaced_with(ctx.client.clone(), namespace, &resources::workload());
     api.replace(name, &ctx.pp(), &object).await?;
     Ok(())
+}
+
+/// Whether TrainJob `read.trainjob`, whose Workload `workload` is read, is under MultiKueue:
+/// its `spec.managedBy`, or the Workload's ClusterQueue listing MultiKueue's check.
+fn under_multikueue_now(ctx: &Context, read: &Read, workload: &Value) -> bool {
+    under_multikueue(&read.trainjob, ctx.queues.multikueue_for(workload)).is_some()
 }
 
 /// The pods of TrainJob `name`'s previous executions that remain, listed live and found by

@@ -1,15 +1,17 @@
-//! MultiKueue: where holdfast cannot keep its promises yet, and says so.
+//! MultiKueue: where holdfast keeps its promises, and where it cannot and says so.
 //!
 //! Under MultiKueue a manager cluster queues a job and a worker cluster runs a copy of it
 //! (Kueue v0.19: the manager's ClusterQueue lists an AdmissionCheck whose controller is
 //! [`MULTIKUEUE_CONTROLLER`], and Kueue's webhook sets the job's `spec.managedBy` to the same
-//! name). holdfast sees only the cluster it runs in, so:
+//! name). MultiKueue deletes the worker's copy of a stopped job while its pods may still be
+//! terminating, so:
 //!
-//! - in the **manager**, its readmission gate cannot see the worker's pods, and MultiKueue
-//!   deletes the worker's copy of a stopped job while its pods may still be terminating: a
-//!   Release or Open would let a new copy start beside the old pods. Hold, Release and Open
-//!   of such a TrainJob therefore answer `Unsupported` ([`UnderMultiKueue::refusal`]); Hold
-//!   too, because a hold placed there could never be released (see the book's decisions).
+//! - in the **manager**, the readmission gate counts the previous execution's pods in every
+//!   worker holdfast has a kubeconfig for, and waits while one cannot be reached
+//!   ([`super::Pods::Unreachable`]). Hold, Release and Open go ahead only where holdfast sees
+//!   every cluster of the queue's MultiKueueConfig ([`coverage`]); elsewhere they answer
+//!   `Unsupported` ([`UnderMultiKueue::refusal`]), Hold too, because a hold placed there
+//!   could never be released (see the book's decisions).
 //! - in a **worker**, the Workload MultiKueue creates has no TrainJob owner until after it is
 //!   admitted, so the gate cannot tell which pods of an earlier execution remain: its check
 //!   stays `Pending`, with a message that says why ([`remote_copy_wait`]), rather than
@@ -52,22 +54,114 @@ impl UnderMultiKueue {
         }
     }
 
-    /// Why a call of `kind` refuses: every hold call does, naming what to configure.
-    pub fn refusal(&self, kind: CallKind) -> String {
-        self.unsupported(&format!("{kind} is"))
+    /// Why a call of `kind` refuses while holdfast does not see every worker the job may run
+    /// in (`coverage`), naming what to configure.
+    pub fn refusal(&self, kind: CallKind, coverage: &Coverage) -> String {
+        self.unsupported(&format!("{kind} is"), coverage)
     }
 
     /// Why every hold call refuses (preflight's list of such queues says it so).
-    pub fn refusals(&self) -> String {
-        self.unsupported("hold, release and open are")
+    pub fn refusals(&self, coverage: &Coverage) -> String {
+        self.unsupported("hold, release and open are", coverage)
     }
 
-    fn unsupported(&self, calls: &str) -> String {
+    fn unsupported(&self, calls: &str, coverage: &Coverage) -> String {
         format!(
-            "{calls} not supported for a TrainJob under MultiKueue yet: {}. MultiKueue runs the job in a worker cluster and holdfast sees only this one: its readmission gate here cannot see the worker's pods, and MultiKueue deletes the worker's copy of a stopped job while its pods may still be terminating, so a Release or Open could start a new copy beside them; a Hold is refused too, since nothing could release it. holdfast has no MultiKueue configuration yet: to hold this kind of job, queue it in a ClusterQueue that lists holdfast's readmission AdmissionCheck and no AdmissionCheck of {MULTIKUEUE_CONTROLLER}, and create it without spec.managedBy {MULTIKUEUE_CONTROLLER}",
-            self.what()
+            "{calls} not supported for a TrainJob under MultiKueue yet: {}. MultiKueue deletes the worker's copy of a stopped job while its pods may still terminate, so Release and Open go ahead only where holdfast's readmission gate sees every worker the job may run in, and {}; Hold refuses too, since nothing could release it. To hold this job, give holdfast a kubeconfig for every cluster of the queue's MultiKueueConfig (the chart's kueue.multikueue.workers), or queue it in a ClusterQueue that lists holdfast's readmission AdmissionCheck and no AdmissionCheck of {MULTIKUEUE_CONTROLLER}, and create it without spec.managedBy {MULTIKUEUE_CONTROLLER}",
+            self.what(),
+            coverage.why_not(),
         )
     }
+}
+
+/// Whether holdfast sees every worker a job under MultiKueue may run in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Coverage {
+    /// Every cluster of the queue's MultiKueueConfig is one holdfast has a kubeconfig for.
+    Covered { config: String },
+    /// holdfast has no kubeconfig for any worker.
+    NoWorkers,
+    /// The queue's MultiKueueConfig `config` lists clusters holdfast has no kubeconfig for.
+    Missing {
+        config: String,
+        clusters: Vec<String>,
+    },
+    /// Which workers the job may run in cannot be told, and why.
+    Unknown(String),
+}
+
+impl Coverage {
+    /// Whether hold calls may go ahead.
+    pub fn covered(&self) -> bool {
+        matches!(self, Coverage::Covered { .. })
+    }
+
+    /// Why holdfast cannot see the workers, in words.
+    pub fn why_not(&self) -> String {
+        match self {
+            Coverage::Covered { config } => {
+                format!("holdfast sees every worker of MultiKueueConfig {config}")
+            }
+            Coverage::NoWorkers => {
+                "it cannot see the worker's pods: holdfast has no kubeconfig for any MultiKueue worker".to_owned()
+            }
+            Coverage::Missing { config, clusters } => format!(
+                "it cannot see the worker's pods in {}: MultiKueueConfig {config} lists {} and holdfast has no kubeconfig for {}",
+                clusters.join(", "),
+                if clusters.len() == 1 { "it" } else { "them" },
+                if clusters.len() == 1 { "it" } else { "them" },
+            ),
+            Coverage::Unknown(why) => format!(
+                "it cannot see the worker's pods: which workers may run the job is not known ({why})"
+            ),
+        }
+    }
+}
+
+/// Whether holdfast, with kubeconfigs for the workers `configured`, sees every cluster the
+/// MultiKueueConfig `config` (as read; named `name`) lists. A config that lists no cluster
+/// dispatches nowhere, so it is covered.
+pub fn coverage(name: &str, config: &Value, configured: &BTreeSet<String>) -> Coverage {
+    if configured.is_empty() {
+        return Coverage::NoWorkers;
+    }
+    let Some(listed) = config.pointer("/spec/clusters").and_then(Value::as_array) else {
+        return Coverage::Unknown(format!("MultiKueueConfig {name} has no spec.clusters"));
+    };
+    let mut clusters = Vec::new();
+    for c in listed {
+        match c.as_str() {
+            Some(c) if configured.contains(c) => {}
+            Some(c) => clusters.push(c.to_owned()),
+            None => {
+                return Coverage::Unknown(format!(
+                    "MultiKueueConfig {name} lists a cluster that is not a name: {c}"
+                ));
+            }
+        }
+    }
+    if clusters.is_empty() {
+        Coverage::Covered {
+            config: name.to_owned(),
+        }
+    } else {
+        Coverage::Missing {
+            config: name.to_owned(),
+            clusters,
+        }
+    }
+}
+
+/// The MultiKueueConfig MultiKueue's AdmissionCheck `check` (as read) names as its
+/// parameters, if it names one.
+pub fn config_of_check(check: &Value) -> Option<&str> {
+    let p = check.pointer("/spec/parameters")?;
+    let is_config = p.get("kind").and_then(Value::as_str) == Some("MultiKueueConfig")
+        && p.get("apiGroup").and_then(Value::as_str) == Some("kueue.x-k8s.io");
+    is_config
+        .then(|| p.get("name").and_then(Value::as_str))
+        .flatten()
+        .filter(|n| !n.is_empty())
 }
 
 /// Whether AdmissionCheck `check` (as read) is MultiKueue's.
@@ -94,16 +188,14 @@ pub fn multikueue_check_of(cluster_queue: &Value, multikueue: &BTreeSet<String>)
         .find(|c| multikueue.contains(c))
 }
 
-/// Whether TrainJob `trainjob` is under MultiKueue: its own `spec.managedBy` first, else
-/// `queue` (what its Workload's or LocalQueue's ClusterQueue lists, already found).
+/// Whether TrainJob `trainjob` is under MultiKueue: `queue` first (what its Workload's or
+/// LocalQueue's ClusterQueue lists, already found: it names the check, and so the workers),
+/// else its own `spec.managedBy`.
 pub fn under_multikueue(
     trainjob: &Value,
     queue: Option<UnderMultiKueue>,
 ) -> Option<UnderMultiKueue> {
-    if managed_by_multikueue(trainjob) {
-        return Some(UnderMultiKueue::ManagedBy);
-    }
-    queue
+    queue.or_else(|| managed_by_multikueue(trainjob).then_some(UnderMultiKueue::ManagedBy))
 }
 
 /// The manager a Workload came from, when it is MultiKueue's copy in a worker: it carries
@@ -234,10 +326,15 @@ mod tests {
         let managed = json!({"spec": {"managedBy": MULTIKUEUE_CONTROLLER}});
         assert_eq!(
             under_multikueue(&managed, Some(queue.clone())),
+            Some(queue.clone()),
+            "the queue names the check, and so the workers"
+        );
+        assert_eq!(
+            under_multikueue(&managed, None),
             Some(UnderMultiKueue::ManagedBy)
         );
         for kind in [CallKind::Hold, CallKind::Release, CallKind::Open] {
-            let why = queue.refusal(kind);
+            let why = queue.refusal(kind, &Coverage::NoWorkers);
             assert!(
                 why.starts_with(&format!("{kind} is not supported")),
                 "{why}"
@@ -255,14 +352,87 @@ mod tests {
         }
         assert!(
             UnderMultiKueue::ManagedBy
-                .refusal(CallKind::Open)
+                .refusal(CallKind::Open, &Coverage::NoWorkers)
                 .contains("its spec.managedBy is kueue.x-k8s.io/multikueue")
         );
         assert!(
             queue
-                .refusals()
+                .refusals(&Coverage::NoWorkers)
                 .starts_with("hold, release and open are not supported")
         );
+    }
+
+    #[test]
+    fn hold_calls_under_multikueue_go_ahead_only_where_holdfast_sees_every_worker_of_the_queue() {
+        let config = json!({"spec": {"clusters": ["worker-1", "worker-2"]}});
+        assert_eq!(
+            coverage("workers", &config, &BTreeSet::new()),
+            Coverage::NoWorkers
+        );
+        let both = names(&["worker-1", "worker-2", "worker-3"]);
+        let covered = coverage("workers", &config, &both);
+        assert!(covered.covered(), "{covered:?}");
+        let one = names(&["worker-1"]);
+        let missing = coverage("workers", &config, &one);
+        assert_eq!(
+            missing,
+            Coverage::Missing {
+                config: "workers".to_owned(),
+                clusters: vec!["worker-2".to_owned()]
+            }
+        );
+        assert!(!missing.covered());
+        let queue = UnderMultiKueue::Queue {
+            cluster_queue: "cq".to_owned(),
+            check: "mk".to_owned(),
+        };
+        let why = queue.refusal(CallKind::Release, &missing);
+        for needle in [
+            "release is not supported",
+            "cannot see the worker's pods in worker-2",
+            "MultiKueueConfig workers lists it",
+            "multikueue.workers",
+        ] {
+            assert!(why.contains(needle), "{needle}: {why}");
+        }
+        let unnamed = json!({"spec": {"clusters": [7]}});
+        assert!(matches!(
+            coverage("odd", &unnamed, &one),
+            Coverage::Unknown(_)
+        ));
+        assert!(matches!(
+            coverage("bare", &json!({"spec": {}}), &one),
+            Coverage::Unknown(_)
+        ));
+        assert!(
+            coverage("none", &json!({"spec": {"clusters": []}}), &one).covered(),
+            "a config of no cluster dispatches nowhere"
+        );
+    }
+
+    #[test]
+    fn multikueue_s_check_names_its_config_in_its_parameters() {
+        let check =
+            |p: Value| json!({"spec": {"controllerName": MULTIKUEUE_CONTROLLER, "parameters": p}});
+        assert_eq!(
+            config_of_check(&check(
+                json!({"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "workers"})
+            )),
+            Some("workers")
+        );
+        assert_eq!(
+            config_of_check(&check(
+                json!({"apiGroup": "example.com", "kind": "MultiKueueConfig", "name": "w"})
+            )),
+            None
+        );
+        assert_eq!(
+            config_of_check(&check(
+                json!({"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": ""})
+            )),
+            None
+        );
+        assert_eq!(config_of_check(&json!({"spec": {}})), None);
     }
 
     fn remote(owners: Value, checks: Value) -> Value {

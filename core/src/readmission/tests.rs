@@ -384,6 +384,23 @@ fn a_wait_message_is_written_once() {
     );
 }
 
+#[test]
+fn the_gate_waits_while_a_multikueue_worker_cannot_be_read() {
+    let step = decide_gate(&trainjob(), &pending(), &[], Pods::Unreachable);
+    assert_eq!(
+        step,
+        GateStep::Wait {
+            reason: WaitReason::WorkerUnreachable,
+            message: Some(WaitReason::WorkerUnreachable.text().to_owned())
+        },
+        "an unreadable worker may hold the previous execution's pods: never Ready"
+    );
+    assert_ne!(
+        WaitReason::WorkerUnreachable.text(),
+        WaitReason::PodsRemain.text()
+    );
+}
+
 /// A simulated Workload status, TrainJob A and Kueue, driven through admissions, evictions
 /// and crashes of the gate between any two of its writes.
 #[derive(Debug)]

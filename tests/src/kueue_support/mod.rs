@@ -74,6 +74,8 @@ pub struct Fixture {
     /// The running gate (a clone), to ask what it holds.
     running_gate: Option<ReadmissionGate>,
     settle: Duration,
+    /// The MultiKueue workers the gate and the executor see ([`Fixture::use_workers`]).
+    workers: holdfast_controller::multikueue::Workers,
 }
 
 impl Fixture {
@@ -127,6 +129,7 @@ impl Fixture {
             gate: None,
             running_gate: None,
             settle: setup.settle,
+            workers: holdfast_controller::multikueue::Workers::default(),
         };
         if setup.gate {
             f.start_gate().await;
@@ -173,7 +176,8 @@ impl Fixture {
             },
             self.metrics.clone(),
             crate::leader_parts::publisher(&client, None),
-        );
+        )
+        .with_workers(self.workers.clone());
         self.running_gate = Some(gate.clone());
         let token = CancellationToken::new();
         let stop = token.clone();
@@ -184,6 +188,23 @@ impl Fixture {
             }
         });
         self.gate = Some((token, task));
+    }
+
+    /// From now on the gate and the executor see MultiKueue workers `workers`: a gate that
+    /// runs is started again with them.
+    pub async fn use_workers(&mut self, workers: holdfast_controller::multikueue::Workers) {
+        let running = self.gate.is_some();
+        self.stop_gate().await;
+        self.workers = workers.clone();
+        self.exec = HoldExecutor::new(
+            client_without_retries(self.cp, Identity::Controller).await,
+            Mode::Kueue,
+            config(),
+        )
+        .with_workers(workers);
+        if running {
+            self.start_gate().await;
+        }
     }
 
     /// The gate started by [`Fixture::start_gate`], if any.

@@ -36,6 +36,7 @@ mod match_conditions;
 mod metrics;
 mod mode_switch;
 mod multikueue;
+mod multikueue_workers;
 mod node;
 mod outage;
 mod pod_replacement;

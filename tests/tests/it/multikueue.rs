@@ -194,7 +194,9 @@ async fn a_trainjob_under_multikueue_gets_a_warning_event_and_is_counted() {
         .await;
     assert!(
         note.contains("not supported for a TrainJob under MultiKueue yet")
-            && note.contains("its spec.managedBy is kueue.x-k8s.io/multikueue")
+            // Its queue names the check once Kueue's queues are listed; its managedBy before.
+            && (note.contains(&format!("lists MultiKueue's AdmissionCheck {MULTIKUEUE_CHECK}"))
+                || note.contains("its spec.managedBy is kueue.x-k8s.io/multikueue"))
             && note.contains("runtime snapshot stays in this cluster"),
         "{note}"
     );

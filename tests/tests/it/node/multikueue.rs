@@ -201,8 +201,8 @@ async fn multikueue_runs_a_managers_trainjob_on_the_worker_node_and_a_hold_there
     };
     for needle in [
         "hold is not supported for a TrainJob under MultiKueue yet",
-        "its spec.managedBy is kueue.x-k8s.io/multikueue",
-        "cannot see the worker's pods",
+        "lists MultiKueue's AdmissionCheck multikueue",
+        "holdfast has no kubeconfig for any MultiKueue worker",
         "ClusterQueue that lists holdfast's readmission AdmissionCheck and no AdmissionCheck of kueue.x-k8s.io/multikueue",
     ] {
         assert!(reason.contains(needle), "{needle}: {reason}");

@@ -1,0 +1,213 @@
+//! MultiKueue with holdfast configured for the workers, on two tier-2 control planes: this
+//! topic's plane is the manager (Kueue with MultiKueue's AdmissionCheck beside holdfast's in
+//! the ClusterQueue), and a second plane is the worker (its own Kueue), connected for real
+//! (`multikueue_clusters::connect`: a kubeconfig Secret, a MultiKueueCluster, a
+//! MultiKueueConfig, the check Active). holdfast reads the worker as an account allowed only
+//! to list pods, Jobs and JobSets (`multikueue_clusters::gate_rules`), from a kubeconfig file
+//! as the chart mounts it.
+//!
+//! No kubelet runs at tier 2: the previous execution's pod in the worker is a pod object
+//! carrying what its Job controller and JobSet give it (the orphan of a deleted Job), never
+//! scheduled, which counts as remaining until it is deleted. The real pods, terminating on a
+//! real node, are the node suite's (`node::multikueue::`).
+
+use std::collections::BTreeMap;
+
+use holdfast_controller::multikueue::Workers;
+use holdfast_core::hold::{HoldError, Outcome};
+use holdfast_core::readmission::WaitReason;
+use holdfast_tests::control_plane::ControlPlane;
+use holdfast_tests::hold_support::meta;
+use holdfast_tests::identity::Identity;
+use holdfast_tests::kueue;
+use holdfast_tests::kueue_support::{CHECK, Fixture, MINUTE, QUEUE, Setup, check, condition};
+use holdfast_tests::multikueue_clusters::{
+    GATE_ACCOUNT, MULTIKUEUE_CHECK, WORKER, connect, gate_rules, worker_kubeconfig,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+/// The worker of this topic: a second tier-2 plane, with its own Kueue.
+async fn worker() -> &'static ControlPlane {
+    let worker = ControlPlane::shared_by("multikueue-worker");
+    worker.start_kueue().await.expect("the worker's Kueue");
+    worker
+}
+
+/// A fixture on the manager whose queue lists holdfast's check and MultiKueue's, the two
+/// planes connected, and the namespace and a LocalQueue in the worker too. No gate runs yet.
+async fn manager_and_worker(prefix: &str) -> (Fixture, &'static ControlPlane) {
+    let f = Fixture::start_with(
+        prefix,
+        Setup {
+            gate: false,
+            checks: &[CHECK, MULTIKUEUE_CHECK],
+            ..Setup::default()
+        },
+    )
+    .await;
+    let worker = worker().await;
+    connect(f.cp, worker).await.expect("MultiKueue connected");
+    let admin = worker.client(Identity::Admin).await.expect("worker admin");
+    holdfast_tests::rbac::apply(
+        &admin,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f.ns}}),
+        &f.ns,
+        false,
+    )
+    .await
+    .expect("the namespace in the worker");
+    kueue::create_queues(&admin, &f.ns, QUEUE, &[])
+        .await
+        .expect("the worker's queues");
+    (f, worker)
+}
+
+/// [`WORKER`] as the chart configures it: a kubeconfig file (in the test's temporary
+/// directory) for an account of [`gate_rules`] only.
+async fn configured_worker(worker: &ControlPlane, dir: &std::path::Path) -> String {
+    let kubeconfig = worker_kubeconfig(worker, GATE_ACCOUNT, gate_rules())
+        .await
+        .expect("the gate's kubeconfig");
+    let path = dir.join(WORKER);
+    std::fs::write(&path, kubeconfig).expect("write the kubeconfig");
+    format!("{WORKER}={}", path.display())
+}
+
+/// A worker that cannot be reached: nothing listens on its address.
+fn unreachable_worker() -> (String, kube::Client) {
+    let config = kube::Config::new("https://127.0.0.1:1".parse().expect("url"));
+    (
+        "worker-down".to_owned(),
+        kube::Client::try_from(config).expect("client"),
+    )
+}
+
+/// A pod of `job`'s previous execution left in the worker: its Job deleted (no owner), the
+/// labels JobSet and the Job controller gave it.
+async fn leftover_pod(worker: &ControlPlane, ns: &str, job: &str) -> Api<Pod> {
+    let admin = worker.client(Identity::Admin).await.expect("worker admin");
+    let pods: Api<Pod> = Api::namespaced(admin, ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("{job}-node-0-0-old"), "labels": {
+            "jobset.sigs.k8s.io/jobset-name": job,
+            "batch.kubernetes.io/controller-uid": "a-deleted-job"}},
+        "spec": {"containers": [{"name": "node", "image": "trainer:old"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("the leftover pod");
+    pods
+}
+
+/// The seed's readmission gate, across clusters: a Workload dispatched through MultiKueue
+/// is let through only once no pod of the previous execution remains in any worker
+/// holdfast is configured for, and not while one of them cannot be read. (Before, the gate
+/// in the manager looked only at the manager, found nothing, and went Ready at once.)
+#[tokio::test]
+async fn the_managers_gate_waits_for_the_previous_executions_pods_in_a_worker_and_while_a_worker_cannot_be_read()
+ {
+    let (mut f, worker) = manager_and_worker("mk-gate").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = configured_worker(worker, dir.path()).await;
+    let pods = leftover_pod(worker, &f.ns, "job").await;
+    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
+        .await
+        .expect("workers");
+    f.use_workers(workers.clone()).await;
+    f.start_gate().await;
+
+    f.create_job("job", json!({})).await;
+    // Open goes ahead: holdfast sees every worker of the queue's MultiKueueConfig.
+    f.open_at_gate("job").await;
+    let waiting = f
+        .workload_when("job", "the gate waits for the worker's pod", |w| {
+            check(w) == ("Pending".to_owned(), waiting_text(WaitReason::PodsRemain))
+        })
+        .await;
+    assert!(!condition(&waiting, "Admitted"), "not admitted");
+
+    // A worker that cannot be read keeps the gate closed, even once the pod is gone.
+    let mut both: BTreeMap<String, kube::Client> = BTreeMap::new();
+    both.insert(
+        WORKER.to_owned(),
+        worker.client(Identity::Admin).await.expect("worker client"),
+    );
+    let (down, client) = unreachable_worker();
+    both.insert(down, client);
+    f.use_workers(Workers::new(both)).await;
+    pods.delete("job-node-0-0-old", &DeleteParams::default())
+        .await
+        .expect("the leftover pod deleted");
+    f.workload_when("job", "the gate waits to reach every worker", |w| {
+        check(w)
+            == (
+                "Pending".to_owned(),
+                waiting_text(WaitReason::WorkerUnreachable),
+            )
+    })
+    .await;
+
+    // Every worker read, no pod left: the execution may start.
+    f.use_workers(workers).await;
+    f.workload_when("job", "the gate lets it through", |w| check(w).0 == "Ready")
+        .await;
+    f.finish().await;
+}
+
+/// The check's message of a wait for `reason` (no execution claimed yet).
+fn waiting_text(reason: WaitReason) -> String {
+    holdfast_core::readmission::check_message(None, reason.text())
+}
+
+/// Hold, Release and Open of a job under MultiKueue go ahead where holdfast has a
+/// kubeconfig for every cluster of the queue's MultiKueueConfig, and answer `Unsupported`
+/// elsewhere, naming the worker it lacks and the chart value that gives it. (Before, every
+/// call under MultiKueue answered `Unsupported`.)
+#[tokio::test]
+async fn hold_calls_under_multikueue_go_ahead_only_where_holdfast_has_a_kubeconfig_for_every_worker_of_the_queue()
+ {
+    let (mut f, worker) = manager_and_worker("mk-calls-cover").await;
+    f.create_job("job", json!({})).await;
+
+    // No worker configured.
+    let none = f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await;
+    let Err(HoldError::Unsupported { reason }) = none else {
+        panic!("no worker configured: Unsupported: {none:?}");
+    };
+    assert!(
+        reason.contains("holdfast has no kubeconfig for any MultiKueue worker")
+            && reason.contains("multikueue.workers"),
+        "{reason}"
+    );
+
+    // Only a worker the queue does not dispatch to.
+    let (down, client) = unreachable_worker();
+    f.use_workers(Workers::new([(down, client)].into())).await;
+    let other = f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await;
+    let Err(HoldError::Unsupported { reason }) = other else {
+        panic!("the queue's worker not configured: Unsupported: {other:?}");
+    };
+    assert!(
+        reason.contains(&format!("cannot see the worker's pods in {WORKER}"))
+            && reason.contains("MultiKueueConfig workers lists it"),
+        "{reason}"
+    );
+
+    // The queue's worker configured: the calls go ahead.
+    let client = worker.client(Identity::Admin).await.expect("worker client");
+    f.use_workers(Workers::new([(WORKER.to_owned(), client)].into()))
+        .await;
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    let release = f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await;
+    assert!(
+        matches!(release, Ok(Outcome::Released { .. })),
+        "{release:?}"
+    );
+    f.finish().await;
+}
