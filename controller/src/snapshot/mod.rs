@@ -1,7 +1,8 @@
 //! The snapshot reconciler (KEP-2599): on its first reconciliation every TrainJob gets a
 //! snapshot of the runtime its `spec.runtimeRef` names, in the ConfigMap
 //! `{trainjob}-runtime-snapshot`, never rewritten. The pure logic (rendering, the ConfigMap,
-//! Trainer's reader, drift) is `holdfast_core::snapshot`; this module is the I/O around it.
+//! Trainer's reader, drift, and each reconciliation's decisions, `step`) is
+//! `holdfast_core::snapshot`; this module is the I/O around it.
 //!
 //! # What it reads, and what it costs
 //!
@@ -59,8 +60,10 @@ mod metrics;
 mod migration;
 mod read;
 mod reconcile;
+mod report;
 mod resolve;
 mod runtimes;
+mod take;
 
 use futures::StreamExt;
 use holdfast_serve::Readiness;

@@ -15,6 +15,16 @@ pub enum Writer {
     Trainer,
 }
 
+impl Writer {
+    /// As logs and metrics name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Writer::Holdfast => "holdfast",
+            Writer::Trainer => "trainer",
+        }
+    }
+}
+
 /// What the snapshot says about the runtime version it copied: holdfast's provenance
 /// annotations where present, else the server fields a whole-object copy carries in its YAML.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
