@@ -9,6 +9,7 @@
 
 use super::*;
 use holdfast_controller::hold::HoldExecutor;
+use holdfast_controller::multikueue::Workers;
 use holdfast_controller::readmission::{self, ReadmissionGate, ReadmissionMetrics};
 use holdfast_core::hold::HoldError;
 use holdfast_core::mode::Mode;
@@ -42,6 +43,35 @@ async fn live_workloads(workloads: &Api<DynamicObject>) -> Vec<Value> {
         .collect()
 }
 
+/// holdfast's readmission gate on the manager, in process as its controller, for `ns`,
+/// counting pods in `workers` too; stops with `stop`.
+fn start_gate(
+    controller: &kube::Client,
+    ns: &str,
+    workers: Workers,
+    stop: &CancellationToken,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let gate = ReadmissionGate::new(
+        controller.clone(),
+        readmission::Config {
+            namespace: Some(ns.to_owned()),
+            retry_min: Duration::from_millis(100),
+            retry_max: Duration::from_secs(2),
+            resync: Duration::from_secs(3),
+            sweep_interval: Duration::from_secs(2),
+            ..readmission::Config::default()
+        },
+        ReadmissionMetrics::default(),
+        holdfast_tests::leader_parts::publisher(controller, None),
+    )
+    .with_workers(workers);
+    let feed = holdfast_tests::leader_parts::trainjob_feed(controller, Some(ns), stop);
+    tokio::spawn({
+        let stop = stop.clone();
+        async move { gate.run_on(feed, stop).await }
+    })
+}
+
 /// A TrainJob created on the manager, in a ClusterQueue that lists MultiKueue's check beside
 /// holdfast's, is dispatched to the worker: holdfast's check on the manager goes Ready (no
 /// pod of it in the manager), MultiKueue's goes Ready naming the worker, and the worker's
@@ -72,25 +102,8 @@ async fn multikueue_runs_a_managers_trainjob_on_the_worker_node_and_a_hold_there
         .client(Identity::Controller)
         .await
         .expect("controller");
-    let gate = ReadmissionGate::new(
-        controller.clone(),
-        readmission::Config {
-            namespace: Some(ns.clone()),
-            retry_min: Duration::from_millis(100),
-            retry_max: Duration::from_secs(2),
-            resync: Duration::from_secs(3),
-            sweep_interval: Duration::from_secs(2),
-            ..readmission::Config::default()
-        },
-        ReadmissionMetrics::default(),
-        holdfast_tests::leader_parts::publisher(&controller, None),
-    );
     let stop = CancellationToken::new();
-    let feed = holdfast_tests::leader_parts::trainjob_feed(&controller, Some(&ns), &stop);
-    let gate_task = tokio::spawn({
-        let stop = stop.clone();
-        async move { gate.run_on(feed, stop).await }
-    });
+    let gate_task = start_gate(&controller, &ns, Workers::default(), &stop);
     let exec = HoldExecutor::new(
         client_without_retries(manager, Identity::Controller).await,
         Mode::Kueue,
@@ -526,6 +539,239 @@ async fn deactivating_the_managers_workload_deletes_the_workers_copy_while_its_p
             "the worker's {copy} was deleted only after the pod was gone: {log:#?}"
         );
     }
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(worker_admin)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .expect("delete the worker's namespace");
+}
+
+/// The seed's readmission gate across clusters, on the real node: a job dispatched by
+/// MultiKueue, held and at once released through the manager, while its pod in the worker
+/// takes 20 s to stop after SIGTERM. MultiKueue deletes the worker's copy at the hold, so
+/// nothing but the pod shows the held execution; holdfast's gate in the manager, configured
+/// with a kubeconfig for the worker (an account allowed only to list pods, Jobs and JobSets),
+/// keeps its check Pending while that pod remains and is never Ready before it is gone, and
+/// the new execution's container starts after the old one finished, by the kubelet's
+/// records. (Before, the Hold answered Unsupported; with it forced, the gate went Ready at
+/// once, finding no pod in the manager.)
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node and a manager)"]
+async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_execution_are_gone()
+{
+    let t0 = Instant::now();
+    let worker = NodeCluster::shared();
+    let clusters = TwoClusters::start(worker).await.expect("two clusters");
+    let ns = clusters.namespace("mk-gate").await.expect("namespace");
+    let manager = &clusters.manager;
+    let admin = manager
+        .client(Identity::Admin)
+        .await
+        .expect("manager admin");
+    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
+    ensure_admission_check(&admin).await;
+
+    // holdfast as the chart configures it for the worker: a kubeconfig file.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(WORKER);
+    std::fs::write(
+        &path,
+        clusters
+            .gate_kubeconfig()
+            .await
+            .expect("the gate's kubeconfig"),
+    )
+    .expect("write the kubeconfig");
+    let workers = Workers::from_kubeconfigs(&[format!("{WORKER}={}", path.display())])
+        .await
+        .expect("workers");
+    let controller = manager
+        .client(Identity::Controller)
+        .await
+        .expect("controller");
+    let stop = CancellationToken::new();
+    let gate_task = start_gate(&controller, &ns, workers.clone(), &stop);
+    let exec = HoldExecutor::new(
+        client_without_retries(manager, Identity::Controller).await,
+        Mode::Kueue,
+        config(),
+    )
+    .with_workers(workers);
+    clusters
+        .queues(&ns, &[CHECK, MULTIKUEUE_CHECK])
+        .await
+        .expect("queues");
+    clusters
+        .runtime(&ns, "workload", 20)
+        .await
+        .expect("runtimes");
+    let trainjobs: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::trainjob());
+    let tj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "tj", "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+    }))
+    .expect("trainjob");
+    trainjobs
+        .create(&PostParams::default(), &tj)
+        .await
+        .expect("create the TrainJob on the manager");
+    let worker_pods: Api<Pod> = Api::namespaced(worker_admin.clone(), &ns);
+    let first = next_execution(
+        &worker_pods,
+        "tj",
+        &[],
+        "the first execution Running in the worker",
+        Duration::from_secs(120),
+    )
+    .await;
+    let old: Vec<String> = first
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+
+    // Hold and Release through the manager: both go ahead (holdfast sees the worker).
+    assert_eq!(
+        exec.hold(&ns, "tj", meta(Some(1), Duration::from_secs(60)))
+            .await,
+        Ok(holdfast_core::hold::Outcome::Held)
+    );
+    let release = exec
+        .release(&ns, "tj", meta(Some(1), Duration::from_secs(60)))
+        .await;
+    assert!(
+        matches!(release, Ok(holdfast_core::hold::Outcome::Released { .. })),
+        "{release:?}"
+    );
+
+    // Watch both clusters until the second execution runs: the check read first, then the
+    // worker's pods, so a Ready check followed by an old pod still listed is a Ready given
+    // while the old pod remained.
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::workload());
+    let mut pending_on_old = false;
+    // The kubelet's finishedAt of each old container, from a watch: the pod object goes
+    // moments after its last status.
+    let finished = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+        String,
+        jiff::Timestamp,
+    >::new()));
+    let finish_recorder = tokio::spawn({
+        use kube::runtime::watcher;
+        let finished = finished.clone();
+        let api = worker_pods.clone();
+        async move {
+            let config = watcher::Config::default().labels("jobset.sigs.k8s.io/jobset-name=tj");
+            let mut stream = std::pin::pin!(watcher(api, config));
+            while let Some(ev) = stream.next().await {
+                let Ok(watcher::Event::Apply(p) | watcher::Event::Delete(p)) = ev else {
+                    continue;
+                };
+                let ended = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+                    .map(|t| t.0)
+                    .max();
+                if let (Some(uid), Some(ended)) = (p.metadata.uid.clone(), ended) {
+                    finished.lock().expect("finished").insert(uid, ended);
+                }
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let second = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no second execution within 180 s"
+        );
+        let live = live_workloads(&workloads).await;
+        let checks: Vec<(String, String)> = live
+            .iter()
+            .map(|w| {
+                let c = w
+                    .pointer("/status/admissionChecks")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| c["name"] == CHECK));
+                let field = |k: &str| c.and_then(|c| c[k].as_str()).unwrap_or_default().to_owned();
+                (field("state"), field("message"))
+            })
+            .collect();
+        let listed = worker_pods
+            .list(&ListParams::default().labels("jobset.sigs.k8s.io/jobset-name=tj"))
+            .await
+            .expect("the worker's pods")
+            .items;
+        let old_left: Vec<&Pod> = listed
+            .iter()
+            .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| old.contains(u)))
+            .collect();
+        if !old_left.is_empty() {
+            assert!(
+                !checks.iter().any(|(state, _)| state == "Ready"),
+                "holdfast's check was Ready while the held execution's pod remained in the worker: {checks:?}"
+            );
+            pending_on_old |= checks.iter().any(|(state, message)| {
+                state == "Pending" && message.contains("pods of the previous execution")
+            });
+        }
+        let new: Vec<Pod> = listed
+            .iter()
+            .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| !old.contains(u)))
+            .filter(|p| is_running(p))
+            .cloned()
+            .collect();
+        if old_left.is_empty() && !new.is_empty() {
+            break new;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        pending_on_old,
+        "holdfast's check seen Pending on the previous execution's pods while they remained"
+    );
+    // The kubelet's records (whole seconds): each new container started no earlier than
+    // the old one finished.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    finish_recorder.abort();
+    let finished = finished.lock().expect("finished").clone();
+    let last_finished = old
+        .iter()
+        .map(|uid| {
+            *finished
+                .get(uid)
+                .unwrap_or_else(|| panic!("the kubelet's finishedAt of old pod {uid} seen"))
+        })
+        .max()
+        .expect("an old pod");
+    for p in &second {
+        let started = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+            .map(|t| t.0)
+            .min()
+            .expect("the new container's startedAt");
+        assert!(
+            started >= last_finished,
+            "pod {:?} started {started}, before the held execution's last container finished ({last_finished})",
+            p.metadata.name
+        );
+    }
+
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(15), gate_task).await;
+    eprintln!(
+        "a_release_through_the_manager: whole test {:.1?} (set-up {:.1?})",
+        t0.elapsed(),
+        clusters.set_up
+    );
     Api::<k8s_openapi::api::core::v1::Namespace>::all(worker_admin)
         .delete(&ns, &DeleteParams::default())
         .await
