@@ -459,19 +459,29 @@ pub async fn create_namespace(
         }
     }
     let alice = cp.client(Identity::User).await?;
-    Api::<ConfigMap>::namespaced(alice, &ns)
-        .create(
-            &PostParams::default(),
-            &ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(USER_CONFIGMAP.into()),
-                    ..Default::default()
-                },
-                data: Some(BTreeMap::from([("note".to_owned(), "mine".to_owned())])),
-                ..Default::default()
-            },
-        )
-        .await?;
+    let note = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(USER_CONFIGMAP.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("note".to_owned(), "mine".to_owned())])),
+        ..Default::default()
+    };
+    // The apiserver's RBAC authorizer reads role bindings from a cache: under load, the
+    // binding made above can take a moment to take effect (seen as a 403 here, once in
+    // 2,000 sequences at 16 at once).
+    let configmaps = Api::<ConfigMap>::namespaced(alice, &ns);
+    let mut tries = 0;
+    loop {
+        match configmaps.create(&PostParams::default(), &note).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 403 && tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     // Pods need the namespace's default ServiceAccount (made by its controller).
     let sas = Api::<ServiceAccount>::namespaced(admin.clone(), &ns);
     for _ in 0..100 {
