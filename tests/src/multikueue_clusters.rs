@@ -160,6 +160,22 @@ impl TwoClusters {
         kueue::create_queues(&worker, ns, QUEUE, &[]).await
     }
 
+    /// Creates, in `ns` of the manager, an unmanaged TrainJob `name` (no start gate) queued
+    /// in [`QUEUE`], of the runtime `workload` ([`TwoClusters::runtime`]); returns it as
+    /// created (Kueue's webhook hands it to MultiKueue).
+    pub async fn create_trainjob(&self, ns: &str, name: &str) -> anyhow::Result<DynamicObject> {
+        let admin = self.manager.client(Identity::Admin).await?;
+        let tj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+            "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
+        }))?;
+        Api::<DynamicObject>::namespaced_with(admin, ns, &resources::trainjob())
+            .create(&PostParams::default(), &tj)
+            .await
+            .with_context(|| format!("create TrainJob {ns}/{name} on the manager"))
+    }
+
     /// TrainingRuntime `name` in `ns` of both clusters: the worker's workload image, whose
     /// pods take `stop_secs` to stop after SIGTERM and request a little CPU and memory (Kueue
     /// applies a ClusterQueue's AdmissionChecks by the flavors a Workload is assigned, and a

@@ -16,7 +16,7 @@ use holdfast_core::mode::Mode;
 use holdfast_core::names::{MULTIKUEUE_CONTROLLER, MULTIKUEUE_ORIGIN_LABEL};
 use holdfast_tests::hold_support::{client_without_retries, config, meta};
 use holdfast_tests::kueue_support::{CHECK, ensure_admission_check};
-use holdfast_tests::multikueue_clusters::{MULTIKUEUE_CHECK, QUEUE, TwoClusters, WORKER};
+use holdfast_tests::multikueue_clusters::{MULTIKUEUE_CHECK, TwoClusters, WORKER};
 use holdfast_tests::node::NODE_NAME;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -119,18 +119,10 @@ async fn multikueue_runs_a_managers_trainjob_on_the_worker_node_and_a_hold_there
         .expect("runtimes");
 
     // An unmanaged TrainJob (no start gate) queued on the manager.
-    let trainjobs: Api<DynamicObject> =
-        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::trainjob());
-    let tj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "tj", "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
-        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
-    }))
-    .expect("trainjob");
-    let created = trainjobs
-        .create(&PostParams::default(), &tj)
+    let created = clusters
+        .create_trainjob(&ns, "tj")
         .await
-        .expect("create the TrainJob on the manager");
+        .expect("the TrainJob on the manager");
     assert_eq!(
         created.data["spec"]["managedBy"], MULTIKUEUE_CONTROLLER,
         "Kueue's webhook hands a job queued where MultiKueue dispatches to MultiKueue"
@@ -406,18 +398,10 @@ async fn deactivating_the_managers_workload_deletes_the_workers_copy_while_its_p
         .runtime(&ns, "workload", 15)
         .await
         .expect("runtimes");
-    let r = holdfast_cluster::resources::trainjob;
-    let trainjobs: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &r());
-    let tj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "tj", "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
-        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
-    }))
-    .expect("trainjob");
-    trainjobs
-        .create(&PostParams::default(), &tj)
+    clusters
+        .create_trainjob(&ns, "tj")
         .await
-        .expect("create");
+        .expect("the TrainJob on the manager");
     let worker_pods: Api<Pod> = Api::namespaced(worker_admin.clone(), &ns);
     next_execution(
         &worker_pods,
@@ -604,18 +588,10 @@ async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_
         .runtime(&ns, "workload", 20)
         .await
         .expect("runtimes");
-    let trainjobs: Api<DynamicObject> =
-        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::trainjob());
-    let tj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "tj", "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
-        "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
-    }))
-    .expect("trainjob");
-    trainjobs
-        .create(&PostParams::default(), &tj)
+    clusters
+        .create_trainjob(&ns, "tj")
         .await
-        .expect("create the TrainJob on the manager");
+        .expect("the TrainJob on the manager");
     let worker_pods: Api<Pod> = Api::namespaced(worker_admin.clone(), &ns);
     let first = next_execution(
         &worker_pods,
