@@ -405,6 +405,9 @@ pub enum Pods {
     Gone,
     /// A place the pods may be in (a MultiKueue worker) could not be read: they may remain.
     Unreachable,
+    /// Some places the pods may be in (MultiKueue workers of the Workload's queue) are not
+    /// known to the caller at all: they may remain there.
+    Unseen,
 }
 
 /// Why the gate keeps a Workload's check `Pending`.
@@ -422,6 +425,9 @@ pub enum WaitReason {
     /// A MultiKueue worker holdfast is configured for cannot be read: pods of the previous
     /// execution may remain there.
     WorkerUnreachable,
+    /// The Workload's MultiKueueConfig lists a worker holdfast has no kubeconfig for: pods
+    /// of the previous execution may remain there unseen.
+    WorkerNotConfigured,
 }
 
 impl WaitReason {
@@ -433,6 +439,7 @@ impl WaitReason {
             WaitReason::PodsRemain => "pods_remain",
             WaitReason::UnreadableAttempt => "unreadable_attempt",
             WaitReason::WorkerUnreachable => "worker_unreachable",
+            WaitReason::WorkerNotConfigured => "worker_not_configured",
         }
     }
 
@@ -451,6 +458,9 @@ impl WaitReason {
             }
             WaitReason::WorkerUnreachable => {
                 "waiting to reach every MultiKueue worker: pods of the previous execution may remain in one that cannot be read"
+            }
+            WaitReason::WorkerNotConfigured => {
+                "waiting for a kubeconfig of every worker of this Workload's MultiKueueConfig (the chart's kueue.multikueue.workers): pods of the previous execution may remain in one holdfast cannot see"
             }
         }
     }
@@ -536,6 +546,7 @@ pub fn decide_gate(
         Pods::Unknown => return GateStep::LookForPods,
         Pods::Remain(_) => return wait(WaitReason::PodsRemain),
         Pods::Unreachable => return wait(WaitReason::WorkerUnreachable),
+        Pods::Unseen => return wait(WaitReason::WorkerNotConfigured),
         Pods::Gone => {}
     }
     match claim {

@@ -14,7 +14,12 @@ const ACTION: &str = "Readmission";
 /// The check on `workload` stays Pending for `reason`; `pods`: those that remain.
 pub fn waiting(workload: &str, reason: WaitReason, pods: &[String]) -> Notice {
     let pods = match (reason, pods.is_empty()) {
-        (WaitReason::PodsRemain | WaitReason::WorkerUnreachable, false) => {
+        (
+            WaitReason::PodsRemain
+            | WaitReason::WorkerUnreachable
+            | WaitReason::WorkerNotConfigured,
+            false,
+        ) => {
             format!(": {}", crate::pods::listed(pods))
         }
         _ => String::new(),

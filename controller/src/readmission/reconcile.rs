@@ -411,17 +411,38 @@ async fn step(
         if gate == GateStep::LookForPods {
             remaining = remaining_pods(ctx, namespace, name).await?;
             let mut unreachable = Vec::new();
-            if !ctx.workers.is_empty()
-                && read
-                    .workloads
-                    .get(i)
-                    .is_some_and(|w| under_multikueue_now(ctx, read, w))
-            {
+            let mut unseen = None;
+            let under = match read.workloads.get(i) {
+                Some(w) if !ctx.workers.is_empty() => under_multikueue_now(ctx, read, w),
+                _ => None,
+            };
+            if let Some(under) = under {
+                // The workers asked must cover every cluster the Workload may be dispatched
+                // to, decided now: a queue's MultiKueueConfig may have changed since a call.
+                let coverage = crate::multikueue::coverage_of(
+                    &ctx.client,
+                    Some(&ctx.queues),
+                    &ctx.workers,
+                    &under,
+                )
+                .await;
+                if !coverage.covered() {
+                    unseen = Some(coverage.why_not());
+                }
                 let workers = ctx.workers.remaining(namespace, name).await;
                 remaining.extend(workers.remain);
                 unreachable = workers.unreachable;
             }
-            let pods = if !unreachable.is_empty() {
+            let pods = if let Some(why) = unseen {
+                tracing::warn!(
+                    namespace,
+                    trainjob = name,
+                    why,
+                    "a MultiKueue worker of the Workload is not configured: the gate stays closed"
+                );
+                remaining = vec![why];
+                Pods::Unseen
+            } else if !unreachable.is_empty() {
                 tracing::warn!(
                     namespace,
                     trainjob = name,
@@ -520,6 +541,7 @@ fn wait_label(reason: WaitReason) -> &'static str {
         WaitReason::PodsRemain => "wait_pods_remain",
         WaitReason::UnreadableAttempt => "wait_unreadable_attempt",
         WaitReason::WorkerUnreachable => "wait_worker_unreachable",
+        WaitReason::WorkerNotConfigured => "wait_worker_not_configured",
     }
 }
 
@@ -556,9 +578,13 @@ async fn put_workload(
 }
 
 /// Whether TrainJob `read.trainjob`, whose Workload `workload` is read, is under MultiKueue:
-/// its `spec.managedBy`, or the Workload's ClusterQueue listing MultiKueue's check.
-fn under_multikueue_now(ctx: &Context, read: &Read, workload: &Value) -> bool {
-    under_multikueue(&read.trainjob, ctx.queues.multikueue_for(workload)).is_some()
+/// the Workload's ClusterQueue listing MultiKueue's check, or its `spec.managedBy`.
+fn under_multikueue_now(
+    ctx: &Context,
+    read: &Read,
+    workload: &Value,
+) -> Option<holdfast_core::readmission::multikueue::UnderMultiKueue> {
+    under_multikueue(&read.trainjob, ctx.queues.multikueue_for(workload))
 }
 
 /// The pods of TrainJob `name`'s previous executions that remain, listed live and found by

@@ -401,6 +401,18 @@ fn the_gate_waits_while_a_multikueue_worker_cannot_be_read() {
     );
 }
 
+#[test]
+fn the_gate_waits_while_a_worker_of_the_workloads_multikueue_config_is_not_configured() {
+    assert_eq!(
+        decide_gate(&trainjob(), &pending(), &[], Pods::Unseen),
+        GateStep::Wait {
+            reason: WaitReason::WorkerNotConfigured,
+            message: Some(WaitReason::WorkerNotConfigured.text().to_owned())
+        },
+        "pods may remain in a worker holdfast cannot see: never Ready"
+    );
+}
+
 /// A simulated Workload status, TrainJob A and Kueue, driven through admissions, evictions
 /// and crashes of the gate between any two of its writes.
 #[derive(Debug)]

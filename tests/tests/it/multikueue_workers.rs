@@ -104,7 +104,8 @@ async fn leftover_pod(worker: &ControlPlane, ns: &str, job: &str) -> Api<Pod> {
 
 /// The seed's readmission gate, across clusters: a Workload dispatched through MultiKueue
 /// is let through only once no pod of the previous execution remains in any worker
-/// holdfast is configured for, and not while one of them cannot be read. (Before, the gate
+/// holdfast is configured for, not while one of them cannot be read, and not while a worker
+/// of its queue's MultiKueueConfig is not configured. (Before, the gate
 /// in the manager looked only at the manager, found nothing, and went Ready at once.)
 #[tokio::test]
 async fn the_managers_gate_waits_for_the_previous_executions_pods_in_a_worker_and_while_a_worker_cannot_be_read()
@@ -128,6 +129,24 @@ async fn the_managers_gate_waits_for_the_previous_executions_pods_in_a_worker_an
         })
         .await;
     assert!(!condition(&waiting, "Admitted"), "not admitted");
+
+    // Workers that do not cover the queue's MultiKueueConfig keep the gate closed, whatever
+    // they answer: the worker it does not name may hold the pod.
+    let elsewhere = worker.client(Identity::Admin).await.expect("worker client");
+    f.use_workers(Workers::new([("elsewhere".to_owned(), elsewhere)].into()))
+        .await;
+    f.workload_when(
+        "job",
+        "the gate waits for every worker to be configured",
+        |w| {
+            check(w)
+                == (
+                    "Pending".to_owned(),
+                    waiting_text(WaitReason::WorkerNotConfigured),
+                )
+        },
+    )
+    .await;
 
     // A worker that cannot be read keeps the gate closed, even once the pod is gone.
     let mut both: BTreeMap<String, kube::Client> = BTreeMap::new();
