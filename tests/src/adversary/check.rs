@@ -1125,13 +1125,16 @@ impl Checker<'_> {
             {
                 hold != Some(Some(*k))
             }
-            // A Workload being deleted without a hold is on its way out, not one to hold.
+            // A Workload being deleted without the hold finalizer is on its way out, not one
+            // to hold: nothing can keep it, whatever hold its annotations still carry (the
+            // gate takes the finalizer off the held Workloads of a TrainJob being deleted,
+            // as in a foreground delete, and leaves the mark).
             (_, Answer::Error(e)) if e.cause() == Some(RejectCause::NoWorkload) => {
                 tj.is_some_and(|(uid, _)| {
                     !self
                         .state
                         .owned_workloads(uid)
-                        .any(|w| !deleting(w) || hold_of(w).is_some())
+                        .any(|w| !deleting(w) || holdfast_core::readmission::has_hold_finalizer(w))
                 })
             }
             (_, Answer::Error(HoldError::PodsRemain)) => self.state.remaining_pods_named(JOB) > 0,
