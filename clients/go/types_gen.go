@@ -246,9 +246,10 @@ type PreflightReport struct {
 	CheckedAt string                 `json:"checkedAt"`
 	Checks    []Check                `json:"checks"`
 	Mode      Mode                   `json:"mode"`
-	// Kueue mode: every ClusterQueue that lists MultiKueue's AdmissionCheck, and why that
-	// matters. holdfast does not support MultiKueue yet: Hold, Release and Open of a job
-	// queued there answer `Unsupported`.
+	// Kueue mode: every ClusterQueue that lists MultiKueue's AdmissionCheck, and what that
+	// means: Hold, Release and Open of a job queued there go ahead where holdfast has a
+	// kubeconfig for every worker of the check's MultiKueueConfig, and answer `Unsupported`
+	// elsewhere, naming what is missing.
 	MultikueueClusterQueues []UngatedQueue `json:"multikueueClusterQueues,omitempty"`
 	// Kueue mode: every ClusterQueue that does not require holdfast's readmission check on
 	// every flavor, and why. A job queued there can be held, but not released or opened.

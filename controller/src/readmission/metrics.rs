@@ -51,8 +51,9 @@ impl ReadmissionMetrics {
         registry.register(
             "holdfast_readmission_multikueue_trainjobs",
             "TrainJobs under MultiKueue (spec.managedBy, or a ClusterQueue listing MultiKueue's \
-             AdmissionCheck): holdfast does not support MultiKueue yet, so they cannot be held, \
-             released or opened, and their runtime snapshot does not reach the worker cluster",
+             AdmissionCheck): they can be held, released or opened only where holdfast has a \
+             kubeconfig for every worker of their queue, and their runtime snapshot does not \
+             reach the worker cluster",
             self.multikueue.clone(),
         );
     }

@@ -15,7 +15,9 @@
 //!   [`ReadmissionGate::run_on`], or one of its own with [`ReadmissionGate::run`]), triggered also by their Workloads (through the TrainJob owner reference) and by the
 //!   pods of their executions (metadata-only watch, through the JobSet name label), with
 //!   bounded concurrency and per-TrainJob exponential backoff. Each reconcile first moves
-//!   holds off Workloads being deleted, then serves the gate on each live Workload.
+//!   holds off Workloads being deleted, then serves the gate on each live Workload. For a
+//!   Workload under MultiKueue it also counts the pods in each worker of
+//!   [`ReadmissionGate::with_workers`] (`crate::multikueue`).
 //! - **The orphan sweep** ([`sweep`]): held Workloads being deleted whose TrainJob is gone
 //!   lose the hold finalizer.
 //! - **MultiKueue's copies** ([`remote`]): in a worker cluster, the Workloads MultiKueue
