@@ -210,11 +210,14 @@ async fn fence(
         .await
     {
         Ok(at) => {
-            tracing::info!(node, fenced_at = %at, "node fenced");
+            // The same text as the fences ConfigMap records (jiff's own display trims a
+            // fraction's trailing zeros, which that record keeps in groups of three).
+            let fenced_at = holdfast_core::rfc3339::auto(at);
+            tracing::info!(node, fenced_at, "node fenced");
             let answer = FenceAnswer {
                 result: holdfast_core::hold::Success::Ok,
                 node,
-                fenced_at: at.to_string(),
+                fenced_at,
             };
             (StatusCode::OK, Json(answer)).into_response()
         }
