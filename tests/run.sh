@@ -10,6 +10,19 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 # A one-off build gains nothing from incremental artifacts and they cost many gigabytes.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+# Every topic of the integration tests keeps its own control plane (and Kueue) up until the
+# test binary exits, and each apiserver, controller-manager and Kueue takes inotify
+# instances: the kernel's default of 128 per user ran out with the MultiKueue topic's two
+# planes (Kueue then exits at start with "too many open files"). Raised where this runs
+# as root; elsewhere, say what to do.
+inotify=/proc/sys/fs/inotify/max_user_instances
+if [ -r "$inotify" ] && [ "$(cat "$inotify")" -lt 1024 ]; then
+  if [ -w "$inotify" ]; then
+    echo 1024 > "$inotify"
+  else
+    echo "warning: fs.inotify.max_user_instances is $(cat "$inotify"); the integration tests need about 200: run sysctl -w fs.inotify.max_user_instances=1024 as root" >&2
+  fi
+fi
 echo "== control plane"
 tests/cluster/build.sh
 tests/cluster/helm/build.sh
