@@ -426,12 +426,14 @@ async fn step(
                     &under,
                 )
                 .await;
-                if !coverage.covered() {
+                if coverage.covered() {
+                    let workers = ctx.workers.remaining(namespace, name).await;
+                    remaining.extend(workers.remain);
+                    unreachable = workers.unreachable;
+                } else {
+                    // The check stays Pending whatever the workers say: not read.
                     unseen = Some(coverage.why_not());
                 }
-                let workers = ctx.workers.remaining(namespace, name).await;
-                remaining.extend(workers.remain);
-                unreachable = workers.unreachable;
             }
             let pods = if let Some(why) = unseen {
                 tracing::warn!(
