@@ -130,12 +130,6 @@ impl TwoClusters {
         })
     }
 
-    /// A kubeconfig for the worker as [`GATE_ACCOUNT`], allowed [`gate_rules`] only: what the
-    /// chart's `kueue.multikueue.workers` Secret holds.
-    pub async fn gate_kubeconfig(&self) -> anyhow::Result<String> {
-        worker_kubeconfig(self.worker, GATE_ACCOUNT, gate_rules()).await
-    }
-
     /// A namespace `{prefix}-{random}` in the manager (as [`ControlPlane::namespace`] makes
     /// them) and one of the same name in the worker.
     pub async fn namespace(&self, prefix: &str) -> anyhow::Result<String> {
@@ -286,6 +280,16 @@ pub async fn worker_kubeconfig(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: {WORKER}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {account}\n  user:\n    token: {token}\ncontexts:\n- name: {WORKER}\n  context:\n    cluster: {WORKER}\n    user: {account}\ncurrent-context: {WORKER}\n",
         server = worker.server,
     ))
+}
+
+/// [`WORKER`] as the chart configures holdfast for it: a kubeconfig file in `dir` for an
+/// account of `worker` allowed [`gate_rules`] only (what the `kueue.multikueue.workers`
+/// Secret holds); returns the `--multikueue-worker` argument, `NAME=PATH`.
+pub async fn gate_worker(worker: &ControlPlane, dir: &std::path::Path) -> anyhow::Result<String> {
+    let kubeconfig = worker_kubeconfig(worker, GATE_ACCOUNT, gate_rules()).await?;
+    let path = dir.join(WORKER);
+    std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+    Ok(format!("{WORKER}={}", path.display()))
 }
 
 /// Whether an object's condition `Active` is True.

@@ -21,9 +21,7 @@ use holdfast_tests::hold_support::meta;
 use holdfast_tests::identity::Identity;
 use holdfast_tests::kueue;
 use holdfast_tests::kueue_support::{CHECK, Fixture, MINUTE, QUEUE, Setup, check, condition};
-use holdfast_tests::multikueue_clusters::{
-    GATE_ACCOUNT, MULTIKUEUE_CHECK, WORKER, connect, gate_rules, worker_kubeconfig,
-};
+use holdfast_tests::multikueue_clusters::{MULTIKUEUE_CHECK, WORKER, connect, gate_worker};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -64,17 +62,6 @@ async fn manager_and_worker(prefix: &str) -> (Fixture, &'static ControlPlane) {
     (f, worker)
 }
 
-/// [`WORKER`] as the chart configures it: a kubeconfig file (in the test's temporary
-/// directory) for an account of [`gate_rules`] only.
-async fn configured_worker(worker: &ControlPlane, dir: &std::path::Path) -> String {
-    let kubeconfig = worker_kubeconfig(worker, GATE_ACCOUNT, gate_rules())
-        .await
-        .expect("the gate's kubeconfig");
-    let path = dir.join(WORKER);
-    std::fs::write(&path, kubeconfig).expect("write the kubeconfig");
-    format!("{WORKER}={}", path.display())
-}
-
 /// A worker that cannot be reached: nothing listens on its address.
 fn unreachable_worker() -> (String, kube::Client) {
     let config = kube::Config::new("https://127.0.0.1:1".parse().expect("url"));
@@ -112,7 +99,9 @@ async fn the_managers_gate_waits_for_the_previous_executions_pods_in_a_worker_an
  {
     let (mut f, worker) = manager_and_worker("mk-gate").await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = configured_worker(worker, dir.path()).await;
+    let spec = gate_worker(worker, dir.path())
+        .await
+        .expect("the gate's kubeconfig");
     let pods = leftover_pod(worker, &f.ns, "job").await;
     let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
         .await

@@ -16,7 +16,7 @@ use holdfast_core::mode::Mode;
 use holdfast_core::names::{MULTIKUEUE_CONTROLLER, MULTIKUEUE_ORIGIN_LABEL};
 use holdfast_tests::hold_support::{client_without_retries, config, meta};
 use holdfast_tests::kueue_support::{CHECK, ensure_admission_check};
-use holdfast_tests::multikueue_clusters::{MULTIKUEUE_CHECK, TwoClusters, WORKER};
+use holdfast_tests::multikueue_clusters::{MULTIKUEUE_CHECK, TwoClusters, WORKER, gate_worker};
 use holdfast_tests::node::NODE_NAME;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -556,18 +556,10 @@ async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_
 
     // holdfast as the chart configures it for the worker: a kubeconfig file.
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join(WORKER);
-    std::fs::write(
-        &path,
-        clusters
-            .gate_kubeconfig()
-            .await
-            .expect("the gate's kubeconfig"),
-    )
-    .expect("write the kubeconfig");
-    let workers = Workers::from_kubeconfigs(&[format!("{WORKER}={}", path.display())])
+    let spec = gate_worker(clusters.worker, dir.path())
         .await
-        .expect("workers");
+        .expect("the gate's kubeconfig");
+    let workers = Workers::from_kubeconfigs(&[spec]).await.expect("workers");
     let controller = manager
         .client(Identity::Controller)
         .await
