@@ -5,6 +5,7 @@
 //!
 //! It uses the helpers of `hold_support`.
 
+use holdfast_controller::multikueue::Workers;
 use std::future::Future;
 use std::time::Duration;
 
@@ -75,7 +76,7 @@ pub struct Fixture {
     running_gate: Option<ReadmissionGate>,
     settle: Duration,
     /// The MultiKueue workers the gate and the executor see ([`Fixture::use_workers`]).
-    workers: holdfast_controller::multikueue::Workers,
+    workers: Workers,
 }
 
 impl Fixture {
@@ -114,11 +115,7 @@ impl Fixture {
         .create(&PostParams::default(), &rt)
         .await
         .expect("create runtime");
-        let exec = HoldExecutor::new(
-            client_without_retries(cp, Identity::Controller).await,
-            Mode::Kueue,
-            config(),
-        );
+        let exec = kueue_executor(cp, Workers::default()).await;
         let mut f = Fixture {
             cp,
             ns,
@@ -129,7 +126,7 @@ impl Fixture {
             gate: None,
             running_gate: None,
             settle: setup.settle,
-            workers: holdfast_controller::multikueue::Workers::default(),
+            workers: Workers::default(),
         };
         if setup.gate {
             f.start_gate().await;
@@ -192,16 +189,11 @@ impl Fixture {
 
     /// From now on the gate and the executor see MultiKueue workers `workers`: a gate that
     /// runs is started again with them.
-    pub async fn use_workers(&mut self, workers: holdfast_controller::multikueue::Workers) {
+    pub async fn use_workers(&mut self, workers: Workers) {
         let running = self.gate.is_some();
         self.stop_gate().await;
         self.workers = workers.clone();
-        self.exec = HoldExecutor::new(
-            client_without_retries(self.cp, Identity::Controller).await,
-            Mode::Kueue,
-            config(),
-        )
-        .with_workers(workers);
+        self.exec = kueue_executor(self.cp, workers).await;
         if running {
             self.start_gate().await;
         }
@@ -445,6 +437,16 @@ impl Fixture {
 }
 
 /// The readmission AdmissionCheck (cluster-scoped; shared by every test).
+/// A Kueue-mode executor acting as holdfast's controller on `cp`, seeing `workers`.
+async fn kueue_executor(cp: &ControlPlane, workers: Workers) -> HoldExecutor {
+    HoldExecutor::new(
+        client_without_retries(cp, Identity::Controller).await,
+        Mode::Kueue,
+        config(),
+    )
+    .with_workers(workers)
+}
+
 pub async fn ensure_admission_check(admin: &kube::Client) {
     let ac: DynamicObject = serde_json::from_value(json!({
         "apiVersion": kueue::KUEUE_API_VERSION, "kind": "AdmissionCheck",
