@@ -15,6 +15,9 @@ pub const ANN_RUNTIME_UID: &str = "holdfast.dev/runtime-uid";
 pub const ANN_RUNTIME_RESOURCE_VERSION: &str = "holdfast.dev/runtime-resource-version";
 pub const ANN_RUNTIME_GENERATION: &str = "holdfast.dev/runtime-generation";
 pub const ANN_RUNTIME_SHA256: &str = "holdfast.dev/runtime-sha256";
+/// On a copy of a manager's snapshot that holdfast writes into a MultiKueue worker: the uid of
+/// the manager's TrainJob whose snapshot it is.
+pub const ANN_ORIGIN_TRAINJOB_UID: &str = "holdfast.dev/origin-trainjob-uid";
 
 /// The hold's instance number (decimal u64); its presence is the hold.
 pub const ANN_HOLD_INSTANCE: &str = "holdfast.dev/hold-instance";
