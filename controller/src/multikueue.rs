@@ -9,9 +9,10 @@
 //! go ahead only where these names cover the queue's `MultiKueueConfig`
 //! (`holdfast_core::readmission::multikueue::coverage`).
 //!
-//! The credential needs, in each worker, only `list` on pods, `batch` Jobs and JobSets in the
+//! The credential needs, in each worker, `list` on pods, `batch` Jobs and JobSets in the
 //! namespaces holdfast serves: the pods are found by ownership
-//! (`holdfast_core::execution`), as in one cluster.
+//! (`holdfast_core::execution`), as in one cluster. The runtime snapshot the gate carries
+//! into the workers needs more (`crate::multikueue_snapshot`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -78,6 +79,16 @@ impl Workers {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Each worker's name and client.
+    pub fn clients(&self) -> impl Iterator<Item = (&str, &kube::Client)> {
+        self.0.iter().map(|(n, c)| (n.as_str(), c))
+    }
+
+    /// The client of worker `name`, if holdfast has a kubeconfig for it.
+    pub fn client(&self, name: &str) -> Option<&kube::Client> {
+        self.0.get(name)
     }
 
     /// The pods of TrainJob `namespace/name`'s executions that remain in each worker, found

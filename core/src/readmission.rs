@@ -408,6 +408,9 @@ pub enum Pods {
     /// Some places the pods may be in (MultiKueue workers of the Workload's queue) are not
     /// known to the caller at all: they may remain there.
     Unseen,
+    /// No pods remain, but the manager's runtime snapshot is not yet in every MultiKueue
+    /// worker, unowned, as the copy must find it ([`multikueue`], `worker_snapshot`).
+    SnapshotNotCarried,
 }
 
 /// Why the gate keeps a Workload's check `Pending`.
@@ -428,6 +431,9 @@ pub enum WaitReason {
     /// The Workload's MultiKueueConfig lists a worker holdfast has no kubeconfig for: pods
     /// of the previous execution may remain there unseen.
     WorkerNotConfigured,
+    /// The manager's runtime snapshot is not yet in every MultiKueue worker as the job's
+    /// copy must find it ([`worker_snapshot::decide_worker`]).
+    SnapshotNotCarried,
 }
 
 impl WaitReason {
@@ -440,6 +446,7 @@ impl WaitReason {
             WaitReason::UnreadableAttempt => "unreadable_attempt",
             WaitReason::WorkerUnreachable => "worker_unreachable",
             WaitReason::WorkerNotConfigured => "worker_not_configured",
+            WaitReason::SnapshotNotCarried => "snapshot_not_carried",
         }
     }
 
@@ -461,6 +468,9 @@ impl WaitReason {
             }
             WaitReason::WorkerNotConfigured => {
                 "waiting for a kubeconfig of every worker of this Workload's MultiKueueConfig (the chart's kueue.multikueue.workers): pods of the previous execution may remain in one holdfast cannot see"
+            }
+            WaitReason::SnapshotNotCarried => {
+                "waiting to write the TrainJob's runtime snapshot into every MultiKueue worker, so that the worker's copy runs the manager's snapshot and not the worker's runtime (the ReadmissionWaiting Event names the worker, the ConfigMap and what to do)"
             }
         }
     }
@@ -547,6 +557,7 @@ pub fn decide_gate(
         Pods::Remain(_) => return wait(WaitReason::PodsRemain),
         Pods::Unreachable => return wait(WaitReason::WorkerUnreachable),
         Pods::Unseen => return wait(WaitReason::WorkerNotConfigured),
+        Pods::SnapshotNotCarried => return wait(WaitReason::SnapshotNotCarried),
         Pods::Gone => {}
     }
     match claim {

@@ -17,7 +17,8 @@ pub fn waiting(workload: &str, reason: WaitReason, pods: &[String]) -> Notice {
         (
             WaitReason::PodsRemain
             | WaitReason::WorkerUnreachable
-            | WaitReason::WorkerNotConfigured,
+            | WaitReason::WorkerNotConfigured
+            | WaitReason::SnapshotNotCarried,
             false,
         ) => {
             format!(": {}", crate::pods::listed(pods))
@@ -62,6 +63,12 @@ pub fn queue_without_check(why: &str) -> Notice {
 /// `message` says why.
 pub fn multikueue_copy(message: &str) -> Notice {
     Notice::warning("MultiKueueCopyPending", ACTION, format!("{message}."))
+}
+
+/// The snapshot in the worker MultiKueue dispatched the TrainJob to cannot be handed to the
+/// worker's copy: `why`.
+pub fn snapshot_not_adopted(why: &str) -> Notice {
+    Notice::warning("MultiKueueSnapshotNotAdopted", ACTION, format!("{why}."))
 }
 
 /// The TrainJob is under MultiKueue where holdfast does not see every worker.

@@ -137,13 +137,63 @@ pub(crate) async fn reconcile(trainjob: Arc<Watched>, ctx: Arc<Context>) -> Resu
     let key = ObjectRef::from_obj(&*trainjob).erase();
     watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
     watch_multikueue(&ctx, &trainjob, &cached, &cached_workloads).await;
+    let adopting = adopt_snapshot(&ctx, &trainjob.object_ref(&()), &cached_workloads).await;
+    let soon = |action: Action| match adopting {
+        crate::multikueue_snapshot::Adopted::NotYet => Action::requeue(ADOPTION_RETRY),
+        _ => action,
+    };
     if decoded && !needs_work(&cached, &cached_workloads, &ours) {
         ctx.backoff.succeeded(&key);
-        return Ok(Action::requeue(ctx.config.resync));
+        return Ok(soon(Action::requeue(ctx.config.resync)));
     }
     let action = drive(&ctx, &namespace, &name, &uid, &ours).await?;
     ctx.backoff.succeeded(&key);
-    Ok(action)
+    Ok(soon(action))
+}
+
+/// How soon the gate looks again for the worker's copy of a dispatched TrainJob, to hand it
+/// the snapshot: MultiKueue creates the copy right after the worker admits its Workload.
+const ADOPTION_RETRY: Duration = Duration::from_secs(1);
+
+/// Hands the snapshot holdfast carried into the worker a TrainJob under MultiKueue was
+/// dispatched to (its live Workload's `status.clusterName`) to the copy there, and deletes
+/// the unowned ones in the other workers. A snapshot that cannot be handed over gets a
+/// Warning Event: the copy then runs nothing (Trainer refuses a snapshot that is not its), or,
+/// if someone deleted it, the worker's runtime.
+async fn adopt_snapshot(
+    ctx: &Context,
+    trainjob: &k8s_openapi::api::core::v1::ObjectReference,
+    workloads: &[Value],
+) -> crate::multikueue_snapshot::Adopted {
+    use crate::multikueue_snapshot::{Adopted, adopt};
+    let field = |f: &Option<String>| f.clone().unwrap_or_default();
+    let (namespace, name, uid) = (
+        field(&trainjob.namespace),
+        field(&trainjob.name),
+        field(&trainjob.uid),
+    );
+    let (namespace, name, uid) = (namespace.as_str(), name.as_str(), uid.as_str());
+    // Only where holdfast's check gates the Workload: elsewhere nothing was carried.
+    let ours = ctx.checks.names();
+    let cluster = workloads
+        .iter()
+        .filter(|w| !holdfast_core::readmission::terminating(w))
+        .filter(|w| !WorkloadView::read(w, &ours).checks.is_empty())
+        .find_map(|w| w.pointer("/status/clusterName").and_then(Value::as_str))
+        .filter(|c| !c.is_empty());
+    let Some(cluster) = cluster else {
+        return Adopted::Done;
+    };
+    if ctx.workers.client(cluster).is_none() {
+        return Adopted::Done;
+    }
+    let adopted = adopt(&ctx.client, &ctx.workers, namespace, name, uid, cluster).await;
+    if let Adopted::Refused(why) = &adopted {
+        tracing::warn!(namespace, trainjob = name, cluster, "{why}");
+        ctx.events
+            .publish(trainjob, gate_events::snapshot_not_adopted(why));
+    }
+    adopted
 }
 
 /// Makes a misconfigured queue visible: a TrainJob under holdfast's control (managed, or
@@ -412,6 +462,7 @@ async fn step(
             remaining = remaining_pods(ctx, namespace, name).await?;
             let mut unreachable = Vec::new();
             let mut unseen = None;
+            let mut carry = false;
             let under = match read.workloads.get(i) {
                 Some(w) if !ctx.workers.is_empty() => under_multikueue_now(ctx, read, w),
                 _ => None,
@@ -430,6 +481,7 @@ async fn step(
                     let workers = ctx.workers.remaining(namespace, name).await;
                     remaining.extend(workers.remain);
                     unreachable = workers.unreachable;
+                    carry = true;
                 } else {
                     // The check stays Pending whatever the workers say: not read.
                     unseen = Some(coverage.why_not());
@@ -453,6 +505,34 @@ async fn step(
                 );
                 remaining = unreachable;
                 Pods::Unreachable
+            } else if remaining.is_empty() && carry {
+                // The snapshot goes with the job: in every worker before the copy may be
+                // dispatched there (MultiKueue dispatches once this check is Ready).
+                let uid = read
+                    .trainjob
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let waits = crate::multikueue_snapshot::carry(
+                    &ctx.client,
+                    &ctx.workers,
+                    namespace,
+                    name,
+                    uid,
+                )
+                .await;
+                if waits.is_empty() {
+                    Pods::Gone
+                } else {
+                    tracing::warn!(
+                        namespace,
+                        trainjob = name,
+                        ?waits,
+                        "the runtime snapshot is not in every MultiKueue worker yet: the gate stays closed"
+                    );
+                    remaining = waits;
+                    Pods::SnapshotNotCarried
+                }
             } else if remaining.is_empty() {
                 Pods::Gone
             } else {
@@ -544,6 +624,7 @@ fn wait_label(reason: WaitReason) -> &'static str {
         WaitReason::UnreadableAttempt => "wait_unreadable_attempt",
         WaitReason::WorkerUnreachable => "wait_worker_unreachable",
         WaitReason::WorkerNotConfigured => "wait_worker_not_configured",
+        WaitReason::SnapshotNotCarried => "wait_snapshot_not_carried",
     }
 }
 

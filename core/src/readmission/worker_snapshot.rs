@@ -87,7 +87,10 @@ pub fn worker_copy(
         ANN_RUNTIME_GENERATION,
         ANN_RUNTIME_SHA256,
     ] {
-        if let Some(v) = snapshot.pointer("/metadata/annotations").and_then(|a| a.get(key)) {
+        if let Some(v) = snapshot
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(key))
+        {
             annotations.insert(key.to_owned(), v.clone());
         }
     }
@@ -276,7 +279,9 @@ fn carries(found: &Value, wanted: &Value) -> bool {
 /// How `found` differs from `wanted`, in words.
 fn differs(found: &Value, wanted: &Value) -> String {
     if !ours(found) {
-        format!("it lacks the label {LABEL_RUNTIME_SNAPSHOT}=true or the annotation {ANN_ORIGIN_TRAINJOB_UID}")
+        format!(
+            "it lacks the label {LABEL_RUNTIME_SNAPSHOT}=true or the annotation {ANN_ORIGIN_TRAINJOB_UID}"
+        )
     } else if origin(found) != origin(wanted) {
         format!(
             "its {ANN_ORIGIN_TRAINJOB_UID} is {}, not {}",

@@ -48,7 +48,10 @@ fn the_workers_copy_is_the_managers_data_label_and_provenance_with_the_origin_an
             ANN_RUNTIME_SHA256: "abc", ANN_ORIGIN_TRAINJOB_UID: ORIGIN})
     );
     assert!(w["metadata"].get("ownerReferences").is_none());
-    assert!(w["metadata"].get("namespace").is_none(), "set by the caller's Api");
+    assert!(
+        w["metadata"].get("namespace").is_none(),
+        "set by the caller's Api"
+    );
 }
 
 #[test]
@@ -86,7 +89,13 @@ fn before_dispatch_each_worker_is_brought_to_hold_the_managers_snapshot_unowned(
     }
     let waits = Expect::Wait;
     let table: Vec<Case<'_>> = vec![
-        ("absent: written", &ok, None, None, Expect::Step(WorkerStep::Write(wanted()))),
+        (
+            "absent: written",
+            &ok,
+            None,
+            None,
+            Expect::Step(WorkerStep::Write(wanted())),
+        ),
         (
             "unowned, same data and origin: carried",
             &ok,
@@ -99,14 +108,18 @@ fn before_dispatch_each_worker_is_brought_to_hold_the_managers_snapshot_unowned(
             &ok,
             Some(found(owned_by("old-copy"))),
             None,
-            Expect::Step(WorkerStep::Replace { uid: "cm-uid".into() }),
+            Expect::Step(WorkerStep::Replace {
+                uid: "cm-uid".into(),
+            }),
         ),
         (
             "owned by an earlier copy while a newer one exists: replaced",
             &ok,
             Some(found(owned_by("old-copy"))),
             Some("new-copy"),
-            Expect::Step(WorkerStep::Replace { uid: "cm-uid".into() }),
+            Expect::Step(WorkerStep::Replace {
+                uid: "cm-uid".into(),
+            }),
         ),
         (
             "owned by the live copy: waits for MultiKueue to delete it",
@@ -233,10 +246,7 @@ fn only_holdfasts_unowned_copy_of_this_job_is_left_over_in_the_other_workers() {
     assert_eq!(leftover(&found(|_| {}), "another"), None);
     assert_eq!(leftover(&found(owned_by("copy")), ORIGIN), None);
     assert_eq!(
-        leftover(
-            &found(|v| v["metadata"]["labels"] = json!({})),
-            ORIGIN
-        ),
+        leftover(&found(|v| v["metadata"]["labels"] = json!({})), ORIGIN),
         None
     );
 }
