@@ -75,12 +75,16 @@ pub fn worker_rules() -> Value {
 pub const GATE_ACCOUNT: &str = "holdfast-gate";
 
 /// What holdfast's readmission gate in the manager needs in a worker: to list the pods of a
-/// TrainJob's executions, found by ownership (their Jobs and JobSets), and nothing else.
+/// TrainJob's executions, found by ownership (their Jobs and JobSets); to write the
+/// manager's runtime snapshot there and hand it to MultiKueue's copy of the TrainJob
+/// (ConfigMaps, and `get` on the copy); nothing else.
 pub fn gate_rules() -> Value {
     json!([
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"]},
         {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "delete", "patch"]},
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get"]},
     ])
 }
 
@@ -301,4 +305,31 @@ fn active(object: &Value) -> bool {
             cs.iter()
                 .any(|c| c["type"] == "Active" && c["status"] == "True")
         })
+}
+
+/// holdfast's snapshot reconciler in the manager, in process as its controller, for `ns`
+/// (the manager's Trainer leaves a job under MultiKueue alone: holdfast's snapshot is the
+/// job's only one, and what its readmission gate carries into the workers); stops with
+/// `stop`.
+pub fn manager_snapshots(
+    controller: &kube::Client,
+    ns: &str,
+    stop: &tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<Result<(), holdfast_controller::snapshot::Error>> {
+    use holdfast_controller::snapshot::{Config, SnapshotMetrics, Snapshotter};
+    let snapshotter = Snapshotter::new(
+        controller.clone(),
+        Config {
+            namespace: Some(ns.to_owned()),
+            ..Config::default()
+        },
+        SnapshotMetrics::default(),
+        holdfast_serve::Readiness::default(),
+        crate::leader_parts::publisher(controller, None),
+    );
+    let feed = crate::leader_parts::trainjob_feed(controller, Some(ns), stop);
+    tokio::spawn({
+        let stop = stop.clone();
+        async move { snapshotter.run_on(feed, stop).await }
+    })
 }

@@ -1489,7 +1489,7 @@ async fn an_orphaned_snapshot_is_removed_and_a_new_job_of_that_name_gets_its_own
 }
 
 /// Kubeflow Trainer v2.3.0's own snapshot code, built from `tests/cluster/trainer-snapshot`.
-mod trainer {
+pub(crate) mod trainer {
     use super::*;
     use std::path::{Path, PathBuf};
     use std::sync::OnceLock;

@@ -16,7 +16,9 @@ use holdfast_core::mode::Mode;
 use holdfast_core::names::{MULTIKUEUE_CONTROLLER, MULTIKUEUE_ORIGIN_LABEL};
 use holdfast_tests::hold_support::{client_without_retries, config, meta};
 use holdfast_tests::kueue_support::{CHECK, ensure_admission_check};
-use holdfast_tests::multikueue_clusters::{MULTIKUEUE_CHECK, TwoClusters, WORKER, gate_worker};
+use holdfast_tests::multikueue_clusters::{
+    MULTIKUEUE_CHECK, TwoClusters, WORKER, gate_worker, manager_snapshots,
+};
 use holdfast_tests::node::NODE_NAME;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -566,6 +568,8 @@ async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_
         .expect("controller");
     let stop = CancellationToken::new();
     let gate_task = start_gate(&controller, &ns, workers.clone(), &stop);
+    // The gate carries the manager's snapshot into the worker before the job may go there.
+    let snapshots = manager_snapshots(&controller, &ns, &stop);
     let exec = HoldExecutor::new(
         client_without_retries(manager, Identity::Controller).await,
         Mode::Kueue,
@@ -733,8 +737,25 @@ async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_
         );
     }
 
+    // The real Trainer in the worker ran it from holdfast's copy of the manager's snapshot,
+    // handed to the copy of the TrainJob.
+    let snapshot =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(worker_admin.clone(), &ns)
+            .get(&holdfast_core::names::snapshot_name("tj"))
+            .await
+            .expect("the worker's snapshot");
+    assert!(
+        snapshot
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(holdfast_core::names::ANN_ORIGIN_TRAINJOB_UID)),
+        "{snapshot:?}"
+    );
+
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(15), gate_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(15), snapshots).await;
     eprintln!(
         "a_release_through_the_manager: whole test {:.1?} (set-up {:.1?})",
         t0.elapsed(),
