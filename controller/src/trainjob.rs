@@ -182,12 +182,14 @@ const KEPT_LABELS: [&str; 1] = [names::LABEL_MANAGED];
 
 /// The annotations kept by [`strip`]. The hold's instance and start are kept for the held
 /// gauges (`crate::held`): plain mode holds a TrainJob itself.
-const KEPT_ANNOTATIONS: [&str; 5] = [
+const KEPT_ANNOTATIONS: [&str; 6] = [
     names::ANN_ADMITTED_RUNTIME_RESOURCE_VERSION,
     names::ANN_OPENED,
     names::ANN_ATTEMPT,
     names::ANN_HOLD_INSTANCE,
     names::ANN_HOLD_PLACED_AT,
+    // Kueue mode's hold mark, for the leader's sweep of stale ones (`hold::mark`).
+    names::ANN_HOLD_MARK,
 ];
 
 /// Drops the metadata no reader reads (managedFields above all) and the conditions other

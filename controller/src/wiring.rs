@@ -189,15 +189,6 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             shutdown.clone(),
         ));
     }
-    // Hold marks left by a call that ended between its two writes (`hold::mark`): a write,
-    // so only once armed.
-    tasks.spawn(hold::sweep_marks_every(
-        client.clone(),
-        trainjob_namespace.clone(),
-        executor.call_bound(),
-        hold::MARK_SWEEP_INTERVAL,
-        shutdown.clone(),
-    ));
 
     match args.tls.files() {
         Some(files) => {
@@ -278,8 +269,19 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             .with_workers(workers)
     });
     if let Some(gate) = &gate {
-        let gate = gate.clone();
-        held.add("Workload", move || gate.held());
+        let counted = gate.clone();
+        held.add("Workload", move || counted.held());
+        // Hold marks (kueue mode only: inert in plain mode) left by a call that ended
+        // between its two writes (`hold::mark`), found in the leader's TrainJob cache: a
+        // write, so only once armed (it is, here).
+        let cached = gate.clone();
+        tasks.spawn(hold::sweep_marks_every(
+            client.clone(),
+            move || cached.trainjobs(),
+            executor.call_bound(),
+            hold::MARK_SWEEP_INTERVAL,
+            shutdown.clone(),
+        ));
     }
     let tracker = ExecutionTracker::new(client.clone(), execution_config);
     let watch_client = client.clone();

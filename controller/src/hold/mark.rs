@@ -9,12 +9,14 @@ use holdfast_core::hold::mark::{self, MarkStep, Marked};
 use holdfast_core::hold::object::hold_state;
 use holdfast_core::hold::{HoldError, HoldState, Write, apply};
 use holdfast_core::mode::Mode;
-use holdfast_core::names::JOB_UID_LABEL;
+use holdfast_core::names::{ANN_HOLD_MARK, JOB_UID_LABEL};
 use jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::runtime::reflector::Store;
 use serde_json::{Value, json};
 
 use super::requests::{CallRequests, RequestError};
+use crate::trainjob::Watched;
 use holdfast_cluster::resources;
 
 /// How many times Release tries to remove its mark when the TrainJob keeps changing.
@@ -116,87 +118,114 @@ async fn put(
         .map(|_| ())
 }
 
-/// Removes every stale hold mark (`mark::stale`) on the TrainJobs `client` sees
-/// (`namespace`: one namespace, or all), each preconditioned on the resourceVersion it was
-/// read at: a Hold that marks the job again in between makes the removal fail. Returns how
-/// many it removed.
+/// A TrainJob carrying a hold mark, as [`sweep`] is given it: where it is and the mark's
+/// text as read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MarkedJob {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub mark: String,
+}
+
+impl MarkedJob {
+    /// The marked TrainJobs in `store` (the leader's TrainJob cache, which keeps the mark):
+    /// no request is made.
+    pub fn in_store(store: &Store<Watched>) -> Vec<MarkedJob> {
+        store
+            .state()
+            .iter()
+            .filter_map(|job| {
+                let job = job.0.as_ref().ok()?;
+                Some(MarkedJob {
+                    mark: job.annotation(ANN_HOLD_MARK)?.to_owned(),
+                    namespace: job.metadata.namespace.clone()?,
+                    name: job.metadata.name.clone()?,
+                    uid: job.metadata.uid.clone().unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    /// TrainJob `object` (as the apiserver sends it), if it carries a mark.
+    pub fn of(object: &Value) -> Option<MarkedJob> {
+        let meta = &object["metadata"];
+        Some(MarkedJob {
+            mark: meta["annotations"][ANN_HOLD_MARK].as_str()?.to_owned(),
+            namespace: meta["namespace"].as_str()?.to_owned(),
+            name: meta["name"].as_str()?.to_owned(),
+            uid: meta["uid"].as_str().unwrap_or_default().to_owned(),
+        })
+    }
+}
+
+/// Removes the stale hold marks (`mark::stale`) among `marked`, each preconditioned on the
+/// resourceVersion it is read at: a Hold that marks the job again in between makes the
+/// removal fail. Only the candidates are read, then only those whose mark looks stale.
+/// Returns how many it removed.
 pub async fn sweep(
     client: &kube::Client,
-    namespace: Option<&str>,
+    marked: impl IntoIterator<Item = MarkedJob>,
     bound: Duration,
 ) -> Result<usize, kube::Error> {
-    let trainjobs: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resources::trainjob()),
-        None => Api::all_with(client.clone(), &resources::trainjob()),
-    };
     let mut removed = 0;
-    let mut params = ListParams::default().limit(500);
-    loop {
-        let page = trainjobs.list_metadata(&params).await?;
-        for tj in &page.items {
-            let value = json!({ "metadata": tj.metadata });
-            let Some(ns) = tj.metadata.namespace.as_deref() else {
-                continue;
-            };
-            let name = tj.metadata.name.as_deref().unwrap_or_default();
-            let candidate = match Marked::read(&value) {
-                Marked::None => false,
-                Marked::Unreadable(_) => true,
-                Marked::Mark(m) => m.expired(Timestamp::now(), bound),
-            };
-            if !candidate {
-                continue;
-            }
-            let held =
-                workload_holds(client, ns, tj.metadata.uid.as_deref().unwrap_or_default()).await?;
-            let mark_instance = match Marked::read(&value) {
-                Marked::Mark(m) => Some(m.instance),
-                _ => None,
-            };
-            let workload_hold = match mark_instance {
-                Some(i) if held.contains(&i) => Some(i),
-                _ => held.first().copied(),
-            };
-            let Some(write) = mark::stale(&value, workload_hold, Timestamp::now(), bound) else {
-                continue;
-            };
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), ns, &resources::trainjob());
-            // An update (the controller's RBAC has no patch on TrainJobs) of the whole object,
-            // preconditioned on the version the decision was made on, not the one just read.
-            let result = match api.get_opt(name).await? {
-                None => continue,
-                Some(full) => {
-                    let mut object =
-                        serde_json::to_value(&full).map_err(kube::Error::SerdeError)?;
-                    if apply(&write, &mut object, Mode::Kueue).is_err() {
-                        continue;
-                    }
-                    object["metadata"]["resourceVersion"] = json!(write.precondition);
-                    let object: DynamicObject =
-                        serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
-                    api.replace(name, &PostParams::default(), &object).await
-                }
-            };
-            match result {
-                Ok(_) => {
-                    removed += 1;
-                    tracing::info!(
-                        namespace = ns,
-                        name,
-                        "removed a stale hold mark: no call that wrote it can still write, and its Workload does not hold its instance"
-                    );
-                }
-                // Changed since the read (a Hold marked it again) or gone: next sweep.
-                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
-                Err(e) => return Err(e),
-            }
+    for job in marked {
+        let value = json!({ "metadata": { "annotations": { ANN_HOLD_MARK: job.mark } } });
+        let (ns, name) = (job.namespace.as_str(), job.name.as_str());
+        let candidate = match Marked::read(&value) {
+            Marked::None => false,
+            Marked::Unreadable(_) => true,
+            Marked::Mark(m) => m.expired(Timestamp::now(), bound),
+        };
+        if !candidate {
+            continue;
         }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(removed),
+        let held = workload_holds(client, ns, &job.uid).await?;
+        let mark_instance = match Marked::read(&value) {
+            Marked::Mark(m) => Some(m.instance),
+            _ => None,
+        };
+        let workload_hold = match mark_instance {
+            Some(i) if held.contains(&i) => Some(i),
+            _ => held.first().copied(),
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &resources::trainjob());
+        // The decision is made on the job as it is now (the cache may be behind), and the
+        // update (the controller's RBAC has no patch on TrainJobs) of the whole object is
+        // preconditioned on that read.
+        let Some(full) = api.get_opt(name).await? else {
+            continue;
+        };
+        let mut object = serde_json::to_value(&full).map_err(kube::Error::SerdeError)?;
+        if full.metadata.uid.as_deref() != Some(job.uid.as_str()) {
+            // Another TrainJob of the same name since the cache's: the next sweep sees it.
+            continue;
+        }
+        let Some(write) = mark::stale(&object, workload_hold, Timestamp::now(), bound) else {
+            continue;
+        };
+        if apply(&write, &mut object, Mode::Kueue).is_err() {
+            continue;
+        }
+        object["metadata"]["resourceVersion"] = json!(write.precondition);
+        let object: DynamicObject =
+            serde_json::from_value(object).map_err(kube::Error::SerdeError)?;
+        match api.replace(name, &PostParams::default(), &object).await {
+            Ok(_) => {
+                removed += 1;
+                tracing::info!(
+                    namespace = ns,
+                    name,
+                    "removed a stale hold mark: no call that wrote it can still write, and its Workload does not hold its instance"
+                );
+            }
+            // Changed since the read (a Hold marked it again) or gone: next sweep.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+            Err(e) => return Err(e),
         }
     }
+    Ok(removed)
 }
 
 /// The hold instances on the Workloads TrainJob `uid` owns as controller; an unreadable
@@ -238,11 +267,13 @@ async fn workload_holds(
 /// again (after its call's deadline and the CallBound) until the next sweep.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 
-/// Runs [`sweep`] every `every` until `shutdown`. On every replica: each removal is
-/// preconditioned, so two replicas sweeping the same mark remove it once.
+/// Runs [`sweep`] every `every` until `shutdown`, over the marked TrainJobs in the store
+/// `trainjobs` gives: the leader's cache (kueue mode's readmission gate keeps it), so the
+/// search costs no request; `None` (not the leader) skips the round. Each removal is
+/// preconditioned, so a sweep racing a call's own unmark removes the mark once.
 pub async fn sweep_every(
     client: kube::Client,
-    namespace: Option<String>,
+    trainjobs: impl Fn() -> Option<Store<Watched>> + Send + 'static,
     bound: Duration,
     every: Duration,
     shutdown: tokio_util::sync::CancellationToken,
@@ -254,8 +285,69 @@ pub async fn sweep_every(
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if let Err(e) = sweep(&client, namespace.as_deref(), bound).await {
+        let Some(store) = trainjobs() else { continue };
+        if let Err(e) = sweep(&client, MarkedJob::in_store(&store), bound).await {
             tracing::warn!(error = %e, "the sweep of stale hold marks failed; it runs again");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+
+    fn cached(name: &str, annotations: Value) -> Watched {
+        let mut job: Watched = serde_json::from_value(json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {
+                "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                "annotations": annotations,
+                "managedFields": [{"manager": "kubectl"}]
+            },
+            "spec": {"runtimeRef": {"name": "torch"}}
+        }))
+        .expect("a TrainJob");
+        crate::trainjob::strip(&mut job);
+        job
+    }
+
+    /// The sweep looks for stale marks in the leader's TrainJob cache, not by listing every
+    /// TrainJob: the cache keeps the mark through its stripping, and only marked jobs are
+    /// candidates.
+    #[test]
+    fn the_mark_sweep_finds_the_marked_jobs_in_the_leaders_cache_with_no_request() {
+        let mut writer = Writer::<Watched>::new(());
+        let store = writer.as_reader();
+        writer.apply_watcher_event(&Event::Init);
+        for job in [
+            cached(
+                "marked",
+                json!({ANN_HOLD_MARK: "7 2026-12-05T10:00:00Z", "other": "x"}),
+            ),
+            cached("unmarked", json!({"other": "x"})),
+        ] {
+            writer.apply_watcher_event(&Event::InitApply(job));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        assert_eq!(
+            MarkedJob::in_store(&store),
+            vec![MarkedJob {
+                namespace: "ns".into(),
+                name: "marked".into(),
+                uid: "uid-marked".into(),
+                mark: "7 2026-12-05T10:00:00Z".into(),
+            }]
+        );
+        // The same job read from the apiserver is the same candidate.
+        assert_eq!(
+            MarkedJob::of(&json!({"metadata": {
+                "name": "marked", "namespace": "ns", "uid": "uid-marked",
+                "annotations": {ANN_HOLD_MARK: "7 2026-12-05T10:00:00Z"}
+            }})),
+            MarkedJob::in_store(&store).pop()
+        );
     }
 }

@@ -26,7 +26,8 @@ pub use config::{ExecutorConfig, PolicyProbe};
 pub use executor::{HoldExecutor, client_without_retry, without_retry};
 pub use hooks::{BetweenReadAndWrite, Hooks, WritePoint};
 pub use mark::{
-    SWEEP_INTERVAL as MARK_SWEEP_INTERVAL, sweep as sweep_marks, sweep_every as sweep_marks_every,
+    MarkedJob, SWEEP_INTERVAL as MARK_SWEEP_INTERVAL, sweep as sweep_marks,
+    sweep_every as sweep_marks_every,
 };
 pub use metrics::{CallMetrics, MetricCall};
 pub use requests::{

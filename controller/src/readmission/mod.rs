@@ -55,7 +55,7 @@ pub use metrics::ReadmissionMetrics;
 use crate::backoff::Backoffs;
 use crate::events::Publisher;
 use crate::pods::JOBSET_NAME_LABEL;
-use crate::trainjob::{self, Feed};
+use crate::trainjob::{self, Feed, Watched};
 use holdfast_cluster::resources;
 use holdfast_core::names::MULTIKUEUE_ORIGIN_LABEL;
 use kube::ResourceExt;
@@ -68,6 +68,8 @@ pub struct ReadmissionGate {
     metrics: ReadmissionMetrics,
     /// The Workload store while the gate runs (for [`ReadmissionGate::held`]).
     workloads: Arc<std::sync::RwLock<Option<reflector::Store<DynamicObject>>>>,
+    /// The TrainJob store while the gate runs (for [`ReadmissionGate::trainjobs`]).
+    trainjobs: Arc<std::sync::RwLock<Option<reflector::Store<Watched>>>>,
     /// Where its Events go (the process's one publisher).
     events: Publisher,
     /// The MultiKueue workers whose pods it counts too.
@@ -88,6 +90,7 @@ impl ReadmissionGate {
             config,
             metrics,
             workloads: Arc::default(),
+            trainjobs: Arc::default(),
             events,
             workers: crate::multikueue::Workers::default(),
         }
@@ -98,6 +101,12 @@ impl ReadmissionGate {
     pub fn with_workers(mut self, workers: crate::multikueue::Workers) -> Self {
         self.workers = workers;
         self
+    }
+
+    /// The TrainJobs in the gate's store; `None` while the gate is not running (not the
+    /// leader). No request is made.
+    pub fn trainjobs(&self) -> Option<reflector::Store<Watched>> {
+        self.trainjobs.read().ok()?.clone()
     }
 
     /// The holds among the Workloads in the gate's store, but those being deleted (their
@@ -207,6 +216,10 @@ impl ReadmissionGate {
         // TrainJobs.
         let trainjob_writer = reflector::store::Writer::new(());
         let trainjobs = trainjob_writer.as_reader();
+        if let Ok(mut t) = self.trainjobs.write() {
+            *t = Some(trainjobs.clone());
+        }
+        let _forget_trainjobs = ForgetStore(&self.trainjobs);
         let trainjob_stream = feed
             .reflect(trainjob_writer)
             .inspect(|update| {
@@ -284,10 +297,17 @@ impl ReadmissionGate {
     }
 }
 
-/// Forgets the Workload store when the gate stops (or its future is dropped).
-struct ForgetStore<'a>(&'a std::sync::RwLock<Option<reflector::Store<DynamicObject>>>);
+/// Forgets a store when the gate stops (or its future is dropped).
+struct ForgetStore<'a, K: kube::Resource + 'static>(
+    &'a std::sync::RwLock<Option<reflector::Store<K>>>,
+)
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone;
 
-impl Drop for ForgetStore<'_> {
+impl<K: kube::Resource + 'static> Drop for ForgetStore<'_, K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
     fn drop(&mut self) {
         if let Ok(mut w) = self.0.write() {
             *w = None;

@@ -1471,7 +1471,14 @@ async fn a_mark_left_by_a_hold_that_ended_between_its_writes_is_swept_only_once_
     assert!(active(&wl) && annotation(&wl, ANN_HOLD_INSTANCE).is_none());
 
     // Within the CallBound after the deadline a request of the call could still land: kept.
-    let sweep = |bound| holdfast_controller::hold::sweep_marks(&controller, Some(&f.ns), bound);
+    // The sweep is given the job as the leader's cache would (the marked job, read now).
+    let sweep = |bound| {
+        let (f, controller) = (&f, &controller);
+        async move {
+            let marked = holdfast_controller::hold::MarkedJob::of(&f.trainjob("job").await);
+            holdfast_controller::hold::sweep_marks(controller, marked, bound).await
+        }
+    };
     assert_eq!(sweep(bound).await.expect("sweep"), 0);
     assert!(annotation(&f.trainjob("job").await, ANN_HOLD_MARK).is_some());
     // Once it has passed (a CallBound of zero: the deadline is behind), removed.
