@@ -443,6 +443,20 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         *by_kind.entry(key).or_default() += 1;
     }
 
+    // The controller's list requests, one line each, when asked (for finding relists).
+    if std::env::var_os("HOLDFAST_BENCH_LISTS").is_some() {
+        for e in audit
+            .iter()
+            .filter(|e| e["user"]["username"] == controller_user && e["verb"] == "list")
+        {
+            eprintln!(
+                "list {} {} {}",
+                e["requestReceivedTimestamp"].as_str().unwrap_or("?"),
+                e["responseStatus"]["code"],
+                e["requestURI"].as_str().unwrap_or("?")
+            );
+        }
+    }
     // The controller's requests received in the steady window, per minute.
     let mut in_steady: BTreeMap<String, usize> = BTreeMap::new();
     for e in &audit {
