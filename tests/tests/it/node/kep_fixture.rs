@@ -56,7 +56,7 @@ impl Config {
 
 /// `training_runtime` with an explicit command and resource requests (Kueue assigns a
 /// flavor, and so the ClusterQueue's AdmissionChecks, only to pod sets that request some).
-fn kep_runtime(cluster: &NodeCluster, name: &str) -> Value {
+pub(super) fn kep_runtime(cluster: &NodeCluster, name: &str) -> Value {
     let original = Config::original(cluster, name);
     let mut rt = training_runtime(name, &original.image);
     let c = rt.pointer_mut(CONTAINER).expect("the runtime's container");
@@ -78,6 +78,11 @@ pub(super) struct Jobs {
 impl Jobs {
     pub(super) async fn new(cluster: &NodeCluster, prefix: &str) -> Jobs {
         let ns = cluster.namespace(prefix).await.expect("namespace");
+        Jobs::of(cluster, ns).await
+    }
+
+    /// The jobs of namespace `ns`, which exists.
+    pub(super) async fn of(cluster: &NodeCluster, ns: String) -> Jobs {
         let admin = cluster.client(Identity::Admin).await.expect("client");
         Jobs {
             runtimes: Api::namespaced_with(

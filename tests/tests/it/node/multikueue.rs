@@ -7,6 +7,7 @@
 //!     node::multikueue:: --test-threads 1 --nocapture
 //! ```
 
+use super::kep_fixture::{Jobs, kep_runtime, runtime_yaml};
 use super::*;
 use holdfast_controller::hold::HoldExecutor;
 use holdfast_controller::multikueue::Workers;
@@ -72,6 +73,87 @@ fn start_gate(
         let stop = stop.clone();
         async move { gate.run_on(feed, stop).await }
     })
+}
+
+/// Two clusters and holdfast on the manager as the chart configures it for the worker (a
+/// kubeconfig file): its readmission gate (as its controller) beside MultiKueue's check, its
+/// snapshot reconciler, and the hold executor, all seeing the worker; a namespace of both
+/// clusters with their queues.
+struct GateOnManager {
+    clusters: TwoClusters,
+    ns: String,
+    admin: kube::Client,
+    worker_admin: kube::Client,
+    exec: HoldExecutor,
+    stop: CancellationToken,
+    gate_task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    snapshots: tokio::task::JoinHandle<Result<(), holdfast_controller::snapshot::Error>>,
+    _kubeconfig: tempfile::TempDir,
+}
+
+impl GateOnManager {
+    async fn start(worker: &'static NodeCluster, prefix: &str) -> GateOnManager {
+        let clusters = TwoClusters::start(worker).await.expect("two clusters");
+        let ns = clusters.namespace(prefix).await.expect("namespace");
+        let manager = &clusters.manager;
+        let admin = manager
+            .client(Identity::Admin)
+            .await
+            .expect("manager admin");
+        let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
+        ensure_admission_check(&admin).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = gate_worker(clusters.worker, dir.path())
+            .await
+            .expect("the gate's kubeconfig");
+        let workers = Workers::from_kubeconfigs(&[spec]).await.expect("workers");
+        let controller = manager
+            .client(Identity::Controller)
+            .await
+            .expect("controller");
+        let stop = CancellationToken::new();
+        let gate_task = start_gate(&controller, &ns, workers.clone(), &stop);
+        // The gate carries the manager's snapshot into the worker before the job may go there.
+        let snapshots = manager_snapshots(&controller, &ns, &stop);
+        let exec = HoldExecutor::new(
+            client_without_retries(manager, Identity::Controller).await,
+            Mode::Kueue,
+            config(),
+        )
+        .with_workers(workers);
+        clusters
+            .queues(&ns, &[CHECK, MULTIKUEUE_CHECK])
+            .await
+            .expect("queues");
+        GateOnManager {
+            clusters,
+            ns,
+            admin,
+            worker_admin,
+            exec,
+            stop,
+            gate_task,
+            snapshots,
+            _kubeconfig: dir,
+        }
+    }
+
+    /// Stops holdfast, prints the time of `test` since `t0`, and deletes the worker's
+    /// namespace (the worker is shared; the manager, which would collect its copies, stops).
+    async fn finish(self, test: &str, t0: Instant) {
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(15), self.gate_task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(15), self.snapshots).await;
+        eprintln!(
+            "{test}: whole test {:.1?} (set-up {:.1?})",
+            t0.elapsed(),
+            self.clusters.set_up
+        );
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(self.worker_admin)
+            .delete(&self.ns, &DeleteParams::default())
+            .await
+            .expect("delete the worker's namespace");
+    }
 }
 
 /// A TrainJob created on the manager, in a ClusterQueue that lists MultiKueue's check beside
@@ -545,50 +627,24 @@ async fn deactivating_the_managers_workload_deletes_the_workers_copy_while_its_p
 async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_execution_are_gone()
 {
     let t0 = Instant::now();
-    let worker = NodeCluster::shared();
-    let clusters = TwoClusters::start(worker).await.expect("two clusters");
-    let ns = clusters.namespace("mk-gate").await.expect("namespace");
-    let manager = &clusters.manager;
-    let admin = manager
-        .client(Identity::Admin)
-        .await
-        .expect("manager admin");
-    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
-    ensure_admission_check(&admin).await;
-
-    // holdfast as the chart configures it for the worker: a kubeconfig file.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = gate_worker(clusters.worker, dir.path())
-        .await
-        .expect("the gate's kubeconfig");
-    let workers = Workers::from_kubeconfigs(&[spec]).await.expect("workers");
-    let controller = manager
-        .client(Identity::Controller)
-        .await
-        .expect("controller");
-    let stop = CancellationToken::new();
-    let gate_task = start_gate(&controller, &ns, workers.clone(), &stop);
-    // The gate carries the manager's snapshot into the worker before the job may go there.
-    let snapshots = manager_snapshots(&controller, &ns, &stop);
-    let exec = HoldExecutor::new(
-        client_without_retries(manager, Identity::Controller).await,
-        Mode::Kueue,
-        config(),
-    )
-    .with_workers(workers);
+    let on_manager = GateOnManager::start(NodeCluster::shared(), "mk-gate").await;
+    let GateOnManager {
+        clusters,
+        ns,
+        admin,
+        worker_admin,
+        exec,
+        ..
+    } = &on_manager;
     clusters
-        .queues(&ns, &[CHECK, MULTIKUEUE_CHECK])
-        .await
-        .expect("queues");
-    clusters
-        .runtime(&ns, "workload", 20)
+        .runtime(ns, "workload", 20)
         .await
         .expect("runtimes");
     clusters
-        .create_trainjob(&ns, "tj")
+        .create_trainjob(ns, "tj")
         .await
         .expect("the TrainJob on the manager");
-    let worker_pods: Api<Pod> = Api::namespaced(worker_admin.clone(), &ns);
+    let worker_pods: Api<Pod> = Api::namespaced(worker_admin.clone(), ns);
     let first = next_execution(
         &worker_pods,
         "tj",
@@ -604,12 +660,12 @@ async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_
 
     // Hold and Release through the manager: both go ahead (holdfast sees the worker).
     assert_eq!(
-        exec.hold(&ns, "tj", meta(Some(1), Duration::from_secs(60)))
+        exec.hold(ns, "tj", meta(Some(1), Duration::from_secs(60)))
             .await,
         Ok(holdfast_core::hold::Outcome::Held)
     );
     let release = exec
-        .release(&ns, "tj", meta(Some(1), Duration::from_secs(60)))
+        .release(ns, "tj", meta(Some(1), Duration::from_secs(60)))
         .await;
     assert!(
         matches!(release, Ok(holdfast_core::hold::Outcome::Released { .. })),
@@ -620,7 +676,7 @@ async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_
     // worker's pods, so a Ready check followed by an old pod still listed is a Ready given
     // while the old pod remained.
     let workloads: Api<DynamicObject> =
-        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::workload());
+        Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::workload());
     let mut pending_on_old = false;
     // The kubelet's finishedAt of each old container, from a watch: the pod object goes
     // moments after its last status.
@@ -740,7 +796,7 @@ async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_
     // The real Trainer in the worker ran it from holdfast's copy of the manager's snapshot,
     // handed to the copy of the TrainJob.
     let snapshot =
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(worker_admin.clone(), &ns)
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(worker_admin.clone(), ns)
             .get(&holdfast_core::names::snapshot_name("tj"))
             .await
             .expect("the worker's snapshot");
@@ -753,16 +809,188 @@ async fn a_release_through_the_manager_waits_until_the_workers_pods_of_the_held_
         "{snapshot:?}"
     );
 
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(15), gate_task).await;
-    let _ = tokio::time::timeout(Duration::from_secs(15), snapshots).await;
-    eprintln!(
-        "a_release_through_the_manager: whole test {:.1?} (set-up {:.1?})",
-        t0.elapsed(),
-        clusters.set_up
+    on_manager.finish("a_release_through_the_manager", t0).await;
+}
+
+/// The runtime's pod template, as a JSON pointer.
+const POD_TEMPLATE: &str = "/spec/template/spec/replicatedJobs/0/template/spec/template";
+/// The pod template's annotation the workload's `WORKLOAD_MARK` is read from.
+const MARK: &str = "test.holdfast.dev/mark";
+
+/// The pods of `job`'s execution after `old` run the configuration `mark` of runtime
+/// `workload` (the KEP runtime's image and command): by the JobSet's template, the pods' spec
+/// and annotation, and what each container printed of its argv and env (the kubelet's logs).
+async fn runs_mark(jobs: &Jobs, worker: &NodeCluster, old: &[String], mark: &str) -> Vec<String> {
+    let original = kep_runtime(worker, "workload");
+    let container = original
+        .pointer(&format!("{POD_TEMPLATE}/spec/containers/0"))
+        .expect("the container");
+    let pods = jobs.execution("tj", old).await;
+    let js = jobs.jobsets.get("tj").await.expect("the JobSet");
+    let template = &js.data["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+    assert_eq!(
+        (
+            &template["metadata"]["annotations"][MARK],
+            &template["spec"]["containers"][0]["image"],
+            &template["spec"]["containers"][0]["command"]
+        ),
+        (&json!(mark), &container["image"], &container["command"]),
+        "the JobSet's pod template"
     );
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(worker_admin)
-        .delete(&ns, &DeleteParams::default())
+    for p in &pods {
+        let name = p.metadata.name.as_deref().expect("name");
+        let spec = &p.spec.as_ref().expect("spec").containers[0];
+        assert_eq!(
+            (
+                p.metadata.annotations.as_ref().and_then(|a| a.get(MARK)),
+                json!(spec.image),
+                json!(spec.command)
+            ),
+            (
+                Some(&mark.to_owned()),
+                container["image"].clone(),
+                container["command"].clone()
+            ),
+            "{name}'s annotation, image and command"
+        );
+        let config = config_of(&jobs.pods, name, "node").await;
+        assert_eq!(
+            (&config["argv"], &config["env"]["WORKLOAD_MARK"]),
+            (&container["command"], &json!(mark)),
+            "{name} runs: {config}"
+        );
+    }
+    pods.iter().filter_map(|p| p.metadata.uid.clone()).collect()
+}
+
+/// KEP-2599's e2e line across clusters ("updating TrainingRuntime does not affect a paused
+/// TrainJob"): a TrainJob dispatched through the manager runs in the worker; it is held
+/// through the manager (its pods gone, MultiKueue's copy deleted), and the runtime is updated
+/// in both clusters the same way: the pod template's annotation, from which the container's
+/// `WORKLOAD_MARK` is read (the Downward API), so Trainer would put the change into the pods
+/// and the kubelet into the process. Released, the next copy (a new uid) owns the manager's
+/// original snapshot, carried into the worker by holdfast, and its pods run the original
+/// configuration, by the JobSet's template, the pods' spec and what the container printed.
+/// The edit leaves the containers alone: Kueue compares a Workload's containers with the
+/// live runtime's, and a held job's Workload keeps its quota in the manager (the book's
+/// MultiKueue page, "A runtime edit while held"). (Before the carrying, the worker's Trainer
+/// snapshotted the worker's runtime when each copy was created: the edited one.)
+#[tokio::test]
+#[ignore = "tier 3: run with --ignored (builds and starts a real node and a manager)"]
+async fn a_held_job_resumes_in_the_worker_with_the_managers_snapshot_after_both_runtimes_are_edited()
+ {
+    let t0 = Instant::now();
+    let worker = NodeCluster::shared();
+    let on_manager = GateOnManager::start(worker, "mk-kep").await;
+    let GateOnManager {
+        clusters,
+        ns,
+        admin,
+        worker_admin,
+        exec,
+        ..
+    } = &on_manager;
+
+    // The KEP's runtime, its mark read from the pod template's annotation, in both clusters.
+    let runtimes = |c: &kube::Client| {
+        Api::<DynamicObject>::namespaced_with(
+            c.clone(),
+            ns,
+            &holdfast_cluster::resources::training_runtime(),
+        )
+    };
+    let mut runtime = kep_runtime(worker, "workload");
+    let template = runtime.pointer_mut(POD_TEMPLATE).expect("the pod template");
+    template["metadata"] = json!({"annotations": {MARK: "original"}});
+    template["spec"]["containers"][0]["env"][1] = json!({"name": "WORKLOAD_MARK",
+        "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.annotations['{MARK}']")}}});
+    let runtime: DynamicObject = serde_json::from_value(runtime).expect("runtime");
+    for c in [admin, worker_admin] {
+        runtimes(c)
+            .create(&PostParams::default(), &runtime)
+            .await
+            .expect("the runtime");
+    }
+    clusters
+        .create_trainjob(ns, "tj")
         .await
-        .expect("delete the worker's namespace");
+        .expect("the TrainJob on the manager");
+    let jobs = Jobs::of(worker, ns.clone()).await;
+    let first = runs_mark(&jobs, worker, &[], "original").await;
+    let first_copy = jobs
+        .trainjobs
+        .get("tj")
+        .await
+        .expect("the copy")
+        .metadata
+        .uid;
+
+    // Held through the manager; the runtime updated in both clusters meanwhile.
+    assert_eq!(
+        exec.hold(ns, "tj", meta(Some(1), Duration::from_secs(60)))
+            .await,
+        Ok(holdfast_core::hold::Outcome::Held)
+    );
+    jobs.pods_gone(worker, "tj").await;
+    let edit: json_patch::Patch = serde_json::from_value(json!([{"op": "replace",
+        "path": format!("{POD_TEMPLATE}/metadata/annotations/{}", MARK.replace('/', "~1")),
+        "value": "edited"}]))
+    .expect("patch");
+    for c in [admin, worker_admin] {
+        runtimes(c)
+            .patch(
+                "workload",
+                &PatchParams::default(),
+                &Patch::<()>::Json(edit.clone()),
+            )
+            .await
+            .expect("update the runtime");
+    }
+
+    // Released: a new copy, running the original configuration from the manager's snapshot.
+    let release = exec
+        .release(ns, "tj", meta(Some(1), Duration::from_secs(60)))
+        .await;
+    assert!(
+        matches!(release, Ok(holdfast_core::hold::Outcome::Released { .. })),
+        "{release:?}"
+    );
+    runs_mark(&jobs, worker, &first, "original").await;
+    let copy = jobs.trainjobs.get("tj").await.expect("the new copy");
+    assert_ne!(copy.metadata.uid, first_copy, "a new copy of the TrainJob");
+    let snapshot = jobs.snapshot("tj").await;
+    let owners: Vec<_> = snapshot
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|o| (o.uid.clone(), o.controller))
+        .collect();
+    assert_eq!(
+        owners,
+        vec![(copy.metadata.uid.clone().expect("uid"), Some(true))],
+        "the new copy owns the worker's snapshot"
+    );
+    let stored = runtime_yaml(&snapshot);
+    assert!(
+        stored.contains("original") && !stored.contains("edited"),
+        "the original runtime: {stored}"
+    );
+    let live = runtimes(worker_admin)
+        .get("workload")
+        .await
+        .expect("the worker's runtime");
+    assert_eq!(
+        live.data
+            .pointer(&format!("{POD_TEMPLATE}/metadata/annotations"))
+            .map(|a| &a[MARK]),
+        Some(&json!("edited")),
+        "the worker's live runtime is the edited one"
+    );
+    on_manager
+        .finish(
+            "a_held_job_resumes_in_the_worker_with_the_managers_snapshot",
+            t0,
+        )
+        .await;
 }
