@@ -32,6 +32,7 @@ mod config;
 mod error;
 mod events;
 mod metrics;
+mod once;
 mod reconcile;
 mod remote;
 mod sweep;
@@ -243,6 +244,7 @@ impl ReadmissionGate {
             events,
             ungated: std::sync::Mutex::default(),
             multikueue: std::sync::Mutex::default(),
+            not_adopted: std::sync::Mutex::default(),
             workers: self.workers.clone(),
         });
         tasks.spawn(sweep::run(

@@ -58,6 +58,8 @@ pub(crate) struct Context {
     pub(crate) ungated: Mutex<HashSet<(String, String)>>,
     /// TrainJobs under MultiKueue.
     pub(crate) multikueue: Mutex<HashSet<(String, String)>>,
+    /// The snapshots that could not be handed to a worker's copy, already reported.
+    pub(crate) not_adopted: Mutex<super::once::Reported>,
     /// The MultiKueue workers whose pods are counted for a TrainJob under MultiKueue.
     pub(crate) workers: crate::multikueue::Workers,
 }
@@ -158,8 +160,9 @@ const ADOPTION_RETRY: Duration = Duration::from_secs(1);
 /// Hands the snapshot holdfast carried into the worker a TrainJob under MultiKueue was
 /// dispatched to (its live Workload's `status.clusterName`) to the copy there, and deletes
 /// the unowned ones in the other workers. A snapshot that cannot be handed over gets a
-/// Warning Event: the copy then runs nothing (Trainer refuses a snapshot that is not its), or,
-/// if someone deleted it, the worker's runtime.
+/// Warning Event, once per Workload and cause until it is handed over: the copy then runs
+/// nothing (Trainer refuses a snapshot that is not its), or, if someone deleted it, the
+/// worker's runtime.
 async fn adopt_snapshot(
     ctx: &Context,
     trainjob: &k8s_openapi::api::core::v1::ObjectReference,
@@ -175,23 +178,41 @@ async fn adopt_snapshot(
     let (namespace, name, uid) = (namespace.as_str(), name.as_str(), uid.as_str());
     // Only where holdfast's check gates the Workload: elsewhere nothing was carried.
     let ours = ctx.checks.names();
-    let cluster = workloads
+    let dispatched = workloads
         .iter()
         .filter(|w| !holdfast_core::readmission::terminating(w))
         .filter(|w| !WorkloadView::read(w, &ours).checks.is_empty())
-        .find_map(|w| w.pointer("/status/clusterName").and_then(Value::as_str))
-        .filter(|c| !c.is_empty());
-    let Some(cluster) = cluster else {
-        return Adopted::Done;
+        .find_map(|w| {
+            let cluster = w.pointer("/status/clusterName").and_then(Value::as_str)?;
+            let workload = w.pointer("/metadata/uid").and_then(Value::as_str);
+            Some((cluster, workload.unwrap_or_default()))
+        })
+        .filter(|(c, _)| !c.is_empty() && ctx.workers.client(c).is_some());
+    let adopted = match dispatched {
+        Some((cluster, workload)) => {
+            let adopted = adopt(&ctx.client, &ctx.workers, namespace, name, uid, cluster).await;
+            if let Adopted::Refused(why) = &adopted {
+                // Once per Workload and cause: this reconcile comes back every second.
+                let first = ctx
+                    .not_adopted
+                    .lock()
+                    .is_ok_and(|mut r| r.first(namespace, name, workload, why));
+                if first {
+                    tracing::warn!(namespace, trainjob = name, cluster, "{why}");
+                    ctx.events
+                        .publish(trainjob, gate_events::snapshot_not_adopted(why));
+                } else {
+                    tracing::debug!(namespace, trainjob = name, cluster, "{why}");
+                }
+            }
+            adopted
+        }
+        None => Adopted::Done,
     };
-    if ctx.workers.client(cluster).is_none() {
-        return Adopted::Done;
-    }
-    let adopted = adopt(&ctx.client, &ctx.workers, namespace, name, uid, cluster).await;
-    if let Adopted::Refused(why) = &adopted {
-        tracing::warn!(namespace, trainjob = name, cluster, "{why}");
-        ctx.events
-            .publish(trainjob, gate_events::snapshot_not_adopted(why));
+    if adopted == Adopted::Done
+        && let Ok(mut reported) = ctx.not_adopted.lock()
+    {
+        reported.forget(namespace, name);
     }
     adopted
 }
@@ -306,6 +327,9 @@ fn forget(ctx: &Context, namespace: &str, name: &str) {
     if let Ok(mut set) = ctx.multikueue.lock() {
         set.remove(&key);
         ctx.metrics.set_multikueue(set.len());
+    }
+    if let Ok(mut reported) = ctx.not_adopted.lock() {
+        reported.forget(namespace, name);
     }
 }
 
