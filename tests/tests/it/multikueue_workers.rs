@@ -17,7 +17,7 @@ use holdfast_controller::multikueue::Workers;
 use holdfast_core::hold::{HoldError, Outcome};
 use holdfast_core::readmission::WaitReason;
 use holdfast_tests::control_plane::ControlPlane;
-use holdfast_tests::hold_support::meta;
+use holdfast_tests::hold_support::{annotation, meta};
 use holdfast_tests::identity::Identity;
 use holdfast_tests::kueue;
 use holdfast_tests::kueue_support::{CHECK, Fixture, MINUTE, QUEUE, Setup, check, condition};
@@ -265,7 +265,7 @@ async fn hold_calls_under_multikueue_go_ahead_only_where_holdfast_has_a_kubeconf
 async fn the_workers_copy_is_given_the_managers_snapshot_before_dispatch_and_after_a_release() {
     use holdfast_core::names::ANN_ORIGIN_TRAINJOB_UID;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::{DynamicObject, Patch, PatchParams};
+    use kube::api::{Patch, PatchParams};
 
     let (mut f, worker) = manager_and_worker("mk-snap").await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -278,23 +278,7 @@ async fn the_workers_copy_is_given_the_managers_snapshot_before_dispatch_and_aft
     f.use_workers(workers).await;
     f.start_gate().await;
     let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
-    let runtimes = |client: &kube::Client| {
-        Api::<DynamicObject>::all_with(
-            client.clone(),
-            &holdfast_cluster::resources::cluster_training_runtime(),
-        )
-    };
-    // The worker has a runtime of the same name (Kueue there reads it for the copy).
-    let mut runtime = runtimes(&f.admin).get(&f.runtime).await.expect("runtime");
-    runtime.metadata = kube::api::ObjectMeta {
-        name: Some(f.runtime.clone()),
-        labels: runtime.metadata.labels.clone(),
-        ..Default::default()
-    };
-    runtimes(&worker_admin)
-        .create(&PostParams::default(), &runtime)
-        .await
-        .expect("the worker's runtime");
+    worker_runtime(&f, &worker_admin).await;
 
     let snapshots = Snapshots::run(&f).await;
 
@@ -387,11 +371,43 @@ async fn the_workers_copy_is_given_the_managers_snapshot_before_dispatch_and_aft
     f.finish().await;
 }
 
+/// The ClusterTrainingRuntimes of the cluster `client` reaches.
+fn runtimes(client: &kube::Client) -> Api<kube::api::DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &holdfast_cluster::resources::cluster_training_runtime(),
+    )
+}
+
+/// Gives the worker a runtime of the manager's runtime's name (Kueue there reads it for the
+/// copy).
+async fn worker_runtime(f: &Fixture, worker_admin: &kube::Client) {
+    let mut runtime = runtimes(&f.admin).get(&f.runtime).await.expect("runtime");
+    runtime.metadata = kube::api::ObjectMeta {
+        name: Some(f.runtime.clone()),
+        labels: runtime.metadata.labels.clone(),
+        ..Default::default()
+    };
+    runtimes(worker_admin)
+        .create(&PostParams::default(), &runtime)
+        .await
+        .expect("the worker's runtime");
+}
+
 /// The worker's copy of TrainJob `job` (MultiKueue's: it carries the origin label), if any.
 async fn worker_trainjob(worker: &kube::Client, ns: &str) -> Option<kube::api::DynamicObject> {
+    worker_copy(worker, ns, "job").await
+}
+
+/// The worker's copy of TrainJob `name` (MultiKueue's: it carries the origin label), if any.
+async fn worker_copy(
+    worker: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Option<kube::api::DynamicObject> {
     let api: Api<kube::api::DynamicObject> =
         Api::namespaced_with(worker.clone(), ns, &holdfast_cluster::resources::trainjob());
-    api.get_opt("job").await.ok().flatten().filter(|t| {
+    api.get_opt(name).await.ok().flatten().filter(|t| {
         t.metadata
             .labels
             .as_ref()
@@ -430,4 +446,364 @@ async fn adopted(
         owned(cms, worker, &f.ns, name).await
     })
     .await
+}
+
+/// Every copy of a TrainJob MultiKueue created in the worker's namespace, as a watch of the
+/// worker saw them (a copy that lives for a second is not missed).
+struct Copies {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Copies {
+    fn watch(worker: &kube::Client, ns: &str) -> Copies {
+        use futures::StreamExt;
+        use kube::runtime::watcher::{self, Event};
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(worker.clone(), ns, &holdfast_cluster::resources::trainjob());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+            while let Some(event) = events.next().await {
+                let Ok(Event::Apply(object) | Event::InitApply(object)) = event else {
+                    continue;
+                };
+                let copy = (
+                    object.metadata.name.clone().unwrap_or_default(),
+                    object.metadata.uid.clone().unwrap_or_default(),
+                );
+                if let Ok(mut seen) = log.lock()
+                    && !seen.contains(&copy)
+                {
+                    seen.push(copy);
+                }
+            }
+        });
+        Copies { seen, task }
+    }
+
+    /// The uids of `name`'s copies created so far, in order.
+    fn of(&self, name: &str) -> Vec<String> {
+        self.seen
+            .lock()
+            .map(|seen| {
+                seen.iter()
+                    .filter(|(n, _)| n == name)
+                    .map(|(_, uid)| uid.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until MultiKueue has created a copy of `name` other than those of `before`,
+    /// and returns its uid.
+    async fn created(&self, f: &Fixture, name: &str, before: &[String]) -> String {
+        f.eventually(
+            &format!("a new copy of {name} in the worker"),
+            MINUTE,
+            || async { self.of(name).into_iter().find(|u| !before.contains(u)) },
+        )
+        .await
+    }
+
+    /// Waits until no copy of `name` other than those of `besides` is in the worker (read
+    /// there, not from the watch, which a relist may spare a deletion).
+    async fn gone(&self, f: &Fixture, worker: &kube::Client, name: &str, besides: &[String]) {
+        f.eventually(
+            &format!("no copy of {name} in the worker"),
+            MINUTE,
+            || async {
+                let copy = worker_copy(worker, &f.ns, name).await;
+                copy.is_none_or(|c| c.metadata.uid.is_some_and(|u| besides.contains(&u)))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+impl Drop for Copies {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The stale-release rule and the classification of a deactivation that is not a hold, on a
+/// job under MultiKueue, through the manager: MultiKueue's own writes on the manager's
+/// Workload as it dispatches a copy to the worker and deletes it there (the check's state,
+/// `status.clusterName`, the eviction) must not confuse them. Hold 1, then Hold 2; Release 1
+/// answers `StaleHold` and leaves hold 2 in force (no copy in the worker, the Workload
+/// inactive); Release 2 releases, and a new copy is dispatched. Someone else deactivating the
+/// Workload is `DeactivatedBySomeoneElse`, and Kueue's own deactivation for a maximum
+/// execution time is `DeactivatedByKueue`, each with no hold reported; a hold placed over
+/// either shows it underneath, and its Release leaves it in place (`resumed: false`), as on
+/// one cluster (`holds_kueue::stale_release_is_refused_in_kueue_mode`,
+/// `holds_kueue::kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_hold`,
+/// `holds_kueue::status_classifies_what_real_kueue_writes`, `seams::seam5_*`). The copies are
+/// watched in the worker, so each step is known to follow a real dispatch and deletion there.
+/// The classification code is shared with one cluster: this passed without a change to
+/// holdfast, as expected; what it pins is that MultiKueue's writes do not change the answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_manager_a_stale_release_is_refused_and_deactivations_not_ours_are_told_apart_from_a_hold()
+ {
+    use holdfast_core::hold::RejectCause;
+    use holdfast_core::hold::classify::{ObjectState, Underlying};
+    use holdfast_core::names::ANN_HOLD_INSTANCE;
+    use holdfast_tests::kueue_support::{SETTLE, active, condition_reason};
+    use kube::api::{Patch, PatchParams};
+
+    let (mut f, worker) = manager_and_worker("mk-stale").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = gate_worker(worker, dir.path())
+        .await
+        .expect("the gate's kubeconfig");
+    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
+        .await
+        .expect("workers");
+    f.use_workers(workers).await;
+    f.start_gate().await;
+    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
+    worker_runtime(&f, &worker_admin).await;
+    let copies = Copies::watch(&worker_admin, &f.ns);
+    let snapshots = Snapshots::run(&f).await;
+    let status = |job: &'static str| {
+        let f = &f;
+        async move { f.exec.status(&f.ns, job).await.expect("status") }
+    };
+    let stale = |result: Result<Outcome, HoldError>, what: &str| {
+        let err = result.expect_err(what);
+        assert_eq!(err.cause(), Some(RejectCause::StaleHold), "{what}: {err}");
+    };
+    let held_by_us = |instance: u64, underlying: Option<Underlying>| ObjectState::HeldByUs {
+        instance: Some(instance),
+        underlying,
+    };
+
+    // Two jobs: `job` for the holds, `timed` with a maximum execution time of one second,
+    // which Kueue in the manager deactivates on its own once it has run that long.
+    f.create_job("job", json!({})).await;
+    f.create_job(
+        "timed",
+        json!({"kueue.x-k8s.io/max-exec-time-seconds": "1"}),
+    )
+    .await;
+    f.open_at_gate("job").await;
+    f.open_at_gate("timed").await;
+    let first = copies.created(&f, "job", &[]).await;
+
+    // Hold 1: MultiKueue deletes the copy. Hold 2 replaces it.
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    copies.gone(&f, &worker_admin, "job", &[]).await;
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(2), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    // Release 1 (and a late Hold 1) is stale: hold 2 stays in force, nothing runs.
+    stale(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        "release 1 is stale",
+    );
+    stale(
+        f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        "hold 1 is stale",
+    );
+    let held = f.live_workloads("job").await;
+    assert!(
+        held.iter()
+            .all(|w| !active(w) && annotation(w, ANN_HOLD_INSTANCE) == Some("2")),
+        "{held:#?}"
+    );
+    assert!(
+        worker_copy(&worker_admin, &f.ns, "job").await.is_none(),
+        "no copy in the worker while held"
+    );
+    assert_eq!(copies.of("job"), vec![first.clone()], "none dispatched");
+    let s = status("job").await;
+    assert_eq!(s.state, held_by_us(2, None));
+    assert_eq!(s.hold.map(|h| h.instance), Some(Some(2)));
+
+    // Release 2 lifts it: MultiKueue dispatches a new copy.
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(2), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    stale(
+        f.exec.release(&f.ns, "job", meta(Some(2), MINUTE)).await,
+        "nothing in force",
+    );
+    copies.created(&f, "job", &[first]).await;
+
+    // Someone else deactivates the manager's Workload: Kueue evicts it, MultiKueue deletes
+    // the copy, and it is someone else's deactivation, not a hold.
+    let name = f
+        .workload_when("job", "admitted again", |w| condition(w, "Admitted"))
+        .await["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    f.workload_api(&alice)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"active": false}})),
+        )
+        .await
+        .expect("alice deactivates it");
+    f.workload_when("job", "evicted", |w| {
+        condition_reason(w, "Evicted").as_deref() == Some("Deactivated")
+    })
+    .await;
+    copies.gone(&f, &worker_admin, "job", &[]).await;
+    let s = status("job").await;
+    assert_eq!(s.state, ObjectState::DeactivatedBySomeoneElse);
+    assert_eq!(s.hold, None);
+    stale(
+        f.exec.release(&f.ns, "job", meta(Some(3), MINUTE)).await,
+        "no hold of ours to release",
+    );
+    // A hold over it shows it underneath; its Release leaves it in place.
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(3), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    assert_eq!(
+        status("job").await.state,
+        held_by_us(3, Some(Underlying::DeactivatedBySomeoneElse))
+    );
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(3), MINUTE)).await,
+        Ok(Outcome::Released { resumed: false })
+    );
+    let s = status("job").await;
+    assert_eq!(s.state, ObjectState::DeactivatedBySomeoneElse);
+    assert_eq!(s.hold, None);
+    assert!(f.live_workloads("job").await.iter().all(|w| !active(w)));
+    assert!(worker_copy(&worker_admin, &f.ns, "job").await.is_none());
+
+    // Kueue's own deactivation, after MultiKueue dispatched the timed job and ran it (the
+    // worker's copy carries the same limit: it may be dispatched more than once before).
+    const OWN: &str = "DeactivatedDueToMaximumExecutionTimeExceeded";
+    copies.created(&f, "timed", &[]).await;
+    f.workload_when("timed", "Kueue deactivates it for its time", |w| {
+        !active(w) && condition_reason(w, "Evicted").as_deref() == Some(OWN)
+    })
+    .await;
+    copies.gone(&f, &worker_admin, "timed", &[]).await;
+    let dispatched = copies.of("timed");
+    let kueues = || ObjectState::DeactivatedByKueue { reason: OWN.into() };
+    let s = f
+        .eventually("the status settles", SETTLE, || async {
+            let s = status("timed").await;
+            matches!(s.state, ObjectState::DeactivatedByKueue { .. }).then_some(s)
+        })
+        .await;
+    assert_eq!(s.state, kueues());
+    assert_eq!(s.hold, None);
+    stale(
+        f.exec.release(&f.ns, "timed", meta(Some(1), MINUTE)).await,
+        "no hold of ours to release",
+    );
+    assert_eq!(
+        f.exec.hold(&f.ns, "timed", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    assert_eq!(
+        status("timed").await.state,
+        held_by_us(
+            1,
+            Some(Underlying::DeactivatedByKueue { reason: OWN.into() })
+        )
+    );
+    assert_eq!(
+        f.exec.release(&f.ns, "timed", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: false })
+    );
+    assert_eq!(status("timed").await.state, kueues());
+    assert!(f.live_workloads("timed").await.iter().all(|w| !active(w)));
+    assert_eq!(copies.of("timed"), dispatched, "not dispatched again");
+    snapshots.stop().await;
+    f.finish().await;
+}
+
+/// A snapshot that cannot be handed to the worker's copy (here deleted in the worker once the
+/// copy owned it) is warned of once per Workload and cause: the gate meets it again at every
+/// reconcile, and publishes nothing more. Its reads of the worker's ConfigMap, in the worker's
+/// audit log, show the reconciles that came after the Warning. (Before, each reconcile
+/// published it again, and the Event's series counted them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_the_workers_copy_cannot_be_given_is_warned_of_once_not_at_every_reconcile() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::events::v1::Event;
+
+    const REASON: &str = "MultiKueueSnapshotNotAdopted";
+    let (mut f, worker) = manager_and_worker("mk-warn-once").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = gate_worker(worker, dir.path())
+        .await
+        .expect("the gate's kubeconfig");
+    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
+        .await
+        .expect("workers");
+    f.use_workers(workers).await;
+    f.start_gate().await;
+    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
+    worker_runtime(&f, &worker_admin).await;
+    let snapshots = Snapshots::run(&f).await;
+    f.create_job("job", json!({})).await;
+    f.open_at_gate("job").await;
+    let name = holdfast_core::names::snapshot_name("job");
+    let worker_cms: Api<ConfigMap> = Api::namespaced(worker_admin.clone(), &f.ns);
+    adopted(&f, &worker_cms, &worker_admin, &name).await;
+
+    worker_cms
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("someone deletes the worker's snapshot");
+    let events: Api<Event> = Api::namespaced(f.admin.clone(), &f.ns);
+    let warnings = || async {
+        let list = events.list(&Default::default()).await.expect("events");
+        list.items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(REASON))
+            .collect::<Vec<_>>()
+    };
+    f.eventually("the Warning", MINUTE, || async {
+        (!warnings().await.is_empty()).then_some(())
+    })
+    .await;
+    // The gate's reads of the worker's snapshot: one per reconcile.
+    let reads = || async {
+        worker
+            .settled_audit_events()
+            .await
+            .expect("the worker's audit log")
+            .iter()
+            .filter(|e| {
+                e["verb"] == "get"
+                    && e["objectRef"]["resource"] == "configmaps"
+                    && e["objectRef"]["namespace"] == f.ns.as_str()
+                    && e["objectRef"]["name"] == name.as_str()
+                    && e["user"]["username"] != Identity::Admin.username()
+            })
+            .count()
+    };
+    let seen = reads().await;
+    f.eventually("three more reconciles", MINUTE, || async {
+        (reads().await >= seen + 3).then_some(())
+    })
+    .await;
+    let warnings = warnings().await;
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert_eq!(
+        warnings[0].series, None,
+        "published once: {:#?}",
+        warnings[0]
+    );
+    snapshots.stop().await;
+    f.finish().await;
 }
