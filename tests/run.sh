@@ -25,7 +25,9 @@ if [ -r "$inotify" ] && [ "$(cat "$inotify")" -lt 1024 ]; then
 fi
 echo "== control plane"
 tests/cluster/build.sh
-tests/cluster/helm/build.sh
+# helm: Helm 4 for every test, Helm 3 for the chart suite's second pass below.
+tests/cluster/helm/build.sh 4
+tests/cluster/helm/build.sh 3
 # promtool, for the alerts' tests (tests/tests/it/alerts.rs): built from Prometheus's Go module
 # once (about 8 min), cached like helm.
 tests/tools/promtool/build.sh
@@ -86,6 +88,8 @@ echo "== the webhook suite and the adversary's corpus under validation.engine=po
 # The same tests, with the chart's ValidatingAdmissionPolicies judging the validating rules and
 # the webhook keeping only its lookups and mutations.
 HOLDFAST_TEST_VALIDATION_ENGINE=policy cargo test -p holdfast-tests --locked --test it -- admission:: seams:: outage:: holds_kueue:: mode_switch:: adoption:: adversary::every_sequence_the_adversary 2>&1 | tee -a "$log"
+echo "== the chart suite with Helm 3 (every other test ran Helm 4)"
+HOLDFAST_HELM_MAJOR=3 cargo test -p holdfast-tests --locked --test it -- chart:: chart_conventions:: 2>&1 | tee -a "$log"
 echo "== tier 3: a real node (holdfast's image from the Dockerfile's recipe, then the node tests)"
 tests/cluster/node/holdfast-image.sh
 cargo test -p holdfast-tests --locked --test it -- --ignored node:: --test-threads 1 2>&1 | tee -a "$log"

@@ -29,8 +29,14 @@ pub fn cluster_module_dir() -> PathBuf {
 /// Run one of the `build.sh` scripts (they build once, cache outside the tree, and print
 /// the cache directory) and return that directory.
 pub fn run_build_script(script: &Path) -> anyhow::Result<PathBuf> {
+    run_build_script_with(script, &[])
+}
+
+/// [`run_build_script`] with `args` passed to the script.
+pub fn run_build_script_with(script: &Path, args: &[&str]) -> anyhow::Result<PathBuf> {
     let out = Command::new("bash")
         .arg(script)
+        .args(args)
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;

@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 #[derive(Clone, Debug)]
 pub struct Helm {
     pub bin: PathBuf,
+    /// Its major version: 4, or 3.
+    pub major: u8,
 }
 
 /// The chart in the tree.
@@ -20,7 +22,9 @@ pub fn chart_dir() -> PathBuf {
         .join("holdfast")
 }
 
-/// Build (or find cached) helm. `HOLDFAST_HELM` (a path to a helm binary) overrides it.
+/// Build (or find cached) helm: Helm 4, or Helm 3 where `HOLDFAST_HELM_MAJOR=3` (the
+/// chart suite's second pass). `HOLDFAST_HELM` (a path to a helm binary, of that major
+/// version) overrides the build.
 pub fn ensure() -> anyhow::Result<Helm> {
     static CACHED: OnceLock<Result<Helm, String>> = OnceLock::new();
     CACHED
@@ -29,19 +33,32 @@ pub fn ensure() -> anyhow::Result<Helm> {
         .map_err(anyhow::Error::msg)
 }
 
+/// The major version the tests run helm at: `HOLDFAST_HELM_MAJOR` (3 or 4), 4 by default.
+pub fn major() -> anyhow::Result<u8> {
+    match std::env::var("HOLDFAST_HELM_MAJOR").as_deref() {
+        Err(_) | Ok("4") => Ok(4),
+        Ok("3") => Ok(3),
+        Ok(other) => bail!("HOLDFAST_HELM_MAJOR={other}: helm's major version is 3 or 4"),
+    }
+}
+
 fn build() -> anyhow::Result<Helm> {
+    let major = major()?;
     if let Some(bin) = std::env::var_os("HOLDFAST_HELM") {
-        return Ok(Helm { bin: bin.into() });
+        return Ok(Helm {
+            bin: bin.into(),
+            major,
+        });
     }
     let script = crate::binaries::cluster_module_dir()
         .join("helm")
         .join("build.sh");
-    let dir = crate::binaries::run_build_script(&script)?;
+    let dir = crate::binaries::run_build_script_with(&script, &[&major.to_string()])?;
     let bin = dir.join("bin").join("helm");
     if !bin.is_file() {
         bail!("{} did not produce {}", script.display(), bin.display());
     }
-    Ok(Helm { bin })
+    Ok(Helm { bin, major })
 }
 
 /// One way to install the chart: a release name, a namespace and `--set` values.

@@ -2002,7 +2002,14 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
         injected,
         "after helm upgrade"
     );
-    helm_cmd("upgrade", &["--force", "--set", "logLevel=info"]).expect("helm upgrade --force");
+    // Helm 4 applies server-side, where replacing is refused: its replace is client-side.
+    let force: &[&str] = if helm.major >= 4 {
+        &["--force-replace", "--server-side=false"]
+    } else {
+        &["--force"]
+    };
+    helm_cmd("upgrade", &[force, &["--set", "logLevel=info"]].concat())
+        .expect("helm upgrade --force");
     assert_eq!(
         ca_bundles(&admin, name).await,
         injected,
@@ -2190,8 +2197,33 @@ async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_arme
     // A rollback to the first revision, rendered before arming, sets its entries back to
     // Ignore but cannot take the mark (the controller's alone, never rendered by the chart):
     // the controller re-arms from the mark, with no probe answered (no pod runs here).
-    helm_on_release(&helm, "rollback", release, None, &ns, &kubeconfig, &["1"])
-        .expect("helm rollback");
+    // Helm 4 applies server-side: the first revision's Ignore conflicts with the controller's
+    // Fail, and the rollback stops naming the controller and the fields, until it is told to
+    // take them back (`--force-conflicts`, as the upgrade page says).
+    let rollback_args: &[&str] = if helm.major >= 4 {
+        let refused = helm_on_release(&helm, "rollback", release, None, &ns, &kubeconfig, &["1"])
+            .expect_err("Helm 4's rollback conflicts with the controller's arming");
+        let refused = format!("{refused:#}");
+        assert!(
+            refused.contains("conflict")
+                && refused.contains("holdfast-controller")
+                && refused.contains("failurePolicy"),
+            "{refused}"
+        );
+        &["1", "--force-conflicts"]
+    } else {
+        &["1"]
+    };
+    helm_on_release(
+        &helm,
+        "rollback",
+        release,
+        None,
+        &ns,
+        &kubeconfig,
+        rollback_args,
+    )
+    .expect("helm rollback");
     for c in live_configurations(&admin, name).await {
         assert!(
             holdfast_core::arming::is_marked(&c),
