@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use holdfast_core::{
     hold::{
-        Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView, HoldError, Outcome,
-        RejectCause, Status, apply, decide, switch,
+        AfterRead, Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView, HoldError,
+        Outcome, RejectCause, Status, after_read, apply, decide, switch,
     },
     mode::Mode,
     names::QUEUE_NAME_LABEL,
@@ -443,23 +443,19 @@ impl HoldExecutor {
                     "a hold placed in the other mode is in force: the call acts on it"
                 );
             }
-            let view =
-                match HeldView::read(&call, mode, &read.trainjob, read.workload.as_ref(), false) {
-                    Ok(view) => view,
-                    // Kueue mode: Open waits for the Workload (every started object has one).
-                    Err(e)
-                        if kind == CallKind::Open && e.cause() == Some(RejectCause::NoWorkload) =>
-                    {
-                        reqs.pause(
-                            self.config
-                                .transient_backoff
-                                .max(Duration::from_millis(200)),
-                        )
-                        .await?;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
+            let view = match after_read(&call, mode, &read.trainjob, read.workload.as_ref()) {
+                AfterRead::Decide(view) => view,
+                AfterRead::ReadAgain => {
+                    reqs.pause(
+                        self.config
+                            .transient_backoff
+                            .max(Duration::from_millis(200)),
+                    )
+                    .await?;
+                    continue;
+                }
+                AfterRead::Answer(e) => return Err(e),
+            };
             // The start gate opens a managed TrainJob only once its runtime snapshot exists.
             if self.snapshot_gate && kind == CallKind::Open && !snapshot_seen {
                 let gate = super::snapshot_gate::gate(

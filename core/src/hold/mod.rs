@@ -40,5 +40,5 @@ pub use outcome::Outcome;
 pub(crate) use state::parse_decimal;
 pub use state::{HoldRecord, HoldState, Seen};
 pub use status::{HoldStatus, Status};
-pub use view::{FOUND_INACTIVE, FOUND_SUSPENDED, HeldView};
+pub use view::{AfterRead, FOUND_INACTIVE, FOUND_SUSPENDED, HeldView, after_read};
 pub use write::{ApplyError, Write, apply};

@@ -119,6 +119,39 @@ impl HeldView {
     }
 }
 
+/// What a call does with the objects it has just read, before it decides.
+#[derive(Debug)]
+pub enum AfterRead {
+    /// Decide on this view.
+    Decide(HeldView),
+    /// Read again after a pause: Start waits for the Workload (Open, Kueue mode, no Workload
+    /// yet), so that every started object has one. The call's deadline bounds the wait.
+    ReadAgain,
+    /// The call's answer: the objects as read cannot be decided on.
+    Answer(HoldError),
+}
+
+/// The seed's "If the TrainJob has no Workload, Hold returns ErrRejected. Start waits for the
+/// Workload, so every started object has one": [`HeldView::read`]'s refusal for want of a
+/// Workload is Hold's and Release's answer, and Open's reason to read again.
+pub fn after_read(
+    call: &Call,
+    mode: Mode,
+    trainjob: &Value,
+    workload: Option<&Value>,
+) -> AfterRead {
+    match HeldView::read(call, mode, trainjob, workload, false) {
+        Ok(view) => AfterRead::Decide(view),
+        Err(e)
+            if call.kind() == super::CallKind::Open
+                && e.cause() == Some(super::RejectCause::NoWorkload) =>
+        {
+            AfterRead::ReadAgain
+        }
+        Err(e) => AfterRead::Answer(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +199,46 @@ mod tests {
                 .expect_err("no workload");
             assert_eq!(err.cause(), Some(RejectCause::NoWorkload), "{call:?}");
         }
+    }
+
+    #[test]
+    fn start_waits_for_the_workload() {
+        // Open, in Kueue mode with no Workload yet: read again (the deadline bounds it).
+        assert!(matches!(
+            after_read(&Call::Open, Mode::Kueue, &trainjob(), None),
+            AfterRead::ReadAgain
+        ));
+        // Hold and Release answer the refusal at once.
+        for call in [
+            hold(),
+            Call::Release {
+                instance: 1,
+                by: crate::hold::CallerId::new("dispatch"),
+            },
+        ] {
+            match after_read(&call, Mode::Kueue, &trainjob(), None) {
+                AfterRead::Answer(e) => {
+                    assert_eq!(e.cause(), Some(RejectCause::NoWorkload), "{call:?}")
+                }
+                other => panic!("{call:?}: {other:?}"),
+            }
+        }
+        // Once the Workload exists, Open decides; in plain mode it never waits for one.
+        let wl = workload();
+        assert!(matches!(
+            after_read(&Call::Open, Mode::Kueue, &trainjob(), Some(&wl)),
+            AfterRead::Decide(_)
+        ));
+        assert!(matches!(
+            after_read(&Call::Open, Mode::Plain, &trainjob(), None),
+            AfterRead::Decide(_)
+        ));
+        // Any other refusal is the answer, Open's too.
+        let unversioned = json!({"metadata": {}});
+        assert!(matches!(
+            after_read(&Call::Open, Mode::Kueue, &unversioned, Some(&wl)),
+            AfterRead::Answer(_)
+        ));
     }
 
     #[test]
