@@ -136,12 +136,25 @@ impl MarkedJob {
             .state()
             .iter()
             .filter_map(|job| {
-                let job = job.0.as_ref().ok()?;
+                // A TrainJob whose spec does not decode is cached by its metadata alone: its
+                // mark is swept too, or Kueue could never start it again.
+                let (mark, meta) = match &job.0 {
+                    Ok(job) => (job.annotation(ANN_HOLD_MARK)?, &job.metadata),
+                    Err(invalid) => (
+                        invalid
+                            .metadata
+                            .annotations
+                            .as_ref()?
+                            .get(ANN_HOLD_MARK)?
+                            .as_str(),
+                        &invalid.metadata,
+                    ),
+                };
                 Some(MarkedJob {
-                    mark: job.annotation(ANN_HOLD_MARK)?.to_owned(),
-                    namespace: job.metadata.namespace.clone()?,
-                    name: job.metadata.name.clone()?,
-                    uid: job.metadata.uid.clone().unwrap_or_default(),
+                    mark: mark.to_owned(),
+                    namespace: meta.namespace.clone()?,
+                    name: meta.name.clone()?,
+                    uid: meta.uid.clone().unwrap_or_default(),
                 })
             })
             .collect()
@@ -322,24 +335,46 @@ mod tests {
         let mut writer = Writer::<Watched>::new(());
         let store = writer.as_reader();
         writer.apply_watcher_event(&Event::Init);
+        // A job whose spec does not decode (the cache keeps its metadata) is found too.
+        let mut undecodable: Watched = serde_json::from_value(json!({
+            "metadata": {
+                "name": "odd", "namespace": "ns", "uid": "uid-odd",
+                "annotations": {ANN_HOLD_MARK: "3 2026-12-05T10:00:00Z"}
+            },
+            "spec": {"runtimeRef": "not an object"}
+        }))
+        .expect("a guarded TrainJob");
+        assert!(undecodable.0.is_err(), "the spec does not decode");
+        crate::trainjob::strip(&mut undecodable);
         for job in [
             cached(
                 "marked",
                 json!({ANN_HOLD_MARK: "7 2026-12-05T10:00:00Z", "other": "x"}),
             ),
             cached("unmarked", json!({"other": "x"})),
+            undecodable,
         ] {
             writer.apply_watcher_event(&Event::InitApply(job));
         }
         writer.apply_watcher_event(&Event::InitDone);
+        let mut found = MarkedJob::in_store(&store);
+        found.sort_by(|a, b| a.name.cmp(&b.name));
         assert_eq!(
-            MarkedJob::in_store(&store),
-            vec![MarkedJob {
-                namespace: "ns".into(),
-                name: "marked".into(),
-                uid: "uid-marked".into(),
-                mark: "7 2026-12-05T10:00:00Z".into(),
-            }]
+            found,
+            vec![
+                MarkedJob {
+                    namespace: "ns".into(),
+                    name: "marked".into(),
+                    uid: "uid-marked".into(),
+                    mark: "7 2026-12-05T10:00:00Z".into(),
+                },
+                MarkedJob {
+                    namespace: "ns".into(),
+                    name: "odd".into(),
+                    uid: "uid-odd".into(),
+                    mark: "3 2026-12-05T10:00:00Z".into(),
+                },
+            ]
         );
         // The same job read from the apiserver is the same candidate.
         assert_eq!(
@@ -347,7 +382,9 @@ mod tests {
                 "name": "marked", "namespace": "ns", "uid": "uid-marked",
                 "annotations": {ANN_HOLD_MARK: "7 2026-12-05T10:00:00Z"}
             }})),
-            MarkedJob::in_store(&store).pop()
+            MarkedJob::in_store(&store)
+                .into_iter()
+                .find(|j| j.name == "marked")
         );
     }
 }
