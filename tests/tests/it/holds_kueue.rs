@@ -1501,3 +1501,51 @@ async fn a_mark_left_by_a_hold_that_ended_between_its_writes_is_swept_only_once_
     );
     f.finish().await;
 }
+
+/// The controller sweeps stale marks from the TrainJobs its readmission gate caches (no list of
+/// every TrainJob): a mark a Hold left between its two writes is removed through the running
+/// gate's store once its calls are over.
+#[tokio::test]
+async fn a_stale_mark_is_swept_from_the_readmission_gates_trainjob_cache() {
+    let f = Fixture::start("kq-mark-cache").await;
+    f.create_job("job", json!({})).await;
+    f.workload_when("job", "Kueue made the Workload", |_| true)
+        .await;
+    let controller = f.cp.client(Identity::Controller).await.expect("controller");
+    let stalled = f.exec.clone().with_hooks(holdfast_controller::hold::Hooks {
+        between_read_and_write: Some(std::sync::Arc::new(|_| {
+            Box::pin(tokio::time::sleep(Duration::from_secs(4)))
+        })),
+    });
+    let err = stalled
+        .hold(&f.ns, "job", meta(Some(1), Duration::from_secs(2)))
+        .await
+        .expect_err("the deadline passes before the Workload's update");
+    assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
+    assert!(annotation(&f.trainjob("job").await, ANN_HOLD_MARK).is_some());
+
+    // The sweep as the controller runs it, over the running gate's TrainJob store (a
+    // CallBound of zero: the call's deadline is behind).
+    let gate = f.gate().expect("the gate runs").clone();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sweeping = tokio::spawn(holdfast_controller::hold::sweep_marks_every(
+        controller,
+        move || gate.trainjobs(),
+        Duration::ZERO,
+        Duration::from_millis(500),
+        stop.clone(),
+    ));
+    f.eventually(
+        "the sweep removed the mark",
+        Duration::from_secs(30),
+        || async {
+            annotation(&f.trainjob("job").await, ANN_HOLD_MARK)
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    stop.cancel();
+    sweeping.await.expect("the sweep stops");
+    f.finish().await;
+}
