@@ -1448,17 +1448,7 @@ async fn a_mark_left_by_a_hold_that_ended_between_its_writes_is_swept_only_once_
     let controller = f.cp.client(Identity::Controller).await.expect("controller");
     let bound = f.exec.call_bound();
 
-    // Hold 1 stops between its mark and its Workload update, and its deadline passes there.
-    let stalled = f.exec.clone().with_hooks(holdfast_controller::hold::Hooks {
-        between_read_and_write: Some(std::sync::Arc::new(|_| {
-            Box::pin(tokio::time::sleep(Duration::from_secs(4)))
-        })),
-    });
-    let err = stalled
-        .hold(&f.ns, "job", meta(Some(1), Duration::from_secs(2)))
-        .await
-        .expect_err("the deadline passes before the Workload's update");
-    assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
+    leave_a_stale_mark(&f, "job").await;
     let tj = f.trainjob("job").await;
     let mark = annotation(&tj, ANN_HOLD_MARK).and_then(Mark::parse);
     assert_eq!(
@@ -1502,6 +1492,21 @@ async fn a_mark_left_by_a_hold_that_ended_between_its_writes_is_swept_only_once_
     f.finish().await;
 }
 
+/// Hold 1 of `job` stops between its mark and its Workload update, and its deadline passes
+/// there: the TrainJob keeps a mark, and no hold is placed.
+async fn leave_a_stale_mark(f: &Fixture, job: &str) {
+    let stalled = f.exec.clone().with_hooks(holdfast_controller::hold::Hooks {
+        between_read_and_write: Some(std::sync::Arc::new(|_| {
+            Box::pin(tokio::time::sleep(Duration::from_secs(4)))
+        })),
+    });
+    let err = stalled
+        .hold(&f.ns, job, meta(Some(1), Duration::from_secs(2)))
+        .await
+        .expect_err("the deadline passes before the Workload's update");
+    assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
+}
+
 /// The controller sweeps stale marks from the TrainJobs its readmission gate caches (no list of
 /// every TrainJob): a mark a Hold left between its two writes is removed through the running
 /// gate's store once its calls are over.
@@ -1512,16 +1517,7 @@ async fn a_stale_mark_is_swept_from_the_readmission_gates_trainjob_cache() {
     f.workload_when("job", "Kueue made the Workload", |_| true)
         .await;
     let controller = f.cp.client(Identity::Controller).await.expect("controller");
-    let stalled = f.exec.clone().with_hooks(holdfast_controller::hold::Hooks {
-        between_read_and_write: Some(std::sync::Arc::new(|_| {
-            Box::pin(tokio::time::sleep(Duration::from_secs(4)))
-        })),
-    });
-    let err = stalled
-        .hold(&f.ns, "job", meta(Some(1), Duration::from_secs(2)))
-        .await
-        .expect_err("the deadline passes before the Workload's update");
-    assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
+    leave_a_stale_mark(&f, "job").await;
     assert!(annotation(&f.trainjob("job").await, ANN_HOLD_MARK).is_some());
 
     // The sweep as the controller runs it, over the running gate's TrainJob store (a
