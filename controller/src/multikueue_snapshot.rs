@@ -1,8 +1,9 @@
 //! The runtime snapshot goes with a job MultiKueue dispatches (the rules:
 //! `holdfast_core::readmission::worker_snapshot`). The readmission gate in the manager
-//! [`carry`]s the manager's snapshot into every configured worker before its check may turn
-//! `Ready`; once MultiKueue has created the copy of the TrainJob in a worker, the gate
-//! [`adopt`]s the snapshot there for the copy and deletes the unowned ones it wrote elsewhere.
+//! [`carry`]s the manager's snapshot into every cluster of the Workload's MultiKueueConfig
+//! before its check may turn `Ready`; once MultiKueue has created the copy of the TrainJob in
+//! a worker, the gate [`adopt`]s the snapshot there for the copy and deletes the unowned ones
+//! it wrote in the config's other clusters ([`remove_leftovers`]).
 //!
 //! In each worker the credential needs, in the job namespaces, `get`, `create`, `delete` and
 //! `patch` on ConfigMaps and `get` on TrainJobs (besides the gate's lists).
@@ -35,11 +36,13 @@ pub enum Adopted {
     Refused(String),
 }
 
-/// Brings every worker to hold the manager's snapshot of TrainJob `namespace/name` (uid
+/// Brings each worker of `clusters` (those of the Workload's MultiKueueConfig, the only ones
+/// it may be dispatched to) to hold the manager's snapshot of TrainJob `namespace/name` (uid
 /// `origin_uid`), unowned. Returns why not, per worker (`worker: why`); empty when done.
 pub async fn carry(
     manager: &kube::Client,
     workers: &Workers,
+    clusters: &[String],
     namespace: &str,
     name: &str,
     origin_uid: &str,
@@ -48,7 +51,7 @@ pub async fn carry(
         Ok(found) => worker_copy(name, origin_uid, found.as_ref()),
         Err(e) => return vec![format!("the manager's snapshot cannot be read: {e}")],
     };
-    let carries = workers.clients().map(|(worker, client)| {
+    let carries = among(workers, clusters).map(|(worker, client)| {
         let wanted = &wanted;
         async move {
             let done = tokio::time::timeout(
@@ -136,8 +139,8 @@ async fn carry_into(
 }
 
 /// Hands the snapshot in worker `cluster` (where MultiKueue dispatched TrainJob
-/// `namespace/name`, uid `origin_uid`) to the copy there, then deletes the unowned ones holdfast
-/// wrote in the other workers.
+/// `namespace/name`, uid `origin_uid`) to the copy there. Once [`Adopted::Done`], the unowned
+/// ones holdfast wrote elsewhere are [`remove_leftovers`].
 pub async fn adopt(
     manager: &kube::Client,
     workers: &Workers,
@@ -161,19 +164,39 @@ pub async fn adopt(
         adopt_in(cluster, client, namespace, name, &wanted),
     )
     .await;
-    let adopted = match adopted {
+    match adopted {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => Adopted::Refused(failed(cluster, namespace, name, &e)),
         Err(_) => Adopted::Refused(format!("{cluster}: no answer")),
-    };
-    if adopted == Adopted::Done {
-        for (worker, client) in workers.clients().filter(|(w, _)| *w != cluster) {
-            if let Err(e) = remove_leftover(client, namespace, name, origin_uid).await {
-                tracing::warn!(worker, namespace, trainjob = name, error = %e, "deleting holdfast's unowned snapshot in a worker the job was not dispatched to failed; retried at the next reconcile");
-            }
+    }
+}
+
+/// Deletes the unowned snapshots holdfast wrote for TrainJob `namespace/name` (uid
+/// `origin_uid`) in the workers of `clusters` (the Workload's MultiKueueConfig's) other than
+/// `dispatched_to`, where the copy runs.
+pub async fn remove_leftovers(
+    workers: &Workers,
+    clusters: &[String],
+    dispatched_to: &str,
+    namespace: &str,
+    name: &str,
+    origin_uid: &str,
+) {
+    for (worker, client) in among(workers, clusters).filter(|(w, _)| *w != dispatched_to) {
+        if let Err(e) = remove_leftover(client, namespace, name, origin_uid).await {
+            tracing::warn!(worker, namespace, trainjob = name, error = %e, "deleting holdfast's unowned snapshot in a worker the job was not dispatched to failed; retried at the next reconcile");
         }
     }
-    adopted
+}
+
+/// The workers of `clusters` holdfast has a kubeconfig for.
+fn among<'a>(
+    workers: &'a Workers,
+    clusters: &'a [String],
+) -> impl Iterator<Item = (&'a str, &'a kube::Client)> {
+    clusters
+        .iter()
+        .filter_map(|c| workers.client(c).map(|client| (c.as_str(), client)))
 }
 
 async fn adopt_in(

@@ -139,7 +139,8 @@ pub(crate) async fn reconcile(trainjob: Arc<Watched>, ctx: Arc<Context>) -> Resu
     let key = ObjectRef::from_obj(&*trainjob).erase();
     watch_queue(&ctx, &trainjob, &cached, &cached_workloads).await;
     watch_multikueue(&ctx, &trainjob, &cached, &cached_workloads).await;
-    let adopting = adopt_snapshot(&ctx, &trainjob.object_ref(&()), &cached_workloads).await;
+    let adopting =
+        adopt_snapshot(&ctx, &trainjob.object_ref(&()), &cached, &cached_workloads).await;
     let soon = |action: Action| match adopting {
         crate::multikueue_snapshot::Adopted::NotYet => Action::requeue(ADOPTION_RETRY),
         _ => action,
@@ -159,16 +160,17 @@ const ADOPTION_RETRY: Duration = Duration::from_secs(1);
 
 /// Hands the snapshot holdfast carried into the worker a TrainJob under MultiKueue was
 /// dispatched to (its live Workload's `status.clusterName`) to the copy there, and deletes
-/// the unowned ones in the other workers. A snapshot that cannot be handed over gets a
-/// Warning Event, once per Workload and cause until it is handed over: the copy then runs
-/// nothing (Trainer refuses a snapshot that is not its), or, if someone deleted it, the
-/// worker's runtime.
+/// the unowned ones in the other clusters of its MultiKueueConfig. A snapshot that cannot be
+/// handed over gets a Warning Event, once per Workload and cause until it is handed over: the
+/// copy then runs nothing (Trainer refuses a snapshot that is not its), or, if someone
+/// deleted it, the worker's runtime.
 async fn adopt_snapshot(
     ctx: &Context,
     trainjob: &k8s_openapi::api::core::v1::ObjectReference,
+    cached: &Value,
     workloads: &[Value],
 ) -> crate::multikueue_snapshot::Adopted {
-    use crate::multikueue_snapshot::{Adopted, adopt};
+    use crate::multikueue_snapshot::{Adopted, adopt, remove_leftovers};
     let field = |f: &Option<String>| f.clone().unwrap_or_default();
     let (namespace, name, uid) = (
         field(&trainjob.namespace),
@@ -185,12 +187,26 @@ async fn adopt_snapshot(
         .find_map(|w| {
             let cluster = w.pointer("/status/clusterName").and_then(Value::as_str)?;
             let workload = w.pointer("/metadata/uid").and_then(Value::as_str);
-            Some((cluster, workload.unwrap_or_default()))
+            Some((cluster, workload.unwrap_or_default(), w))
         })
-        .filter(|(c, _)| !c.is_empty() && ctx.workers.client(c).is_some());
+        .filter(|(c, _, _)| !c.is_empty() && ctx.workers.client(c).is_some());
     let adopted = match dispatched {
-        Some((cluster, workload)) => {
+        Some((cluster, workload, w)) => {
             let adopted = adopt(&ctx.client, &ctx.workers, namespace, name, uid, cluster).await;
+            if adopted == Adopted::Done
+                && let Some(under) = under_multikueue(cached, ctx.queues.multikueue_for(w))
+            {
+                // Only the config's clusters: the gate carried it nowhere else.
+                let coverage = crate::multikueue::coverage_of(
+                    &ctx.client,
+                    Some(&ctx.queues),
+                    &ctx.workers,
+                    &under,
+                )
+                .await;
+                let clusters = coverage.clusters();
+                remove_leftovers(&ctx.workers, clusters, cluster, namespace, name, uid).await;
+            }
             if let Adopted::Refused(why) = &adopted {
                 // Once per Workload and cause: this reconcile comes back every second.
                 let first = ctx
@@ -486,7 +502,7 @@ async fn step(
             remaining = remaining_pods(ctx, namespace, name).await?;
             let mut unreachable = Vec::new();
             let mut unseen = None;
-            let mut carry = false;
+            let mut carry = None;
             let under = match read.workloads.get(i) {
                 Some(w) if !ctx.workers.is_empty() => under_multikueue_now(ctx, read, w),
                 _ => None,
@@ -505,7 +521,7 @@ async fn step(
                     let workers = ctx.workers.remaining(namespace, name).await;
                     remaining.extend(workers.remain);
                     unreachable = workers.unreachable;
-                    carry = true;
+                    carry = Some(coverage.clusters().to_vec());
                 } else {
                     // The check stays Pending whatever the workers say: not read.
                     unseen = Some(coverage.why_not());
@@ -529,9 +545,10 @@ async fn step(
                 );
                 remaining = unreachable;
                 Pods::Unreachable
-            } else if remaining.is_empty() && carry {
-                // The snapshot goes with the job: in every worker before the copy may be
-                // dispatched there (MultiKueue dispatches once this check is Ready).
+            } else if let (true, Some(clusters)) = (remaining.is_empty(), &carry) {
+                // The snapshot goes with the job: in every worker of the Workload's
+                // MultiKueueConfig before the copy may be dispatched there (MultiKueue
+                // dispatches once this check is Ready).
                 let uid = read
                     .trainjob
                     .pointer("/metadata/uid")
@@ -540,6 +557,7 @@ async fn step(
                 let waits = crate::multikueue_snapshot::carry(
                     &ctx.client,
                     &ctx.workers,
+                    clusters,
                     namespace,
                     name,
                     uid,

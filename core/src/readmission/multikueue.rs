@@ -77,8 +77,12 @@ impl UnderMultiKueue {
 /// Whether holdfast sees every worker a job under MultiKueue may run in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Coverage {
-    /// Every cluster of the queue's MultiKueueConfig is one holdfast has a kubeconfig for.
-    Covered { config: String },
+    /// Every cluster of the queue's MultiKueueConfig is one holdfast has a kubeconfig for:
+    /// `clusters`, the ones the config lists (the only ones the job may be dispatched to).
+    Covered {
+        config: String,
+        clusters: Vec<String>,
+    },
     /// holdfast has no kubeconfig for any worker.
     NoWorkers,
     /// The queue's MultiKueueConfig `config` lists clusters holdfast has no kubeconfig for.
@@ -96,10 +100,18 @@ impl Coverage {
         matches!(self, Coverage::Covered { .. })
     }
 
+    /// The clusters the job may be dispatched to, where covered; none otherwise.
+    pub fn clusters(&self) -> &[String] {
+        match self {
+            Coverage::Covered { clusters, .. } => clusters,
+            _ => &[],
+        }
+    }
+
     /// Why holdfast cannot see the workers, in words.
     pub fn why_not(&self) -> String {
         match self {
-            Coverage::Covered { config } => {
+            Coverage::Covered { config, .. } => {
                 format!("holdfast sees every worker of MultiKueueConfig {config}")
             }
             Coverage::NoWorkers => {
@@ -128,10 +140,10 @@ pub fn coverage(name: &str, config: &Value, configured: &BTreeSet<String>) -> Co
     let Some(listed) = config.pointer("/spec/clusters").and_then(Value::as_array) else {
         return Coverage::Unknown(format!("MultiKueueConfig {name} has no spec.clusters"));
     };
-    let mut clusters = Vec::new();
+    let (mut seen, mut clusters) = (Vec::new(), Vec::new());
     for c in listed {
         match c.as_str() {
-            Some(c) if configured.contains(c) => {}
+            Some(c) if configured.contains(c) => seen.push(c.to_owned()),
             Some(c) => clusters.push(c.to_owned()),
             None => {
                 return Coverage::Unknown(format!(
@@ -143,6 +155,7 @@ pub fn coverage(name: &str, config: &Value, configured: &BTreeSet<String>) -> Co
     if clusters.is_empty() {
         Coverage::Covered {
             config: name.to_owned(),
+            clusters: seen,
         }
     } else {
         Coverage::Missing {
@@ -372,6 +385,7 @@ mod tests {
         let both = names(&["worker-1", "worker-2", "worker-3"]);
         let covered = coverage("workers", &config, &both);
         assert!(covered.covered(), "{covered:?}");
+        assert_eq!(covered.clusters(), ["worker-1", "worker-2"], "not worker-3");
         let one = names(&["worker-1"]);
         let missing = coverage("workers", &config, &one);
         assert_eq!(
@@ -408,6 +422,18 @@ mod tests {
             coverage("none", &json!({"spec": {"clusters": []}}), &one).covered(),
             "a config of no cluster dispatches nowhere"
         );
+    }
+
+    #[test]
+    fn the_snapshot_is_carried_only_into_the_clusters_of_the_queues_multikueue_config() {
+        let config = json!({"spec": {"clusters": ["worker-2"]}});
+        let configured = names(&["worker-1", "worker-2", "worker-3"]);
+        assert_eq!(
+            coverage("workers", &config, &configured).clusters(),
+            ["worker-2"]
+        );
+        let missing = coverage("workers", &config, &names(&["worker-1"]));
+        assert!(missing.clusters().is_empty(), "{missing:?}");
     }
 
     #[test]
