@@ -16,6 +16,7 @@ pub mod install_check;
 pub mod leader;
 pub mod metrics;
 pub mod multikueue;
+pub mod multikueue_quota;
 pub mod multikueue_snapshot;
 pub mod pods;
 pub mod readmission;

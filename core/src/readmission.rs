@@ -839,6 +839,7 @@ pub fn activate_check(check: &mut Value, now: &str) -> bool {
 }
 
 pub mod gate_policy;
+pub mod held_quota;
 pub mod multikueue;
 pub mod queues;
 pub mod worker_snapshot;

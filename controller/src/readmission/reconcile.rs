@@ -38,6 +38,9 @@ use crate::trainjob::Watched;
 use holdfast_cluster::queues::Queues;
 use holdfast_cluster::resources;
 use holdfast_core::names::JOB_UID_LABEL;
+use holdfast_core::readmission::held_quota::{
+    held_quota_to_give_back, held_with_quota_under_multikueue,
+};
 
 /// At most this many writes per reconcile; then the TrainJob is requeued.
 const MAX_ROUNDS: u32 = 12;
@@ -113,7 +116,7 @@ pub(crate) fn needs_work(trainjob: &Value, workloads: &[Value], ours: &BTreeSet<
             decide_gate(&tj, w, &views, Pods::Unknown),
             GateStep::Idle | GateStep::Wait { message: None, .. }
         )
-    })
+    }) || may_hold_quota(trainjob, workloads)
 }
 
 /// A cached TrainJob as the JSON object `holdfast_core::readmission` reads, and whether it
@@ -387,6 +390,11 @@ async fn drive(
         let result = step(ctx, namespace, name, &read, ours).await;
         match result {
             Ok(true) => continue,
+            Ok(false)
+                if !ctx.workers.is_empty() && holds_quota(&read.trainjob, &read.workloads) =>
+            {
+                return Ok(Action::requeue(HELD_QUOTA_RETRY.min(ctx.config.resync)));
+            }
             Ok(false) => return Ok(Action::requeue(ctx.config.resync)),
             Err(e) if e.is_stale() => {
                 stale += 1;
@@ -654,7 +662,55 @@ async fn step(
         );
         return Ok(true);
     }
+    give_back_held_quota(ctx, read).await
+}
+
+/// A held job under MultiKueue gives back its quota in the manager once no worker runs it
+/// (`crate::multikueue_quota`). `Ok(true)`: the TrainJob's status was written.
+async fn give_back_held_quota(ctx: &Context, read: &Read) -> Result<bool, Error> {
+    if ctx.workers.is_empty() {
+        return Ok(false);
+    }
+    for workload in &read.workloads {
+        let Some(under) = under_multikueue_now(ctx, read, workload) else {
+            continue;
+        };
+        let wrote = crate::multikueue_quota::give_back(
+            &ctx.client,
+            &ctx.queues,
+            &ctx.workers,
+            &under,
+            &read.trainjob,
+            workload,
+            &ctx.pp(),
+        )
+        .await?;
+        if wrote {
+            ctx.metrics.wrote("held_quota_given_back");
+            return Ok(true);
+        }
+    }
     Ok(false)
+}
+
+/// How soon a held job under MultiKueue that still reserves quota is looked at again: its
+/// pods in a worker end without an event in the manager.
+const HELD_QUOTA_RETRY: Duration = Duration::from_secs(5);
+
+/// Whether a Workload of the TrainJob (as read fresh) is held under MultiKueue and still
+/// reserves quota while its TrainJob reports a Job running (the workers may let it go).
+fn holds_quota(trainjob: &Value, workloads: &[Value]) -> bool {
+    workloads
+        .iter()
+        .any(|w| held_quota_to_give_back(trainjob, w))
+}
+
+/// [`holds_quota`] as far as a cached TrainJob can tell (its cache keeps no `jobsStatus`):
+/// a fresh read decides.
+fn may_hold_quota(trainjob: &Value, workloads: &[Value]) -> bool {
+    workloads
+        .iter()
+        .any(|w| held_with_quota_under_multikueue(trainjob, w))
 }
 
 /// The metric label of a wait step.

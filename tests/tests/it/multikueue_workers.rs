@@ -807,3 +807,83 @@ async fn a_snapshot_the_workers_copy_cannot_be_given_is_warned_of_once_not_at_ev
     snapshots.stop().await;
     f.finish().await;
 }
+
+/// A job held through the manager gives back its quota there once no worker runs it. The
+/// test plays the worker's Trainer: the copy reports a Job active, and MultiKueue copies
+/// that to the manager's TrainJob. Hold: MultiKueue deletes the copy, and with holdfast's
+/// check `Pending` through the hold it sends none again, so nothing would report the job
+/// inactive and Kueue would keep the quota. The gate, having read the worker (no copy, no
+/// pod), writes the manager's `jobsStatus` to no Job active or ready, and Kueue releases the
+/// quota. Release dispatches the job again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_job_gives_back_its_quota_in_the_manager_once_no_worker_runs_it() {
+    use holdfast_tests::kueue_support::active;
+    use kube::api::{Patch, PatchParams};
+
+    let (mut f, worker) = manager_and_worker("mk-quota").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = gate_worker(worker, dir.path())
+        .await
+        .expect("the gate's kubeconfig");
+    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
+        .await
+        .expect("workers");
+    f.use_workers(workers).await;
+    f.start_gate().await;
+    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
+    worker_runtime(&f, &worker_admin).await;
+    let copies = Copies::watch(&worker_admin, &f.ns);
+    let snapshots = Snapshots::run(&f).await;
+
+    f.create_job("job", json!({})).await;
+    f.open_at_gate("job").await;
+    let first = copies.created(&f, "job", &[]).await;
+    // The worker's Trainer reports the copy's Job running; MultiKueue copies it over.
+    f.trainjobs(&worker_admin)
+        .patch_status(
+            "job",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"jobsStatus": [{"name": "node",
+                "active": 1, "ready": 1, "succeeded": 0, "failed": 0, "suspended": 0}]}})),
+        )
+        .await
+        .expect("status as the worker's Trainer");
+    let running = |tj: &serde_json::Value| tj["status"]["jobsStatus"][0]["active"] == 1;
+    f.job_when("job", "the copy's report in the manager", running)
+        .await;
+
+    assert_eq!(
+        f.exec.hold(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Held)
+    );
+    copies.gone(&f, &worker_admin, "job", &[]).await;
+    f.workload_when("job", "held, its quota given back", |w| {
+        !active(w)
+            && !condition(w, "QuotaReserved")
+            && w["status"].get("admission").is_none_or(|a| a.is_null())
+    })
+    .await;
+    let tj = f
+        .job_when("job", "no Job reported running", |tj| !running(tj))
+        .await;
+    for job in tj["status"]["jobsStatus"].as_array().expect("jobsStatus") {
+        assert_eq!(
+            (&job["active"], &job["ready"]),
+            (&json!(0), &json!(0)),
+            "{tj:#}"
+        );
+    }
+    assert_eq!(
+        copies.of("job"),
+        vec![first.clone()],
+        "none dispatched while held"
+    );
+
+    assert_eq!(
+        f.exec.release(&f.ns, "job", meta(Some(1), MINUTE)).await,
+        Ok(Outcome::Released { resumed: true })
+    );
+    copies.created(&f, "job", &[first]).await;
+    snapshots.stop().await;
+    f.finish().await;
+}
