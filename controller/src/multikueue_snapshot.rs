@@ -9,13 +9,12 @@
 //! `patch` on ConfigMaps and `get` on TrainJobs (besides the gate's lists).
 
 use holdfast_cluster::resources;
-use holdfast_core::names::{MULTIKUEUE_ORIGIN_LABEL, snapshot_name};
+use holdfast_core::names::snapshot_name;
 use holdfast_core::readmission::worker_snapshot::{
-    Adoption, WorkerStep, decide_adoption, decide_worker, leftover, worker_copy,
+    Adoption, WorkerStep, copy_uid, decide_adoption, decide_worker, leftover, worker_copy,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::multikueue::{WORKER_READ_TIMEOUT, Workers};
@@ -87,14 +86,9 @@ async fn carry_into(
 ) -> Result<Option<String>, kube::Error> {
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     for _ in 0..ROUNDS {
+        let trainjob = trainjob_in(client, namespace, name).await?;
         let found = read(&configmaps, &snapshot_name(name)).await?;
-        let copy_uid = match &found {
-            Some(f) if f.pointer("/metadata/ownerReferences").is_some() => {
-                copy(client, namespace, name).await?
-            }
-            _ => None,
-        };
-        match decide_worker(worker, wanted, found.as_ref(), copy_uid.as_deref()) {
+        match decide_worker(worker, wanted, found.as_ref(), trainjob.as_ref()) {
             WorkerStep::Carried => return Ok(None),
             WorkerStep::Wait(why) => return Ok(Some(why)),
             WorkerStep::Write(object) => {
@@ -280,20 +274,33 @@ async fn read(configmaps: &Api<ConfigMap>, name: &str) -> Result<Option<Value>, 
         .transpose()
 }
 
-/// The uid of MultiKueue's copy of TrainJob `name` in a worker (it carries MultiKueue's origin
-/// label), if there is one.
+/// The uid of MultiKueue's copy of TrainJob `name` in a worker, if there is one
+/// ([`copy_uid`]).
 async fn copy(
     client: &kube::Client,
     namespace: &str,
     name: &str,
 ) -> Result<Option<String>, kube::Error> {
+    Ok(trainjob_in(client, namespace, name)
+        .await?
+        .as_ref()
+        .and_then(copy_uid)
+        .map(str::to_owned))
+}
+
+/// The worker's TrainJob `namespace/name`, as read, if there is one.
+async fn trainjob_in(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Value>, kube::Error> {
     let trainjobs: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &resources::trainjob());
-    Ok(trainjobs
+    trainjobs
         .get_opt(name)
         .await?
-        .filter(|t| t.labels().contains_key(MULTIKUEUE_ORIGIN_LABEL))
-        .and_then(|t| t.meta().uid.clone()))
+        .map(|t| serde_json::to_value(t).map_err(kube::Error::SerdeError))
+        .transpose()
 }
 
 /// A worker's refusal, in words: what holdfast in the worker (its webhook) refuses is said so.

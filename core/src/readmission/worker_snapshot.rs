@@ -9,11 +9,13 @@
 //! is missing, Trainer snapshots the worker's runtime. MultiKueue creates the copy (with a new
 //! uid every time) only after the manager's checks, holdfast's among them, are `Ready`. So:
 //!
-//! 1. before holdfast's check turns `Ready`, every worker holds an **unowned** copy of the
-//!    manager's snapshot, marked with the manager TrainJob's uid
-//!    ([`ANN_ORIGIN_TRAINJOB_UID`]) ([`decide_worker`]): a copy dispatched there finds a
-//!    snapshot Trainer refuses until it is the copy's, so nothing runs from the worker's own
-//!    runtime;
+//! 1. before holdfast's check turns `Ready`, every worker of the Workload's MultiKueueConfig
+//!    holds an **unowned** copy of the manager's snapshot, marked with the manager
+//!    TrainJob's uid ([`ANN_ORIGIN_TRAINJOB_UID`]), and no TrainJob of the job's name that
+//!    is not being deleted ([`decide_worker`]): a copy dispatched there finds a snapshot
+//!    Trainer refuses until it is the copy's, so nothing runs from the worker's own runtime,
+//!    and a TrainJob someone created there beforehand (which MultiKueue would take for its
+//!    copy) is never handed the manager's snapshot;
 //! 2. once the copy exists, holdfast makes the copy its controller owner ([`decide_adoption`])
 //!    and deletes the unowned ones in the other workers ([`leftover`]).
 
@@ -21,8 +23,8 @@ use serde_json::{Map, Value, json};
 
 use crate::names::{
     ANN_ORIGIN_TRAINJOB_UID, ANN_RUNTIME_GENERATION, ANN_RUNTIME_RESOURCE_VERSION,
-    ANN_RUNTIME_SHA256, ANN_RUNTIME_UID, LABEL_RUNTIME_SNAPSHOT, TRAINER_GROUP, TRAINER_VERSION,
-    TRAINJOB_KIND, snapshot_name,
+    ANN_RUNTIME_SHA256, ANN_RUNTIME_UID, LABEL_RUNTIME_SNAPSHOT, MULTIKUEUE_ORIGIN_LABEL,
+    TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_KIND, snapshot_name,
 };
 
 /// What to do about the snapshot in one worker before the job may be dispatched.
@@ -110,17 +112,32 @@ pub fn worker_copy(
 
 /// What to do in worker `worker` before the job may be dispatched: `wanted` is the
 /// [`worker_copy`] (or why there is none), `found` the worker's ConfigMap of that name (as
-/// read), `copy_uid` the uid of the TrainJob of the job's name in the worker, if there is one.
+/// read), `trainjob` the worker's TrainJob of the job's name (as read), if there is one.
+///
+/// A TrainJob of the job's name that is not being deleted keeps the check `Pending`: MultiKueue
+/// would take it for its copy (it creates none where one exists), and holdfast would hand it
+/// the manager's snapshot. Anyone who may create TrainJobs in the worker's namespace could
+/// plant one so.
 pub fn decide_worker(
     worker: &str,
     wanted: &Result<Value, String>,
     found: Option<&Value>,
-    copy_uid: Option<&str>,
+    trainjob: Option<&Value>,
 ) -> WorkerStep {
     let wanted = match wanted {
         Ok(w) => w,
         Err(why) => return WorkerStep::Wait(why.clone()),
     };
+    if let Some(t) = trainjob.filter(|t| !terminating(t)) {
+        let s = |p: &str| t.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        return WorkerStep::Wait(format!(
+            "in MultiKueue worker {worker}, TrainJob {}/{} (uid {}) exists before the job is dispatched: delete it there. MultiKueue would take it for its copy and holdfast would hand it the manager's snapshot (a copy of an earlier dispatch, MultiKueue deletes itself)",
+            s("/metadata/namespace"),
+            s("/metadata/name"),
+            s("/metadata/uid"),
+        ));
+    }
+    let copy_uid = trainjob.map(uid).filter(|u| !u.is_empty());
     let Some(found) = found else {
         return WorkerStep::Write(wanted.clone());
     };
@@ -196,6 +213,25 @@ pub fn decide_adoption(
             owner.kind, owner.name, owner.uid
         )),
     }
+}
+
+/// The uid of MultiKueue's copy of the job in a worker, from the worker's TrainJob of the
+/// job's name (as read): one with MultiKueue's origin label that is not being deleted (an
+/// earlier copy on its way out is never handed the snapshot).
+pub fn copy_uid(trainjob: &Value) -> Option<&str> {
+    let labelled = trainjob
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(MULTIKUEUE_ORIGIN_LABEL))
+        .is_some();
+    (labelled && !terminating(trainjob))
+        .then(|| uid(trainjob))
+        .filter(|u| !u.is_empty())
+}
+
+fn terminating(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
 }
 
 /// The uid of `found`, a ConfigMap in a worker the job was not dispatched to, if it is an

@@ -28,6 +28,27 @@ fn found(edit: impl FnOnce(&mut Value)) -> Value {
     v
 }
 
+/// The worker's TrainJob of the job's name, as read: `uid`, being deleted or not, with
+/// MultiKueue's origin label or not.
+fn trainjob(uid: &str, terminating: bool, labelled: bool) -> Value {
+    let mut t = json!({"metadata": {"name": "job", "namespace": "ns", "uid": uid}});
+    if terminating {
+        t["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    }
+    if labelled {
+        t["metadata"]["labels"] = json!({MULTIKUEUE_ORIGIN_LABEL: "multikueue"});
+    }
+    t
+}
+
+fn live(uid: &str) -> Option<Value> {
+    Some(trainjob(uid, false, true))
+}
+
+fn leaving(uid: &str) -> Option<Value> {
+    Some(trainjob(uid, true, true))
+}
+
 fn owned_by(uid: &str) -> impl FnOnce(&mut Value) + '_ {
     move |v| {
         v["metadata"]["ownerReferences"] = json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1",
@@ -79,7 +100,7 @@ fn before_dispatch_each_worker_is_brought_to_hold_the_managers_snapshot_unowned(
         &'a str,
         &'a Result<Value, String>,
         Option<Value>,
-        Option<&'a str>,
+        Option<Value>,
         Expect,
     );
     enum Expect {
@@ -113,20 +134,50 @@ fn before_dispatch_each_worker_is_brought_to_hold_the_managers_snapshot_unowned(
             }),
         ),
         (
-            "owned by an earlier copy while a newer one exists: replaced",
+            "owned by an earlier copy while another being deleted exists: replaced",
             &ok,
             Some(found(owned_by("old-copy"))),
-            Some("new-copy"),
+            leaving("newer-copy"),
             Expect::Step(WorkerStep::Replace {
                 uid: "cm-uid".into(),
             }),
         ),
         (
-            "owned by the live copy: waits for MultiKueue to delete it",
+            "owned by the copy being deleted: waits for MultiKueue to delete it",
+            &ok,
+            Some(found(owned_by("leaving-copy"))),
+            leaving("leaving-copy"),
+            waits("waiting for MultiKueue to delete that copy"),
+        ),
+        (
+            "absent, a TrainJob being deleted there: written",
+            &ok,
+            None,
+            leaving("leaving-copy"),
+            Expect::Step(WorkerStep::Write(wanted())),
+        ),
+        (
+            "a TrainJob of the job's name planted before dispatch: waits, naming it, delete it",
+            &ok,
+            None,
+            Some(trainjob("planted", false, false)),
+            waits(
+                "TrainJob ns/job (uid planted) exists before the job is dispatched: delete it there. MultiKueue would take it for its copy and holdfast would hand it the manager's snapshot",
+            ),
+        ),
+        (
+            "a planted TrainJob with MultiKueue's origin label, snapshot carried: waits",
+            &ok,
+            Some(found(|_| {})),
+            live("planted"),
+            waits("(uid planted) exists before"),
+        ),
+        (
+            "the live copy of an earlier dispatch owning it: waits, delete it or MultiKueue does",
             &ok,
             Some(found(owned_by("live-copy"))),
-            Some("live-copy"),
-            waits("waiting for MultiKueue to delete that copy"),
+            live("live-copy"),
+            waits("a copy of an earlier dispatch, MultiKueue deletes itself"),
         ),
         (
             "other data: waits, never deleted",
@@ -179,7 +230,7 @@ fn before_dispatch_each_worker_is_brought_to_hold_the_managers_snapshot_unowned(
         ),
     ];
     for (name, wanted, found, copy, expect) in table {
-        let step = decide_worker("worker-1", wanted, found.as_ref(), copy);
+        let step = decide_worker("worker-1", wanted, found.as_ref(), copy.as_ref());
         let ok = match expect {
             Expect::Step(s) => step == s,
             Expect::Wait(needle) => {
@@ -238,6 +289,13 @@ fn once_dispatched_the_copy_is_made_owner_of_the_managers_snapshot_and_nothing_e
         adopt(Some(found(owned_by("old-copy"))), Some("copy")),
         "Trainer there refuses the copy",
     );
+}
+
+#[test]
+fn a_terminating_copy_or_an_unlabelled_trainjob_is_never_taken_for_multikueues_copy() {
+    assert_eq!(copy_uid(&trainjob("copy", false, true)), Some("copy"));
+    assert_eq!(copy_uid(&trainjob("old-copy", true, true)), None);
+    assert_eq!(copy_uid(&trainjob("someones", false, false)), None);
 }
 
 #[test]
