@@ -3,8 +3,8 @@
 //! the ClusterQueue), and a second plane is the worker (its own Kueue), connected for real
 //! (`multikueue_clusters::connect`: a kubeconfig Secret, a MultiKueueCluster, a
 //! MultiKueueConfig, the check Active). holdfast reads the worker as an account allowed only
-//! to list pods, Jobs and JobSets (`multikueue_clusters::gate_rules`), from a kubeconfig file
-//! as the chart mounts it.
+//! to list pods, Jobs and JobSets and the snapshot's ConfigMap and TrainJob verbs
+//! (`multikueue_clusters::gate_rules`), from a kubeconfig file as the chart mounts it.
 //!
 //! No kubelet runs at tier 2: the previous execution's pod in the worker is a pod object
 //! carrying what its Job controller and JobSet give it (the orphan of a deleted Job), never
@@ -884,6 +884,93 @@ async fn a_held_job_gives_back_its_quota_in_the_manager_once_no_worker_runs_it()
         Ok(Outcome::Released { resumed: true })
     );
     copies.created(&f, "job", &[first]).await;
+    snapshots.stop().await;
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainjob_planted_in_a_worker_before_dispatch_keeps_the_check_pending_until_deleted() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::events::v1::Event;
+
+    let (mut f, worker) = manager_and_worker("mk-planted").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = gate_worker(worker, dir.path())
+        .await
+        .expect("the gate's kubeconfig");
+    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
+        .await
+        .expect("workers");
+    f.use_workers(workers).await;
+    f.start_gate().await;
+    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
+    worker_runtime(&f, &worker_admin).await;
+    let snapshots = Snapshots::run(&f).await;
+
+    // A worker user creates TrainJob `job` there first: MultiKueue would take it for its copy,
+    // and it must not be handed the manager's snapshot. (Without MultiKueue's origin label,
+    // which would let the manager's Kueue collect it as an orphan at any moment.)
+    let trainjobs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        worker_admin.clone(),
+        &f.ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
+    let planted: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "job"},
+        "spec": {"runtimeRef": {"name": f.runtime}, "suspend": true}
+    }))
+    .expect("trainjob");
+    let planted = trainjobs
+        .create(&PostParams::default(), &planted)
+        .await
+        .expect("the planted TrainJob");
+    let planted_uid = planted.metadata.uid.clone().expect("uid");
+
+    f.create_job("job", json!({})).await;
+    let name = holdfast_core::names::snapshot_name("job");
+    let manager_cms: Api<ConfigMap> = Api::namespaced(f.admin.clone(), &f.ns);
+    f.eventually("the manager's snapshot", MINUTE, || async {
+        manager_cms.get_opt(&name).await.ok().flatten()
+    })
+    .await;
+    f.open_at_gate("job").await;
+    let events: Api<Event> = Api::namespaced(f.admin.clone(), &f.ns);
+    let said = format!(
+        "in MultiKueue worker {WORKER}, TrainJob {}/job (uid {planted_uid}) exists before the job is dispatched: delete it there",
+        f.ns
+    );
+    f.eventually("the wait naming the planted TrainJob", MINUTE, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| e.note.as_deref().is_some_and(|n| n.contains(&said)))
+            .then_some(())
+    })
+    .await;
+    f.workload_when("job", "the gate waits to carry the snapshot", |w| {
+        check(w)
+            == (
+                "Pending".to_owned(),
+                waiting_text(WaitReason::SnapshotNotCarried),
+            )
+    })
+    .await;
+    let worker_cms: Api<ConfigMap> = Api::namespaced(worker_admin.clone(), &f.ns);
+    let cm = worker_cms.get_opt(&name).await.expect("read the worker");
+    assert!(
+        cm.as_ref()
+            .is_none_or(|c| c.metadata.owner_references.is_none()),
+        "never handed to the planted TrainJob: {cm:?}"
+    );
+
+    // Deleted: the check turns Ready, and MultiKueue's own copy is given the snapshot.
+    trainjobs
+        .delete("job", &DeleteParams::default())
+        .await
+        .expect("the planted TrainJob deleted");
+    let (copy, _) = adopted(&f, &worker_cms, &worker_admin, &name).await;
+    assert_ne!(copy, planted_uid);
     snapshots.stop().await;
     f.finish().await;
 }
