@@ -15,7 +15,6 @@
 use serde_json::Value;
 
 use super::multikueue::managed_by_multikueue;
-use crate::hold::HoldState;
 
 /// What one worker holdfast asked says of the job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,9 +36,11 @@ pub fn held_quota_to_give_back(trainjob: &Value, workload: &Value) -> bool {
     held_with_quota_under_multikueue(trainjob, workload) && reports_running(trainjob)
 }
 
-/// Whether the TrainJob is MultiKueue's and not being deleted, and its Workload is held by
-/// holdfast (hold in force, `spec.active` false), evicted, and still reserves quota. The
-/// TrainJob's `status.jobsStatus` is not read: a cached TrainJob may lack it.
+/// Whether the TrainJob is MultiKueue's and not being deleted, and its Workload is
+/// deactivated (`spec.active` false: held by holdfast, or deactivated by a user or by Kueue
+/// itself; Kueue admits no inactive Workload, and the workers decide whether the write is
+/// true), evicted, and still reserves quota. The TrainJob's `status.jobsStatus` is not read:
+/// a cached TrainJob may lack it.
 pub fn held_with_quota_under_multikueue(trainjob: &Value, workload: &Value) -> bool {
     let condition_true = |kind: &str| {
         workload
@@ -52,10 +53,7 @@ pub fn held_with_quota_under_multikueue(trainjob: &Value, workload: &Value) -> b
                 })
             })
     };
-    let held = matches!(
-        crate::hold::object::hold_state(workload),
-        HoldState::InForce(_)
-    ) && workload.pointer("/spec/active").and_then(Value::as_bool) == Some(false);
+    let held = workload.pointer("/spec/active").and_then(Value::as_bool) == Some(false);
     let deleting = |o: &Value| o.pointer("/metadata/deletionTimestamp").is_some();
     managed_by_multikueue(trainjob)
         && !deleting(trainjob)
@@ -172,7 +170,23 @@ mod tests {
         );
         assert_eq!(written["spec"], tj["spec"]);
 
-        let never: [(&str, Value, Value, bool, Vec<InWorker>); 14] = [
+        // A deactivation that is not holdfast's (a user's, Kueue's own), or a hold that cannot
+        // be read, gives the quota back too: no worker runs the job, and Kueue admits no
+        // inactive Workload.
+        for (what, wl) in [
+            (
+                "deactivated by someone else",
+                workload(None, false, "True", "True"),
+            ),
+            (
+                "an unreadable hold",
+                workload(Some("x"), false, "True", "True"),
+            ),
+        ] {
+            assert!(decide(&tj, &wl, true, &nothing).is_some(), "{what}");
+        }
+
+        let never: [(&str, Value, Value, bool, Vec<InWorker>); 12] = [
             (
                 "a copy in a worker",
                 tj.clone(),
@@ -200,20 +214,6 @@ mod tests {
                 tj.clone(),
                 held.clone(),
                 false,
-                nothing.to_vec(),
-            ),
-            (
-                "not held",
-                tj.clone(),
-                workload(None, false, "True", "True"),
-                true,
-                nothing.to_vec(),
-            ),
-            (
-                "an unreadable hold",
-                tj.clone(),
-                workload(Some("x"), false, "True", "True"),
-                true,
                 nothing.to_vec(),
             ),
             (

@@ -114,10 +114,11 @@ pub fn worker_copy(
 /// [`worker_copy`] (or why there is none), `found` the worker's ConfigMap of that name (as
 /// read), `trainjob` the worker's TrainJob of the job's name (as read), if there is one.
 ///
-/// A TrainJob of the job's name that is not being deleted keeps the check `Pending`: MultiKueue
-/// would take it for its copy (it creates none where one exists), and holdfast would hand it
-/// the manager's snapshot. Anyone who may create TrainJobs in the worker's namespace could
-/// plant one so.
+/// A TrainJob of the job's name keeps the check `Pending`: MultiKueue would take it for its
+/// copy (it creates none where one exists, and copies its status to the manager's, even one
+/// being deleted), and holdfast would hand it the manager's snapshot. Anyone who may create
+/// TrainJobs in the worker's namespace could plant one so; one kept from going by a finalizer
+/// would otherwise pass as "being deleted".
 pub fn decide_worker(
     worker: &str,
     wanted: &Result<Value, String>,
@@ -137,17 +138,21 @@ pub fn decide_worker(
             s("/metadata/uid"),
         ));
     }
-    let copy_uid = trainjob.map(uid).filter(|u| !u.is_empty());
+    if let Some(t) = trainjob {
+        let s = |p: &str| t.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        return WorkerStep::Wait(format!(
+            "in MultiKueue worker {worker}, TrainJob {}/{} (uid {}) is being deleted; waiting for it to go (MultiKueue would take it for its copy while it is there): if it stays, remove its finalizers there",
+            s("/metadata/namespace"),
+            s("/metadata/name"),
+            s("/metadata/uid"),
+        ));
+    }
     let Some(found) = found else {
         return WorkerStep::Write(wanted.clone());
     };
     let what = describe(worker, wanted);
     match (owner_of(found), carries(found, wanted)) {
         (None, true) => WorkerStep::Carried,
-        (Some(owner), _) if Some(owner.uid) == copy_uid => WorkerStep::Wait(format!(
-            "{what} still belongs to the worker's copy of TrainJob {} (uid {}) of an earlier dispatch; waiting for MultiKueue to delete that copy",
-            owner.name, owner.uid
-        )),
         (Some(owner), _) if owner.trainjob && ours(found) => WorkerStep::Replace {
             uid: uid(found).to_owned(),
         },

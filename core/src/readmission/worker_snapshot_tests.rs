@@ -134,27 +134,25 @@ fn before_dispatch_each_worker_is_brought_to_hold_the_managers_snapshot_unowned(
             }),
         ),
         (
-            "owned by an earlier copy while another being deleted exists: replaced",
+            "owned by an earlier copy while a TrainJob being deleted is there: waits for it to go",
             &ok,
             Some(found(owned_by("old-copy"))),
             leaving("newer-copy"),
-            Expect::Step(WorkerStep::Replace {
-                uid: "cm-uid".into(),
-            }),
+            waits("(uid newer-copy) is being deleted; waiting for it to go"),
         ),
         (
-            "owned by the copy being deleted: waits for MultiKueue to delete it",
+            "owned by the copy being deleted: waits for it to go",
             &ok,
             Some(found(owned_by("leaving-copy"))),
             leaving("leaving-copy"),
-            waits("waiting for MultiKueue to delete that copy"),
+            waits("(uid leaving-copy) is being deleted; waiting for it to go"),
         ),
         (
-            "absent, a TrainJob being deleted there: written",
+            "absent, a TrainJob being deleted there (MultiKueue would take even it for its copy): waits, naming its finalizers",
             &ok,
             None,
             leaving("leaving-copy"),
-            Expect::Step(WorkerStep::Write(wanted())),
+            waits("if it stays, remove its finalizers there"),
         ),
         (
             "a TrainJob of the job's name planted before dispatch: waits, naming it, delete it",
