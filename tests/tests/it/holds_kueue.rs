@@ -1284,10 +1284,11 @@ async fn kueue_mode_open_waits_for_the_snapshot_and_the_gate_keeps_the_job_until
     })
     .await;
 
-    // No snapshot reconciler yet: Open waits for the snapshot within its deadline.
+    // No snapshot reconciler yet: Open waits for the snapshot within its deadline (long
+    // enough that a loaded apiserver's reads end well before it: the wait is what runs out).
     let answer = f
         .exec
-        .open(&f.ns, "job", meta(None, Duration::from_secs(3)))
+        .open(&f.ns, "job", meta(None, Duration::from_secs(10)))
         .await;
     let Err(error) = &answer else {
         panic!("Open must wait for the snapshot: {answer:?}");
