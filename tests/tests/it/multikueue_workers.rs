@@ -267,20 +267,13 @@ async fn the_workers_copy_is_given_the_managers_snapshot_before_dispatch_and_aft
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Patch, PatchParams};
 
-    let (mut f, worker) = manager_and_worker("mk-snap").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = gate_worker(worker, dir.path())
-        .await
-        .expect("the gate's kubeconfig");
-    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
-        .await
-        .expect("workers");
-    f.use_workers(workers).await;
-    f.start_gate().await;
-    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
-    worker_runtime(&f, &worker_admin).await;
-
-    let snapshots = Snapshots::run(&f).await;
+    let Gated {
+        f,
+        worker,
+        worker_admin,
+        snapshots,
+        _dir,
+    } = gated("mk-snap").await;
 
     let job = f.create_job("job", json!({})).await;
     let origin = job["metadata"]["uid"].as_str().expect("uid").to_owned();
@@ -369,6 +362,41 @@ async fn the_workers_copy_is_given_the_managers_snapshot_before_dispatch_and_aft
     );
     snapshots.stop().await;
     f.finish().await;
+}
+
+/// The manager with holdfast's gate reading the worker through the kubeconfig the chart
+/// would mount ([`gate_worker`]), the runtime in the worker too, and holdfast's snapshot
+/// reconciler running in the manager: the set-up of every test that dispatches for real.
+struct Gated {
+    f: Fixture,
+    worker: &'static ControlPlane,
+    worker_admin: kube::Client,
+    snapshots: Snapshots,
+    /// Holds the gate's kubeconfig file.
+    _dir: tempfile::TempDir,
+}
+
+async fn gated(prefix: &str) -> Gated {
+    let (mut f, worker) = manager_and_worker(prefix).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = gate_worker(worker, dir.path())
+        .await
+        .expect("the gate's kubeconfig");
+    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
+        .await
+        .expect("workers");
+    f.use_workers(workers).await;
+    f.start_gate().await;
+    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
+    worker_runtime(&f, &worker_admin).await;
+    let snapshots = Snapshots::run(&f).await;
+    Gated {
+        f,
+        worker,
+        worker_admin,
+        snapshots,
+        _dir: dir,
+    }
 }
 
 /// The ClusterTrainingRuntimes of the cluster `client` reaches.
@@ -553,20 +581,14 @@ async fn through_the_manager_a_stale_release_is_refused_and_deactivations_not_ou
     use holdfast_tests::kueue_support::{SETTLE, active, condition_reason};
     use kube::api::{Patch, PatchParams};
 
-    let (mut f, worker) = manager_and_worker("mk-stale").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = gate_worker(worker, dir.path())
-        .await
-        .expect("the gate's kubeconfig");
-    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
-        .await
-        .expect("workers");
-    f.use_workers(workers).await;
-    f.start_gate().await;
-    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
-    worker_runtime(&f, &worker_admin).await;
+    let Gated {
+        f,
+        worker: _,
+        worker_admin,
+        snapshots,
+        _dir,
+    } = gated("mk-stale").await;
     let copies = Copies::watch(&worker_admin, &f.ns);
-    let snapshots = Snapshots::run(&f).await;
     let status = |job: &'static str| {
         let f = &f;
         async move { f.exec.status(&f.ns, job).await.expect("status") }
@@ -752,19 +774,13 @@ async fn a_snapshot_the_workers_copy_cannot_be_given_is_warned_of_once_not_at_ev
     use k8s_openapi::api::events::v1::Event;
 
     const REASON: &str = "MultiKueueSnapshotNotAdopted";
-    let (mut f, worker) = manager_and_worker("mk-warn-once").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = gate_worker(worker, dir.path())
-        .await
-        .expect("the gate's kubeconfig");
-    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
-        .await
-        .expect("workers");
-    f.use_workers(workers).await;
-    f.start_gate().await;
-    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
-    worker_runtime(&f, &worker_admin).await;
-    let snapshots = Snapshots::run(&f).await;
+    let Gated {
+        f,
+        worker,
+        worker_admin,
+        snapshots,
+        _dir,
+    } = gated("mk-warn-once").await;
     f.create_job("job", json!({})).await;
     f.open_at_gate("job").await;
     let name = holdfast_core::names::snapshot_name("job");
@@ -831,20 +847,14 @@ async fn a_held_job_gives_back_its_quota_in_the_manager_once_no_worker_runs_it()
     use holdfast_tests::kueue_support::active;
     use kube::api::{Patch, PatchParams};
 
-    let (mut f, worker) = manager_and_worker("mk-quota").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = gate_worker(worker, dir.path())
-        .await
-        .expect("the gate's kubeconfig");
-    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
-        .await
-        .expect("workers");
-    f.use_workers(workers).await;
-    f.start_gate().await;
-    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
-    worker_runtime(&f, &worker_admin).await;
+    let Gated {
+        f,
+        worker: _,
+        worker_admin,
+        snapshots,
+        _dir,
+    } = gated("mk-quota").await;
     let copies = Copies::watch(&worker_admin, &f.ns);
-    let snapshots = Snapshots::run(&f).await;
 
     f.create_job("job", json!({})).await;
     f.open_at_gate("job").await;
@@ -904,19 +914,13 @@ async fn a_trainjob_planted_in_a_worker_before_dispatch_keeps_the_check_pending_
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::api::events::v1::Event;
 
-    let (mut f, worker) = manager_and_worker("mk-planted").await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = gate_worker(worker, dir.path())
-        .await
-        .expect("the gate's kubeconfig");
-    let workers = Workers::from_kubeconfigs(std::slice::from_ref(&spec))
-        .await
-        .expect("workers");
-    f.use_workers(workers).await;
-    f.start_gate().await;
-    let worker_admin = worker.client(Identity::Admin).await.expect("worker admin");
-    worker_runtime(&f, &worker_admin).await;
-    let snapshots = Snapshots::run(&f).await;
+    let Gated {
+        f,
+        worker: _,
+        worker_admin,
+        snapshots,
+        _dir,
+    } = gated("mk-planted").await;
 
     // A worker user creates TrainJob `job` there first: MultiKueue would take it for its copy,
     // and it must not be handed the manager's snapshot. (Without MultiKueue's origin label,
