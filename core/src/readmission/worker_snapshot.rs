@@ -129,19 +129,15 @@ pub fn decide_worker(
         Ok(w) => w,
         Err(why) => return WorkerStep::Wait(why.clone()),
     };
-    if let Some(t) = trainjob.filter(|t| !terminating(t)) {
-        let s = |p: &str| t.pointer(p).and_then(Value::as_str).unwrap_or_default();
-        return WorkerStep::Wait(format!(
-            "in MultiKueue worker {worker}, TrainJob {}/{} (uid {}) exists before the job is dispatched: delete it there. MultiKueue would take it for its copy and holdfast would hand it the manager's snapshot (a copy of an earlier dispatch, MultiKueue deletes itself)",
-            s("/metadata/namespace"),
-            s("/metadata/name"),
-            s("/metadata/uid"),
-        ));
-    }
     if let Some(t) = trainjob {
         let s = |p: &str| t.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        let what = if terminating(t) {
+            "is being deleted; waiting for it to go (MultiKueue would take it for its copy while it is there): if it stays, remove its finalizers there"
+        } else {
+            "exists before the job is dispatched: delete it there. MultiKueue would take it for its copy and holdfast would hand it the manager's snapshot (a copy of an earlier dispatch, MultiKueue deletes itself)"
+        };
         return WorkerStep::Wait(format!(
-            "in MultiKueue worker {worker}, TrainJob {}/{} (uid {}) is being deleted; waiting for it to go (MultiKueue would take it for its copy while it is there): if it stays, remove its finalizers there",
+            "in MultiKueue worker {worker}, TrainJob {}/{} (uid {}) {what}",
             s("/metadata/namespace"),
             s("/metadata/name"),
             s("/metadata/uid"),
