@@ -51,7 +51,7 @@ use futures::StreamExt;
 use holdfast_core::{
     hold::HoldState,
     names::HOLD_FINALIZER,
-    readmission::{hold_on_workloads, owned_by},
+    workload_selection::{hold_on_workloads, owned_by},
 };
 use kube::api::{Api, DynamicObject};
 use kube::core::{ObjectMeta, PartialObjectMeta};
@@ -226,7 +226,7 @@ impl HeldWorkloads {
 
     /// The hold the watch shows in force on a Workload in `namespace` that TrainJob `uid` owns
     /// (`Ok(None)`: none, or the Workload kind is not served), described as
-    /// `holdfast_core::readmission::hold_on_workloads` describes it; `Err` says why the watch
+    /// `holdfast_core::workload_selection::hold_on_workloads` describes it; `Err` says why the watch
     /// cannot tell (it has not listed).
     pub fn hold_seen(&self, namespace: &str, uid: &str) -> Result<Option<String>, String> {
         match *self.0.listing.borrow() {

@@ -12,3 +12,4 @@ pub mod policy;
 pub mod readmission;
 pub mod rfc3339;
 pub mod snapshot;
+pub mod workload_selection;

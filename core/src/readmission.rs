@@ -71,6 +71,9 @@
 //! calls wait ([`Selected::TransferPending`]) and the gate keeps the replacement `Pending`.
 //! When the TrainJob is gone, being deleted or finished, the finalizer is simply removed:
 //! there is nothing left to hold.
+//!
+//! [`select_workload`]: crate::workload_selection::select_workload
+//! [`Selected::TransferPending`]: crate::workload_selection::Selected::TransferPending
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -80,8 +83,7 @@ use crate::{
     hold::{HeldObject, HoldState, Outcome, Write, object},
     names::{
         ANN_ATTEMPT, ANN_HOLD_HOLDER, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON,
-        ANN_HOLD_TRANSFER_TO, HOLD_FINALIZER, LABEL_MANAGED, READMISSION_CONTROLLER, TRAINER_GROUP,
-        TRAINJOB_KIND,
+        ANN_HOLD_TRANSFER_TO, HOLD_FINALIZER, LABEL_MANAGED, READMISSION_CONTROLLER,
     },
 };
 
@@ -283,115 +285,6 @@ fn condition_true(conditions: Option<&Value>, kind: &str) -> bool {
                 && c.get("status").and_then(Value::as_str) == Some("True")
         })
     })
-}
-
-// ---- Which Workload a hold call acts on ------------------------------------------------
-
-/// The Workload a hold call reads and writes, among a TrainJob's Workloads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Selected<'a> {
-    /// None to act on: the call is `Rejected { cause: NoWorkload }` (Open waits).
-    None,
-    /// This one.
-    Workload(&'a Value),
-    /// A held Workload being deleted still carries its hold while a replacement exists: the
-    /// readmission controller is moving the hold. Read again shortly.
-    TransferPending,
-}
-
-/// Whether `workload` is TrainJob `trainjob_uid`'s: its controller ownerReference is that
-/// TrainJob (`trainer.kubeflow.org`, kind `TrainJob`, the uid). A label alone (Kueue's
-/// `kueue.x-k8s.io/job-uid`, which anyone who may create a Workload can copy) never makes a
-/// Workload the TrainJob's.
-pub fn owned_by(workload: &Value, trainjob_uid: &str) -> bool {
-    !trainjob_uid.is_empty()
-        && workload
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .is_some_and(|refs| {
-                refs.iter().any(|r| {
-                    r.get("controller").and_then(Value::as_bool) == Some(true)
-                        && r.get("uid").and_then(Value::as_str) == Some(trainjob_uid)
-                        && r.get("kind").and_then(Value::as_str) == Some(TRAINJOB_KIND)
-                        && r.get("apiVersion")
-                            .and_then(Value::as_str)
-                            .is_some_and(|v| v.split('/').next() == Some(TRAINER_GROUP))
-                })
-            })
-}
-
-/// Chooses the Workload a hold call acts on, among `items` (listed by Kueue's job-uid label,
-/// an index only):
-///
-/// - only Workloads the TrainJob `trainjob_uid` owns as controller ([`owned_by`]) count: a
-///   decoy carrying the label is ignored;
-/// - a Workload being deleted without the hold finalizer is ignored: it is going away, and
-///   no finalizer can be added to it;
-/// - a held Workload being deleted (with the finalizer) next to a live one: the hold is
-///   being moved, so wait ([`Selected::TransferPending`]);
-/// - else the newest live Workload (by creation time, then name);
-/// - else the newest held Workload being deleted: with no replacement it is the held object.
-pub fn select_workload<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'a> {
-    let owned = || items.iter().filter(|w| owned_by(w, trainjob_uid));
-    let live = owned().filter(|w| !terminating(w)).max_by_key(newest);
-    let source = owned()
-        .filter(|w| terminating(w) && has_hold_finalizer(w))
-        .max_by_key(newest);
-    match (live, source) {
-        (Some(_), Some(_)) => Selected::TransferPending,
-        (Some(w), None) | (None, Some(w)) => Selected::Workload(w),
-        (None, None) => Selected::None,
-    }
-}
-
-/// The order of [`select_workload`]'s "newest": creation time, then name.
-fn newest(w: &&Value) -> (String, String) {
-    let text = |p: &str| {
-        w.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    (text("/metadata/creationTimestamp"), text("/metadata/name"))
-}
-
-/// [`select_workload`] where no readmission controller runs to move a hold (plain mode, a
-/// hold left from kueue mode). No gate moves a hold here, so the Workload that carries one is
-/// the held object, live or being deleted, whatever else the TrainJob owns: a newer Workload
-/// someone created beside it (a decoy owned by the same TrainJob) must not hide the hold from
-/// the hold API. Without a hold, the newest live one; a held Workload being deleted next to a
-/// live replacement is the held object itself — waiting for a move nobody makes would leave
-/// the hold unreleasable — so Release lifts it there (its finalizer with it).
-pub fn select_workload_without_mover<'a>(items: &'a [Value], trainjob_uid: &str) -> Selected<'a> {
-    let held = items
-        .iter()
-        .filter(|w| owned_by(w, trainjob_uid) && object::hold_state(w) != HoldState::Absent)
-        .max_by_key(newest);
-    if let Some(w) = held {
-        return Selected::Workload(w);
-    }
-    match select_workload(items, trainjob_uid) {
-        Selected::TransferPending => items
-            .iter()
-            .filter(|w| owned_by(w, trainjob_uid) && terminating(w) && has_hold_finalizer(w))
-            .max_by_key(newest)
-            .map_or(Selected::None, Selected::Workload),
-        other => other,
-    }
-}
-
-/// The hold in force on any Workload among `items` that TrainJob `trainjob_uid` owns
-/// ([`owned_by`]), described for a message ("1", or the unreadable value), if any. The
-/// webhook refuses to let the TrainJob be unsuspended while there is one.
-pub fn hold_on_workloads(items: &[Value], trainjob_uid: &str) -> Option<String> {
-    items
-        .iter()
-        .filter(|w| owned_by(w, trainjob_uid))
-        .find_map(|w| match object::hold_state(w) {
-            HoldState::Absent => None,
-            HoldState::InForce(r) => Some(r.instance.to_string()),
-            HoldState::Unreadable { value, .. } => Some(format!("{value:?} (unreadable)")),
-        })
 }
 
 // ---- The gate --------------------------------------------------------------------------

@@ -11,7 +11,7 @@
 //! read and the apiserver storing the TrainJob (the admission chain's own latency).
 
 use futures::future::BoxFuture;
-use holdfast_core::readmission::hold_on_workloads;
+use holdfast_core::workload_selection::hold_on_workloads;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 
@@ -104,7 +104,7 @@ impl WorkloadHolds for KubeWorkloadHolds {
             // the labelled read found is the answer if it found the TrainJob's own Workload.
             let found_own = labelled
                 .iter()
-                .any(|w| holdfast_core::readmission::owned_by(w, uid));
+                .any(|w| holdfast_core::workload_selection::owned_by(w, uid));
             match self.marked.hold_seen(namespace, uid) {
                 Err(_) if found_own => Ok(None),
                 seen => seen,

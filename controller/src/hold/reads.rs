@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use holdfast_core::{
     hold::HoldError,
-    readmission::{Selected, owned_by, select_workload, select_workload_without_mover},
+    workload_selection::{Selected, owned_by, select_workload, select_workload_without_mover},
 };
 use kube::core::params::ListParams;
 use serde_json::Value;
