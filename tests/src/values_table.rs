@@ -1,6 +1,6 @@
 //! The chart's values table, on the book's reference page `docs/src/reference/values.md`,
 //! generated from `values.yaml` so the two cannot drift
-//! (`chart::the_chart_readme_values_table_is_generated_from_values_yaml` compares them;
+//! (`chart::values::the_chart_readme_values_table_is_generated_from_values_yaml` compares them;
 //! `HOLDFAST_BLESS=1` on that test rewrites the table).
 //!
 //! The comments are the documentation: a `# --` comment (continued by the `#` lines under
