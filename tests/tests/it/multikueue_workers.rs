@@ -568,8 +568,10 @@ impl Drop for Copies {
 /// either shows it underneath, and its Release leaves it in place (`resumed: false`), as on
 /// one cluster (`holds_kueue::stale_release_is_refused_in_kueue_mode`,
 /// `holds_kueue::kueue_deactivation_for_its_own_reason_is_classified_as_such_not_as_a_hold`,
-/// `holds_kueue::status_classifies_what_real_kueue_writes`, `seams::seam5_*`). The copies are
-/// watched in the worker, so each step is known to follow a real dispatch and deletion there.
+/// `holds_kueue::status_classifies_what_real_kueue_writes`,
+/// `seams::release_leaves_kueues_own_deactivation_in_place`,
+/// `seams::plain_release_leaves_someone_elses_suspend_in_place`). The copies are watched in the
+/// worker, so each step is known to follow a real dispatch and deletion there.
 /// The classification code is shared with one cluster: this passed without a change to
 /// holdfast, as expected; what it pins is that MultiKueue's writes do not change the answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
-//! The seams between holdfast, Kueue and Trainer (issue #12), each as it was found: a short
-//! sequence of ordinary requests (a namespace editor's, or a late call of dispatch's own)
-//! that got around a hold, the start gate or a snapshot, against the real apiserver and, in
-//! Kueue mode, the real Kueue v0.19.2. Each test failed before its fix and names the seam.
+//! The seams between holdfast, Kueue and Trainer, each as it was found: a short sequence of
+//! ordinary requests (a namespace editor's, or a late call of dispatch's own) that got around
+//! a hold, the start gate or a snapshot, against the real apiserver and, in Kueue mode, the
+//! real Kueue v0.19.2. Each test failed before its fix and is named after what it shows; each
+//! section names its row of the threat model's table (`docs/src/security/threat-model.md`).
 //!
 //! The webhook runs in-process with the chart's registration (kueue mode: `Webhook::serve`;
 //! plain mode: the real binary, `holdfast::WebhookReplica`), the executor and the
@@ -47,13 +48,14 @@ fn merge(v: Value) -> Patch<Value> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 1: a Kueue-mode hold (or a closed start gate) lifted in two ordinary requests.
+// Threat model, row 1: a Kueue-mode hold (or a closed start gate) lifted in two ordinary
+// requests.
 
 /// Tried as a new user would: drop the queue name of the held (Kueue-suspended) TrainJob,
 /// then unsuspend it. Both requests are refused, by the webhook, with who may; the job stays
 /// suspended, its Workload held, and Status says so truthfully.
 #[tokio::test]
-async fn seam1_a_kueue_hold_is_not_lifted_by_dropping_the_queue_name_then_unsuspending() {
+async fn a_kueue_hold_is_not_lifted_by_dropping_the_queue_name_then_unsuspending() {
     let f = Fixture::start("seam1-hold").await;
     let webhook = Webhook::serve(&f).await;
     let alice = f.cp.client(Identity::User).await.expect("alice");
@@ -110,7 +112,7 @@ async fn seam1_a_kueue_hold_is_not_lifted_by_dropping_the_queue_name_then_unsusp
 
 /// The same two steps against a never-opened managed job (its start gate closed).
 #[tokio::test]
-async fn seam1_a_closed_start_gate_is_not_opened_by_dropping_the_queue_name_then_unsuspending() {
+async fn a_closed_start_gate_is_not_opened_by_dropping_the_queue_name_then_unsuspending() {
     let f = Fixture::start("seam1-gate").await;
     let webhook = Webhook::serve(&f).await;
     let alice = f.cp.client(Identity::User).await.expect("alice");
@@ -155,10 +157,10 @@ async fn seam1_a_closed_start_gate_is_not_opened_by_dropping_the_queue_name_then
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 2: dropping holdfast.dev/managed opened the start gate in Kueue mode.
+// Threat model, row 2: dropping holdfast.dev/managed opened the start gate in Kueue mode.
 
 #[tokio::test]
-async fn seam2_dropping_the_managed_label_does_not_open_the_kueue_start_gate() {
+async fn dropping_the_managed_label_does_not_open_the_kueue_start_gate() {
     let f = Fixture::start("seam2").await;
     let webhook = Webhook::serve(&f).await;
     let alice = f.cp.client(Identity::User).await.expect("alice");
@@ -189,11 +191,10 @@ async fn seam2_dropping_the_managed_label_does_not_open_the_kueue_start_gate() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 3: a managed TrainJob without a queue name was never gated in Kueue mode.
+// Threat model, row 3: a managed TrainJob without a queue name was never gated in Kueue mode.
 
 #[tokio::test]
-async fn seam3_a_managed_trainjob_without_a_queue_is_refused_and_a_running_one_never_reported_waiting()
- {
+async fn a_managed_trainjob_without_a_queue_is_refused_and_a_running_one_never_reported_waiting() {
     let f = Fixture::start("seam3").await;
     let webhook = Webhook::serve(&f).await;
     let alice = f.cp.client(Identity::User).await.expect("alice");
@@ -246,11 +247,11 @@ async fn seam3_a_managed_trainjob_without_a_queue_is_refused_and_a_running_one_n
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 4: the readmission gate acts only where the ClusterQueue lists holdfast's check.
+// Threat model, row 4: the readmission gate acts only where the ClusterQueue lists
+// holdfast's check.
 
 #[tokio::test]
-async fn seam4_a_queue_without_the_readmission_check_refuses_release_and_open_not_hold_and_is_seen()
-{
+async fn a_queue_without_the_readmission_check_refuses_release_and_open_not_hold_and_is_seen() {
     let f = Fixture::start("seam4").await;
     let webhook = Webhook::serve(&f).await;
     let cq = format!("cq-{}", f.ns);
@@ -345,13 +346,13 @@ async fn seam4_a_queue_without_the_readmission_check_refuses_release_and_open_no
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 5: Release lifted stops that were not the hold's.
+// Threat model, row 5: Release lifted stops that were not the hold's.
 
 /// Kueue deactivates a job for exceeding its maximum execution time; dispatch holds it and
 /// releases the hold: the Workload stays inactive with Kueue's reason (Release used to write
 /// `active: true`, resetting Kueue's decision), and Status shows that reason under the hold.
 #[tokio::test]
-async fn seam5_release_leaves_kueues_own_deactivation_in_place() {
+async fn release_leaves_kueues_own_deactivation_in_place() {
     let f = Fixture::start("seam5-kueue").await;
     f.create_job("job", json!({"kueue.x-k8s.io/max-exec-time-seconds": "1"}))
         .await;
@@ -420,7 +421,7 @@ async fn seam5_release_leaves_kueues_own_deactivation_in_place() {
 
 /// Plain mode: an opened job someone suspended, held and released, stays suspended.
 #[tokio::test]
-async fn seam5_plain_release_leaves_someone_elses_suspend_in_place() {
+async fn plain_release_leaves_someone_elses_suspend_in_place() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("seam5-plain").await.expect("namespace");
     let exec = hold_support::executor(cp).await;
@@ -456,10 +457,10 @@ async fn seam5_plain_release_leaves_someone_elses_suspend_in_place() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 6: a decoy Workload captured the hold.
+// Threat model, row 6: a decoy Workload captured the hold.
 
 #[tokio::test]
-async fn seam6_a_decoy_workload_never_captures_the_hold() {
+async fn a_decoy_workload_never_captures_the_hold() {
     let f = Fixture::start("seam6").await;
     let webhook = Webhook::serve(&f).await;
     let alice = f.cp.client(Identity::User).await.expect("alice");
@@ -515,7 +516,7 @@ async fn seam6_a_decoy_workload_never_captures_the_hold() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 7: outcomes misreported after ambiguous writes.
+// Threat model, row 7: outcomes misreported after ambiguous writes.
 
 /// A reverse proxy in front of the apiserver (TLS in and out) that forwards every request
 /// and, for the PUTs chosen by `lose`, forwards them and then answers `504` instead of the
@@ -658,7 +659,7 @@ enum Loss {
 /// A Release whose update landed but whose answer was lost used to answer `StaleHold`; the
 /// next read shows no hold, so it is `Released`, and exactly one update was stored.
 #[tokio::test]
-async fn seam7_a_release_whose_answer_was_lost_reports_released() {
+async fn a_release_whose_answer_was_lost_reports_released() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("seam7-lost").await.expect("namespace");
     let direct = hold_support::executor(cp).await;
@@ -693,7 +694,7 @@ async fn seam7_a_release_whose_answer_was_lost_reports_released() {
 /// Transient failures used to spend the eight tries and end `Conflict` though no 409 came:
 /// ten refused writes in a row, then one that goes through: the call succeeds.
 #[tokio::test]
-async fn seam7_transient_failures_spend_no_tries_and_never_end_conflict() {
+async fn transient_failures_spend_no_tries_and_never_end_conflict() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("seam7-503").await.expect("namespace");
     hold_support::create_trainjob(cp, &ns, "job", true).await;
@@ -717,7 +718,7 @@ async fn seam7_transient_failures_spend_no_tries_and_never_end_conflict() {
 
 /// A TrainJob that does not exist (or was deleted) is `Rejected/NotFound`, never `Invalid`.
 #[tokio::test]
-async fn seam7_a_missing_trainjob_is_not_found_not_invalid() {
+async fn a_missing_trainjob_is_not_found_not_invalid() {
     let cp = ControlPlane::shared();
     let ns = cp.namespace("seam7-gone").await.expect("namespace");
     let exec = hold_support::executor(cp).await;
@@ -738,12 +739,12 @@ async fn seam7_a_missing_trainjob_is_not_found_not_invalid() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 8: the capability was decided once at start-up and failed open.
+// Threat model, row 8: the capability was decided once at start-up and failed open.
 
 /// An executor whose identity lacks the RBAC to hold answers `Unsupported`; once the role
 /// is bound it holds, without a restart (a call probes again itself).
 #[tokio::test]
-async fn seam8_the_capability_is_probed_again_and_fails_closed() {
+async fn the_capability_is_probed_again_and_fails_closed() {
     use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
     let cp = ControlPlane::shared();
@@ -809,11 +810,11 @@ async fn seam8_the_capability_is_probed_again_and_fails_closed() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Seam 10: smaller holes.
+// Threat model, row 10: smaller holes.
 
 /// The hold finalizer could be set at CREATE (and on objects the webhook never saw).
 #[tokio::test]
-async fn seam10_the_hold_finalizer_is_the_controllers_at_create_too() {
+async fn the_hold_finalizer_is_the_controllers_at_create_too() {
     let f = Fixture::start("seam10-fin").await;
     let webhook = Webhook::serve(&f).await;
     let alice = f.cp.client(Identity::User).await.expect("alice");
