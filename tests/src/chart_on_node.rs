@@ -48,22 +48,95 @@ pub struct Published {
 /// cheap (the registry has the blobs) and leaves the same content.
 pub fn publish(cluster: &NodeCluster, helm: &crate::helm::Helm) -> Published {
     let (archive, built) = holdfast_image();
-    let (_, tag) = built.rsplit_once(':').expect("a tagged image");
-    let registry = cluster.registry().expect("the cluster's registry");
-    let image = registry
-        .push_image(&archive, "holdfast", tag)
-        .expect("crane push of holdfast's image");
     let chart_yaml: serde_json::Value = serde_saphyr::from_str(
         &std::fs::read_to_string(crate::helm::chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
     )
     .expect("Chart.yaml parses");
     let version = chart_yaml["version"].as_str().expect("version").to_owned();
+    publish_build(
+        cluster,
+        helm,
+        &archive,
+        &built,
+        &crate::helm::chart_dir(),
+        &version,
+    )
+}
+
+/// The previous release the upgrade tests start from (`tests/cluster/node/previous-release.env`),
+/// built from its commit's own tree by `previous-release.sh` (cached).
+#[derive(Clone, Debug)]
+pub struct PreviousRelease {
+    /// The commit it was built from.
+    pub commit: String,
+    /// The version its chart is packaged as.
+    pub version: String,
+    /// Its image's OCI archive, and the reference it was built as.
+    pub archive: std::path::PathBuf,
+    pub built: String,
+    /// Its chart, as that commit's tree has it.
+    pub chart_dir: std::path::PathBuf,
+}
+
+/// Build (or find cached) the previous release. Built once per test process.
+pub fn previous_release() -> PreviousRelease {
+    static BUILT: std::sync::OnceLock<PreviousRelease> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = crate::binaries::cluster_module_dir().join("node/previous-release.sh");
+            let dir = crate::binaries::run_build_script(&script).expect("the previous release");
+            let read = |f: &str| {
+                std::fs::read_to_string(dir.join(f))
+                    .unwrap_or_else(|e| panic!("{}: {e}", dir.join(f).display()))
+                    .trim()
+                    .to_owned()
+            };
+            PreviousRelease {
+                commit: read("commit"),
+                version: read("version"),
+                archive: dir.join("image.tar"),
+                built: read("image.ref"),
+                chart_dir: dir.join("chart"),
+            }
+        })
+        .clone()
+}
+
+/// Push the previous release's image and chart to the cluster's registry, as
+/// [`publish`] pushes this tree's.
+pub fn publish_previous(cluster: &NodeCluster, helm: &crate::helm::Helm) -> Published {
+    let previous = previous_release();
+    publish_build(
+        cluster,
+        helm,
+        &previous.archive,
+        &previous.built,
+        &previous.chart_dir,
+        &previous.version,
+    )
+}
+
+/// Push image `archive` (built as `built`, `repository:tag`) as `REGISTRY/holdfast:tag`, and
+/// the chart of `chart_dir` packaged as `version` with that tag as its appVersion.
+fn publish_build(
+    cluster: &NodeCluster,
+    helm: &crate::helm::Helm,
+    archive: &std::path::Path,
+    built: &str,
+    chart_dir: &std::path::Path,
+    version: &str,
+) -> Published {
+    let (_, tag) = built.rsplit_once(':').expect("a tagged image");
+    let registry = cluster.registry().expect("the cluster's registry");
+    let image = registry
+        .push_image(archive, "holdfast", tag)
+        .expect("crane push of holdfast's image");
     let out = tempfile::tempdir().expect("tempdir");
     helm.run(&[
         "package".into(),
-        crate::helm::chart_dir().display().to_string(),
+        chart_dir.display().to_string(),
         "--version".into(),
-        version.clone(),
+        version.to_owned(),
         "--app-version".into(),
         tag.to_owned(),
         "--destination".into(),
@@ -76,7 +149,7 @@ pub fn publish(cluster: &NodeCluster, helm: &crate::helm::Helm) -> Published {
         .expect("helm push of the chart");
     Published {
         chart: format!("{repo}/holdfast"),
-        version,
+        version: version.to_owned(),
         image_repository: format!("{}/holdfast", registry.host()),
         image,
     }
@@ -129,6 +202,19 @@ impl ChartRelease {
     ) -> Self {
         let helm = crate::helm::ensure().expect("helm");
         let published = publish(cluster, &helm);
+        Self::install_published(cluster, name, namespace, sets, published).await
+    }
+
+    /// `helm install` of release `name` in `namespace` from what `published` pushed (this
+    /// tree's chart, or the previous release's), with `sets` besides the image's repository.
+    pub async fn install_published(
+        cluster: &NodeCluster,
+        name: &str,
+        namespace: &str,
+        sets: &[&str],
+        published: Published,
+    ) -> Self {
+        let helm = crate::helm::ensure().expect("helm");
         let mut release = ChartRelease {
             helm,
             name: name.to_owned(),
@@ -156,7 +242,7 @@ impl ChartRelease {
     /// write meanwhile fails with "connection refused"). The probe is an admin's dry-run
     /// create of a snapshot-named ConfigMap in `default`, which the webhook refuses (403);
     /// while it cannot be reached the apiserver answers 500.
-    async fn webhook_answers(&self, cluster: &NodeCluster) {
+    pub async fn webhook_answers(&self, cluster: &NodeCluster) {
         use k8s_openapi::api::core::v1::ConfigMap;
         use kube::api::PostParams;
         let admin = cluster.client(Identity::Admin).await.expect("admin client");
@@ -207,13 +293,55 @@ impl ChartRelease {
         )
     }
 
+    /// The arguments of `helm upgrade` to the chart `to` pushed, with `flags` (for example
+    /// `--reset-then-reuse-values`) and `sets` besides the image's repository, for a caller
+    /// that runs it beside other work ([`crate::helm::Helm::run`] blocks); after it succeeds,
+    /// [`Self::upgraded_to`] records the new chart.
+    pub fn upgrade_args(&self, to: &Published, flags: &[&str], sets: &[&str]) -> Vec<String> {
+        self.args("upgrade", to, flags, sets)
+    }
+
+    /// Record that the release now runs the chart `to` pushed.
+    pub fn upgraded_to(&mut self, to: Published) {
+        self.published = to;
+    }
+
+    /// The arguments of `helm rollback` of this release to `revision`, waiting for the pods;
+    /// under Helm 4 with `--force-conflicts`, which a rollback to a revision rendered before
+    /// the controller armed the webhooks needs (the book's upgrade page says why).
+    pub fn rollback_args(&self, revision: u32) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "rollback",
+            &self.name,
+            &revision.to_string(),
+            "--namespace",
+            &self.namespace,
+            "--kubeconfig",
+            &self.kubeconfig,
+            "--wait",
+            "--timeout",
+            "5m",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        if self.helm.major >= 4 {
+            args.push("--force-conflicts".into());
+        }
+        args
+    }
+
     fn helm_run(&self, verb: &str, extra: &[&str], sets: &[&str]) -> anyhow::Result<String> {
+        self.helm
+            .run(&self.args(verb, &self.published, extra, sets))
+    }
+
+    fn args(&self, verb: &str, chart: &Published, extra: &[&str], sets: &[&str]) -> Vec<String> {
         let mut args: Vec<String> = [
             verb,
             &self.name,
-            &self.published.chart,
+            &chart.chart,
             "--version",
-            &self.published.version,
+            &chart.version,
             // The registry is plain HTTP on the node's loopback (crate::registry).
             "--plain-http",
             "--namespace",
@@ -229,12 +357,12 @@ impl ChartRelease {
         args.extend(extra.iter().map(|s| s.to_string()));
         // The chart's default tag is the pushed image's (its appVersion); the pull policy is
         // the chart's (IfNotPresent), so the node pulls the image the first time.
-        let image = format!("image.repository={}", self.published.image_repository);
+        let image = format!("image.repository={}", chart.image_repository);
         for s in std::iter::once(image.as_str()).chain(sets.iter().copied()) {
             args.push("--set".into());
             args.push(s.to_owned());
         }
-        self.helm.run(&args)
+        args
     }
 
     /// Panics with the release's pods and the kubelet's log if `out` failed.
@@ -383,42 +511,59 @@ impl ServiceHoldApi {
         call: &str,
         instance: Option<u64>,
     ) -> (u16, serde_json::Value) {
-        let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60);
-        let mut body = serde_json::json!({"deadline": deadline.to_string(), "reason": "node lost"});
-        if let Some(i) = instance {
-            body["instance"] = i.into();
-        }
-        let url = format!("{}/v1/namespaces/{ns}/trainjobs/{name}/{call}", self.base);
         // A connection that could not be made sent nothing: kube-proxy may route the Service
         // to a controller pod a moment after it is Ready again (scaled back up, failed over),
         // so that alone is tried again, a bounded number of times; any other error fails.
         let mut tries = 0;
-        let resp = loop {
-            match self
-                .http
-                .post(&url)
-                .bearer_auth(token)
-                .json(&body)
-                .send()
-                .await
-            {
-                Ok(resp) => break resp,
+        loop {
+            match self.try_call(token, ns, name, call, instance).await {
+                Ok(answer) => break answer,
                 Err(e) if e.is_connect() && tries < 30 => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 Err(e) => panic!("{call} through the Service: {e:?}"),
             }
-        };
-        let status = resp.status().as_u16();
-        let answer = resp.json().await.expect("a JSON body");
-        let path = format!("/v1/namespaces/{ns}/trainjobs/{name}/{call}");
-        crate::contract::check_answer("POST", &path, status, &answer);
-        (status, answer)
+        }
     }
 
-    /// `GET .../trainjobs/{name}/status` as the holder of `token`; the status and JSON body.
-    pub async fn status(&self, token: &str, ns: &str, name: &str) -> (u16, serde_json::Value) {
+    /// [`Self::call`] once, its transport error returned (a reset or a timeout may or may not
+    /// have reached the controller); an answer is checked against the API's contract.
+    pub async fn try_call(
+        &self,
+        token: &str,
+        ns: &str,
+        name: &str,
+        call: &str,
+        instance: Option<u64>,
+    ) -> Result<(u16, serde_json::Value), reqwest::Error> {
+        let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60);
+        let mut body = serde_json::json!({"deadline": deadline.to_string(), "reason": "node lost"});
+        if let Some(i) = instance {
+            body["instance"] = i.into();
+        }
+        let url = format!("{}/v1/namespaces/{ns}/trainjobs/{name}/{call}", self.base);
+        let resp = self
+            .http
+            .post(&url)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await?;
+        let status = resp.status().as_u16();
+        let answer = resp.json().await?;
+        let path = format!("/v1/namespaces/{ns}/trainjobs/{name}/{call}");
+        crate::contract::check_answer("POST", &path, status, &answer);
+        Ok((status, answer))
+    }
+
+    /// [`Self::status`] once, its transport error returned.
+    pub async fn try_status(
+        &self,
+        token: &str,
+        ns: &str,
+        name: &str,
+    ) -> Result<(u16, serde_json::Value), reqwest::Error> {
         let resp = self
             .http
             .get(format!(
@@ -427,13 +572,19 @@ impl ServiceHoldApi {
             ))
             .bearer_auth(token)
             .send()
-            .await
-            .unwrap_or_else(|e| panic!("status through the Service: {e:#}"));
+            .await?;
         let status = resp.status().as_u16();
-        let answer = resp.json().await.expect("a JSON body");
+        let answer = resp.json().await?;
         let path = format!("/v1/namespaces/{ns}/trainjobs/{name}/status");
         crate::contract::check_answer("GET", &path, status, &answer);
-        (status, answer)
+        Ok((status, answer))
+    }
+
+    /// `GET .../trainjobs/{name}/status` as the holder of `token`; the status and JSON body.
+    pub async fn status(&self, token: &str, ns: &str, name: &str) -> (u16, serde_json::Value) {
+        self.try_status(token, ns, name)
+            .await
+            .unwrap_or_else(|e| panic!("status through the Service: {e:#}"))
     }
 
     /// `POST /v1/nodes/{node}/fence` as the fencer of `token`; the status and JSON body.

@@ -20,6 +20,7 @@ mod kueue;
 mod lost;
 mod multikueue;
 mod pods;
+mod upgrade;
 mod writers;
 
 use futures::{AsyncBufReadExt, StreamExt};
