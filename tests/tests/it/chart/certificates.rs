@@ -235,6 +235,114 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
 /// certificate reconcile with exactly the chart's RBAC, readable by name (and by name only)
 /// by a ServiceAccount of another namespace, and its `ca.crt` verifies the hold API's serving
 /// certificate (and a client trusting another CA does not).
+/// The caBundle a CA rotation injects, across `helm upgrade` and `helm rollback`. After a
+/// rotation (the controller's reconcile, as the chart's ServiceAccount, forced to rotate) the
+/// injected bundle holds both CAs; `helm upgrade` renders that bundle through `lookup` and
+/// changes nothing (under Helm 4's server-side apply it shares the field with the
+/// `holdfast-controller` field manager: no conflict). A rollback to the revision rendered
+/// before the rotation carries the old bundle: Helm 4 stops on the conflict, naming the
+/// controller and the caBundle, until `--force-conflicts`; Helm 3 writes it. Either way the
+/// old bundle is back only until the controller's next reconcile, which injects the current
+/// one again: the window the upgrade page names.
+#[tokio::test]
+async fn a_rotated_ca_bundle_survives_helm_upgrade_and_a_rollback_to_the_old_one_is_reinjected() {
+    let _live = LIVE_WEBHOOKS.lock().await;
+    let cp = ControlPlane::shared();
+    let helm = helm();
+    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let ns = cp.namespace("hf-rot").await.expect("namespace");
+    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
+    let chart = helm::chart_dir().display().to_string();
+    let release = "rot";
+    let name = "rot-holdfast";
+    let helm_cmd = |verb: &str, extra: &[&str]| {
+        helm_on_release(&helm, verb, release, Some(&chart), &ns, &kubeconfig, extra)
+    };
+    helm_cmd("install", &[]).expect("helm install");
+    let docs = helm.render(&Install::new(release, &ns)).expect("render");
+    let config = cert_config_from_rendered(&docs);
+    let ctl = cp
+        .service_account_client(&ns, "rot-holdfast-controller")
+        .await
+        .expect("token");
+    let every = |bundle: &[u8]| -> Vec<Option<Vec<u8>>> { vec![Some(bundle.to_vec()); 6] };
+
+    // Revision 2: rendered with the first CA's bundle.
+    let first = certs::reconcile(&ctl, &config).await.expect("reconcile");
+    let old = first.bundle_pem.clone().into_bytes();
+    helm_cmd("upgrade", &["--set", "logLevel=debug"]).expect("helm upgrade");
+    assert_eq!(ca_bundles(&admin, name).await, every(&old), "revision 2");
+
+    // A CA rotation: a CA with less left than the renewal window is rotated.
+    let mut rotate = config.clone();
+    rotate.policy.ca_renew_before = rotate.policy.ca_validity;
+    let rotated = certs::reconcile(&ctl, &rotate).await.expect("rotation");
+    let new = rotated.bundle_pem.clone().into_bytes();
+    assert_ne!(new, old, "a new CA in the bundle: {rotated:?}");
+    assert_eq!(ca_bundles(&admin, name).await, every(&new), "injected");
+
+    // Revision 3: helm upgrade after the rotation keeps the injected bundle, no conflict.
+    helm_cmd("upgrade", &["--set", "logLevel=info"]).expect("helm upgrade after a rotation");
+    assert_eq!(
+        ca_bundles(&admin, name).await,
+        every(&new),
+        "after helm upgrade"
+    );
+
+    // A rollback to revision 2, rendered with the old bundle.
+    let rollback_args: &[&str] = if helm.major >= 4 {
+        let refused = helm_on_release(&helm, "rollback", release, None, &ns, &kubeconfig, &["2"])
+            .expect_err("Helm 4's rollback conflicts with the injected caBundle");
+        let refused = format!("{refused:#}");
+        assert!(
+            refused.contains("conflict")
+                && refused.contains("holdfast-controller")
+                && refused.contains("caBundle"),
+            "{refused}"
+        );
+        assert_eq!(
+            ca_bundles(&admin, name).await,
+            every(&new),
+            "a refused rollback wrote nothing"
+        );
+        &["2", "--force-conflicts"]
+    } else {
+        &["2"]
+    };
+    helm_on_release(
+        &helm,
+        "rollback",
+        release,
+        None,
+        &ns,
+        &kubeconfig,
+        rollback_args,
+    )
+    .expect("helm rollback");
+    assert_eq!(
+        ca_bundles(&admin, name).await,
+        every(&old),
+        "the rollback wrote the old bundle"
+    );
+    let healed = certs::reconcile(&ctl, &config).await.expect("reconcile");
+    assert!(healed.changed(), "{healed:?}");
+    assert_eq!(
+        ca_bundles(&admin, name).await,
+        every(&new),
+        "the controller's next reconcile injects the current bundle again"
+    );
+
+    helm.run(&[
+        "uninstall".into(),
+        release.into(),
+        "--namespace".into(),
+        ns.clone(),
+        "--kubeconfig".into(),
+        kubeconfig.clone(),
+    ])
+    .expect("helm uninstall");
+}
+
 #[tokio::test]
 async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
     let _live = LIVE_WEBHOOKS.lock().await;
