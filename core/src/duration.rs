@@ -71,60 +71,101 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
 mod tests {
     use super::*;
 
+    /// Every form the flags, chart values and `--wait=DURATION` accept today, and its value.
+    const ACCEPTED: [(&str, Duration); 17] = [
+        ("50ms", Duration::from_millis(50)),
+        ("1500ms", Duration::from_millis(1_500)),
+        ("15s", Duration::from_secs(15)),
+        ("0s", Duration::ZERO),
+        ("0ms", Duration::ZERO),
+        ("2m", Duration::from_secs(120)),
+        ("1h", Duration::from_secs(3_600)),
+        ("26280h", Duration::from_secs(26_280 * 3_600)),
+        ("90d", Duration::from_secs(90 * 86_400)),
+        ("1h30m", Duration::from_secs(5_400)),
+        ("1m30s500ms", Duration::from_millis(90_500)),
+        // Largest unit first is customary, not required; a unit may repeat.
+        ("30s1m", Duration::from_secs(90)),
+        ("1s1s", Duration::from_secs(2)),
+        ("007s", Duration::from_secs(7)),
+        // Surrounding space is trimmed.
+        (" 0s ", Duration::ZERO),
+        ("\t15s\n", Duration::from_secs(15)),
+        // A part's milliseconds must fit 64 bits; the sum may pass them.
+        (
+            "18446744073709551615ms1ms",
+            Duration::from_millis(u64::MAX).saturating_add(Duration::from_millis(1)),
+        ),
+    ];
+
+    /// Every form refused today, with the reason its message gives. The first group are
+    /// forms Go's `time.ParseDuration` (kube's `Duration`) reads.
+    const REFUSED: [(&str, &str); 28] = [
+        ("0", "each number needs a unit: ms, s, m, h or d"),
+        ("1.5s", "each number needs a unit: ms, s, m, h or d"),
+        (".5s", "each part must start with a whole number"),
+        ("-1s", "each part must start with a whole number"),
+        ("+1s", "each part must start with a whole number"),
+        ("1ns", "unknown unit; use ms, s, m, h or d"),
+        ("1us", "unknown unit; use ms, s, m, h or d"),
+        ("1\u{b5}s", "each number needs a unit: ms, s, m, h or d"),
+        ("1\u{3bc}s", "each number needs a unit: ms, s, m, h or d"),
+        ("1h-1m", "each part must start with a whole number"),
+        ("1s0", "each number needs a unit: ms, s, m, h or d"),
+        ("1e3s", "unknown unit; use ms, s, m, h or d"),
+        ("", "it is empty"),
+        ("   ", "it is empty"),
+        ("60", "each number needs a unit: ms, s, m, h or d"),
+        ("s", "each part must start with a whole number"),
+        ("3w", "unknown unit; use ms, s, m, h or d"),
+        ("1S", "unknown unit; use ms, s, m, h or d"),
+        ("1 s", "each number needs a unit: ms, s, m, h or d"),
+        ("1sm", "unknown unit; use ms, s, m, h or d"),
+        ("1s2", "each number needs a unit: ms, s, m, h or d"),
+        ("1s 2s", "each part must start with a whole number"),
+        ("1s,2s", "each part must start with a whole number"),
+        ("1d\u{2}", "each part must start with a whole number"),
+        ("90 days", "each number needs a unit: ms, s, m, h or d"),
+        ("99999999999999999999d", "too large"),
+        ("999999999999999d", "too large"),
+        ("18446744073709551616ms", "too large"),
+    ];
+
     #[test]
-    fn every_unit_and_their_sums() {
-        let cases = [
-            ("50ms", Duration::from_millis(50)),
-            ("15s", Duration::from_secs(15)),
-            ("2m", Duration::from_secs(120)),
-            ("26280h", Duration::from_secs(26_280 * 3_600)),
-            ("90d", Duration::from_secs(90 * 86_400)),
-            ("1h30m", Duration::from_secs(5_400)),
-            ("1m30s500ms", Duration::from_millis(90_500)),
-            (" 0s ", Duration::ZERO),
-        ];
-        for (text, want) in cases {
+    fn every_form_accepted_and_refused_is_pinned() {
+        for (text, want) in ACCEPTED {
             assert_eq!(parse(text), Ok(want), "{text:?}");
         }
+        for (text, problem) in REFUSED {
+            let err = parse(text).expect_err(text);
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{text:?} is not a duration ({problem}); write e.g. 50ms, 15s, 2m, 1h30m or 90d"
+                ),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
-    fn forms_kubes_duration_takes_are_refused() {
-        // Go's time.ParseDuration (kube's Duration) reads each of these; a flag must not.
-        for bad in [
-            "0", "1.5s", ".5s", "-1s", "+1s", "1ns", "1us", "1\u{b5}s", "1e3s", "1h-1m",
-        ] {
-            assert!(parse(bad).is_err(), "{bad:?}");
-        }
-        // And one it has no unit for.
-        assert_eq!(parse("90d"), Ok(Duration::from_secs(90 * 86_400)));
-    }
-
-    #[test]
-    fn anything_else_is_refused_with_the_text_in_the_message() {
-        for bad in [
-            "",
-            "   ",
-            "60",
-            "s",
-            "1.5s",
-            "-1s",
-            "+1s",
-            "3w",
-            "1 s",
-            "1sm",
-            "1s2",
-            "99999999999999999999d",
-            "999999999999999d",
-        ] {
-            let err = parse(bad).expect_err(bad);
-            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
-        }
-        assert!(
-            parse("60")
-                .expect_err("a bare number")
-                .to_string()
-                .contains("needs a unit")
+    fn the_largest_accepted_values_are_exact() {
+        // Whole-number arithmetic to the last millisecond, where Go's float reading rounds.
+        assert_eq!(
+            parse("18446744073709551615ms"),
+            Ok(Duration::from_millis(u64::MAX))
+        );
+        assert_eq!(
+            parse("99999999999999ms"),
+            Ok(Duration::from_millis(99_999_999_999_999))
+        );
+        assert_eq!(
+            parse("17999999999999999s"),
+            Ok(Duration::from_secs(17_999_999_999_999_999))
+        );
+        assert_eq!(
+            parse("213503982334d"),
+            Ok(Duration::from_secs(213_503_982_334 * 86_400))
         );
     }
 }
