@@ -11,6 +11,7 @@
 
 mod chart;
 mod cli;
+mod cost;
 mod failsafe;
 mod go_client;
 mod kep;
