@@ -160,7 +160,9 @@ pub fn judge_lease(lease: Option<&LeaseRead>, now: Timestamp) -> Verdict {
             format!(
                 "{holder} holds Lease {} (renewed {})",
                 l.name,
-                l.renewed.map(|r| format!("{r:.0}")).unwrap_or_default()
+                l.renewed
+                    .map(holdfast_core::rfc3339::seconds)
+                    .unwrap_or_default()
             ),
         ),
         _ => Verdict::fail(

@@ -1,6 +1,7 @@
 //! RFC 3339 timestamps as holdfast reads and writes them, and the one place it does: the hold
-//! API's deadlines (the CLI's too), the annotations' times, the User-Agent's deadline, the
-//! fences ConfigMap's times and the pod times a fence is compared with. Always written in UTC
+//! API's deadlines (the CLI's too), the annotations' times, the hold mark's deadline, the
+//! User-Agent's deadline, the fences ConfigMap's times and the pod times a fence is compared
+//! with, the certificates' ends in Events and Secrets, the Lease renewal `holdfast check` shows. Always written in UTC
 //! with `Z`, by jiff's formatter.
 //!
 //! The reader is RFC 3339's `date-time` and nothing looser (jiff's own parser also takes
@@ -155,6 +156,11 @@ pub fn nanos(t: Timestamp) -> String {
     format!("{t:.9}")
 }
 
+/// As many digits as the fraction needs, trailing zeros dropped: `2026-11-29T12:00:00.5Z`.
+pub fn shortest(t: Timestamp) -> String {
+    t.to_string()
+}
+
 /// As many digits as the fraction needs, in groups of three: none, 3, 6 or 9.
 pub fn auto(t: Timestamp) -> String {
     let ns = t.subsec_nanosecond();
@@ -280,5 +286,9 @@ mod tests {
             assert_eq!(auto(frac(f)), written, "{f}");
         }
         assert_eq!(auto(plain), "2026-11-29T12:00:00Z");
+
+        assert_eq!(shortest(plain), "2026-11-29T12:00:00Z");
+        assert_eq!(shortest(frac("50")), "2026-11-29T12:00:00.5Z");
+        assert_eq!(shortest(frac("1234")), "2026-11-29T12:00:00.1234Z");
     }
 }

@@ -50,7 +50,11 @@ pub enum Marked {
 impl Mark {
     /// The annotation's value.
     pub fn render(&self) -> String {
-        format!("instance={} deadline={}", self.instance, self.deadline)
+        format!(
+            "instance={} deadline={}",
+            self.instance,
+            crate::rfc3339::shortest(self.deadline)
+        )
     }
 
     /// Parses [`Mark::render`]'s form; `None` for anything else.
@@ -59,7 +63,9 @@ impl Mark {
         for field in value.split_whitespace() {
             match field.split_once('=')? {
                 ("instance", v) if instance.is_none() => instance = Some(parse_decimal(v)?),
-                ("deadline", v) if deadline.is_none() => deadline = Some(v.parse().ok()?),
+                ("deadline", v) if deadline.is_none() => {
+                    deadline = Some(crate::rfc3339::parse(v).ok()?);
+                }
                 _ => return None,
             }
         }
@@ -213,7 +219,7 @@ mod tests {
     const BOUND: Duration = Duration::from_secs(66);
 
     fn t(s: &str) -> Timestamp {
-        s.parse().expect("timestamp")
+        crate::rfc3339::parse(s).expect("timestamp")
     }
 
     fn job(mark: Option<&str>) -> Value {
@@ -242,6 +248,12 @@ mod tests {
         };
         assert_eq!(m.render(), "instance=3 deadline=2026-12-05T00:10:00Z");
         assert_eq!(Mark::parse(&m.render()), Some(m));
+        let half = Mark {
+            instance: 3,
+            deadline: t("2026-12-05T00:10:00.5Z"),
+        };
+        assert_eq!(half.render(), "instance=3 deadline=2026-12-05T00:10:00.5Z");
+        assert_eq!(Mark::parse(&half.render()), Some(half));
         for bad in [
             "",
             "3",
@@ -251,6 +263,10 @@ mod tests {
             "instance=3 deadline=soon",
             "instance=3 instance=4 deadline=2026-12-05T00:10:00Z",
             "instance=3 deadline=2026-12-05T00:10:00Z extra=1",
+            // RFC 3339 only, as the module reads it: not jiff's looser forms.
+            "instance=3 deadline=2026-12-05T00:10:00Z[UTC]",
+            "instance=3 deadline=2026-12-05T00:10:00+0100",
+            "instance=3 deadline=2026-12-05T00:10Z",
         ] {
             assert_eq!(Mark::parse(bad), None, "{bad:?}");
         }
