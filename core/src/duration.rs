@@ -1,19 +1,22 @@
-//! The one duration format of holdfast's flags, chart values and command line: whole numbers
-//! with units, run together, largest unit first customary but not required (`50ms`, `15s`,
-//! `2m`, `1h30m`, `26280h`, `90d`). The units are kube's `Duration`'s (Go's
-//! `time.ParseDuration`, as Kubernetes reads durations): it reads each unit's length.
+//! The one duration format of holdfast's flags, chart values and command line: a whole
+//! number with a unit, or several run together, largest unit first is customary but not
+//! required (`50ms`, `15s`, `2m`, `1h30m`, `26280h`, `90d`).
 //!
-//! It does not read the whole text, because it differs from holdfast's format (the table below
-//! pins it):
-//! - it also takes a fraction (`1.5s`), a sign (`-1s`, `+1s`; the minus lost on the way to a
-//!   std `Duration`), a bare `0`, an empty text, a trailing bare `0` (`1s0`), `ns`, `us` and
-//!   `µs`: all refused here, so that no flag silently takes seconds for milliseconds;
-//! - it has no `d` (here 24 of its hours) and refuses space around the text (trimmed here);
-//! - it multiplies floats: a large part is rounded (`99999999999999ms` reads as
-//!   99999999999.999008179s), and one too large panics (`99999999999999999999h`).
-//!   Here the arithmetic is whole milliseconds: exact, and too large is an error.
+//! Not kube's `Duration` (Go's `time.ParseDuration`): that one also takes fractions, signs,
+//! a bare `0` and `ns`/`us`, has no `d`, and panics on a number too large (its
+//! `Duration::mul_f64`); a wrapper keeping these forms would have to read the text first,
+//! which is all this parser does. See the decisions page.
 
 use std::time::Duration;
+
+/// The units and their length in milliseconds.
+const UNITS: [(&str, u64); 5] = [
+    ("ms", 1),
+    ("s", 1_000),
+    ("m", 60_000),
+    ("h", 3_600_000),
+    ("d", 86_400_000),
+];
 
 /// Why a text is not a duration.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -24,7 +27,8 @@ pub struct DurationError {
 }
 
 /// Parse a duration: one or more `<whole number><unit>` with the units `ms`, `s`, `m`, `h`
-/// and `d`. A bare number, a fraction, a sign or an unknown unit is refused.
+/// and `d`. A bare number, a fraction, a sign or an unknown unit is refused, so that no flag
+/// silently takes seconds for milliseconds.
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let fail = |problem| DurationError {
         text: text.to_owned(),
@@ -43,13 +47,17 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
         let number: u64 = rest[..digits].parse().map_err(|_| fail("too large"))?;
         rest = &rest[digits..];
         let letters = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
-        let millis = unit_millis(&rest[..letters]).ok_or_else(|| {
-            fail(if letters == 0 {
-                "each number needs a unit: ms, s, m, h or d"
-            } else {
-                "unknown unit; use ms, s, m, h or d"
-            })
-        })?;
+        let millis = UNITS
+            .iter()
+            .find(|(name, _)| *name == &rest[..letters])
+            .map(|(_, millis)| *millis)
+            .ok_or_else(|| {
+                fail(if letters == 0 {
+                    "each number needs a unit: ms, s, m, h or d"
+                } else {
+                    "unknown unit; use ms, s, m, h or d"
+                })
+            })?;
         rest = &rest[letters..];
         total = number
             .checked_mul(millis)
@@ -57,18 +65,6 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
             .ok_or_else(|| fail("too large"))?;
     }
     Ok(total)
-}
-
-/// A unit's length in milliseconds, as kube's `Duration` reads one of it; a day is 24 hours.
-fn unit_millis(unit: &str) -> Option<u64> {
-    let (unit, times) = match unit {
-        "ms" | "s" | "m" | "h" => (unit, 1),
-        "d" => ("h", 24),
-        _ => return None,
-    };
-    let one: kube_core::Duration = format!("1{unit}").parse().ok()?;
-    let millis = u64::try_from(Duration::from(one).as_millis()).ok()?;
-    Some(millis * times)
 }
 
 #[cfg(test)]
