@@ -455,7 +455,21 @@ pub async fn create_namespace(
                 "apiVersion": kueue::KUEUE_API_VERSION, "kind": "LocalQueue",
                 "metadata": {"name": lq, "namespace": ns}, "spec": {"clusterQueue": cq}
             }))?;
-            lqs.create(&PostParams::default(), &obj).await?;
+            // Under heavy load the create can land and its answer be lost, and the request be
+            // sent again (seen once in the long run, whose part then stopped on AlreadyExists):
+            // the queue already there is ours if it names the same ClusterQueue.
+            match lqs.create(&PostParams::default(), &obj).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    let there = lqs.get(lq).await?;
+                    anyhow::ensure!(
+                        there.data["spec"]["clusterQueue"] == cq,
+                        "LocalQueue {lq} in {ns} already exists on another ClusterQueue: {:?}",
+                        there.data["spec"]
+                    );
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     let alice = cp.client(Identity::User).await?;
