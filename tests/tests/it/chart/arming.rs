@@ -30,39 +30,25 @@ async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_arme
  {
     use holdfast_controller::arming::{self, State};
     let _live = LIVE_WEBHOOKS.lock().await;
-    let cp = ControlPlane::shared();
-    let helm = helm();
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let ns = cp.namespace("hf-arm").await.expect("namespace");
-    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
-    let chart = helm::chart_dir().display().to_string();
-    let release = "arm";
-    let name = "arm-holdfast";
-    let helm_cmd = |verb: &str, extra: &[&str]| {
-        helm_on_release(&helm, verb, release, Some(&chart), &ns, &kubeconfig, extra)
-    };
-    helm_cmd("install", &[]).expect("helm install");
-    for c in live_configurations(&admin, name).await {
+    let r = InstalledRelease::install("hf-arm", "arm").await;
+    let (admin, name) = (&r.admin, r.name.as_str());
+    for c in live_configurations(admin, name).await {
         assert_disarmed(&c);
     }
-    let docs = helm.render(&Install::new(release, &ns)).expect("render");
-    let config = controller_args_from_rendered(&docs)
+    let config = controller_args_from_rendered(&r.docs)
         .configs()
         .expect("configs")
         .arming
         .expect("the chart arms its configurations");
     assert_eq!(config.configuration, name);
-    let ctl = cp
-        .service_account_client(&ns, "arm-holdfast-controller")
-        .await
-        .expect("token");
+    let ctl = r.controller().await;
 
     // No webhook answers (no pod runs here): nothing is armed.
     match arming::pass(&ctl, &config).await {
         State::Waiting(why) => assert!(why.contains("did not answer the probe"), "{why}"),
         State::Armed => panic!("armed without an answer"),
     }
-    for c in live_configurations(&admin, name).await {
+    for c in live_configurations(admin, name).await {
         assert_disarmed(&c);
     }
 
@@ -98,11 +84,12 @@ async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_arme
             );
         }
     };
-    expect_armed(&live_configurations(&admin, name).await, "armed");
+    expect_armed(&live_configurations(admin, name).await, "armed");
 
-    helm_cmd("upgrade", &["--set", "logFormat=plain"]).expect("helm upgrade");
+    r.helm("upgrade", &["--set", "logFormat=plain"])
+        .expect("helm upgrade");
     expect_armed(
-        &live_configurations(&admin, name).await,
+        &live_configurations(admin, name).await,
         "after helm upgrade",
     );
 
@@ -112,31 +99,14 @@ async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_arme
     // Helm 4 applies server-side: the first revision's Ignore conflicts with the controller's
     // Fail, and the rollback stops naming the controller and the fields, until it is told to
     // take them back (`--force-conflicts`, as the upgrade page says).
-    let rollback_args: &[&str] = if helm.major >= 4 {
-        let refused = helm_on_release(&helm, "rollback", release, None, &ns, &kubeconfig, &["1"])
-            .expect_err("Helm 4's rollback conflicts with the controller's arming");
-        let refused = format!("{refused:#}");
-        assert!(
-            refused.contains("conflict")
-                && refused.contains("holdfast-controller")
-                && refused.contains("failurePolicy"),
-            "{refused}"
+    r.rollback_over_the_controller(1, "failurePolicy", || async {
+        expect_armed(
+            &live_configurations(admin, name).await,
+            "a refused rollback",
         );
-        &["1", "--force-conflicts"]
-    } else {
-        &["1"]
-    };
-    helm_on_release(
-        &helm,
-        "rollback",
-        release,
-        None,
-        &ns,
-        &kubeconfig,
-        rollback_args,
-    )
-    .expect("helm rollback");
-    for c in live_configurations(&admin, name).await {
+    })
+    .await;
+    for c in live_configurations(admin, name).await {
         assert!(
             holdfast_core::arming::is_marked(&c),
             "a rollback keeps the controller's mark: {c}"
@@ -144,17 +114,9 @@ async fn a_disarmed_install_stays_disarmed_until_its_webhook_answers_and_an_arme
     }
     assert_eq!(arming::pass(&ctl, &config).await, State::Armed);
     expect_armed(
-        &live_configurations(&admin, name).await,
+        &live_configurations(admin, name).await,
         "after helm rollback",
     );
 
-    helm.run(&[
-        "uninstall".into(),
-        release.into(),
-        "--namespace".into(),
-        ns.clone(),
-        "--kubeconfig".into(),
-        kubeconfig.clone(),
-    ])
-    .expect("helm uninstall");
+    r.uninstall();
 }

@@ -54,32 +54,18 @@ async fn secret_versions(admin: &kube::Client, ns: &str, names: &[&str]) -> Vec<
 async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_upgrade_without_rotating()
  {
     let _live = LIVE_WEBHOOKS.lock().await;
-    let cp = ControlPlane::shared();
-    let helm = helm();
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let ns = cp.namespace("hf-certs").await.expect("namespace");
-    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
-    let chart = helm::chart_dir().display().to_string();
-    let release = "crt";
-    let helm_cmd = |verb: &str, extra: &[&str]| {
-        helm_on_release(&helm, verb, release, Some(&chart), &ns, &kubeconfig, extra)
-    };
     // A real `helm install` into the control plane (no kubelet: the pods never run, which
     // does not matter to what is checked here).
-    helm_cmd("install", &[]).expect("helm install");
-    let docs = helm.render(&Install::new(release, &ns)).expect("render");
-    let config = cert_config_from_rendered(&docs);
-    let name = "crt-holdfast";
+    let r = InstalledRelease::install("hf-certs", "crt").await;
+    let (admin, ns, name, helm) = (&r.admin, r.ns.as_str(), r.name.as_str(), &r.helm);
+    let config = cert_config_from_rendered(&r.docs);
     assert!(
-        ca_bundles(&admin, name).await.iter().all(Option::is_none),
+        ca_bundles(admin, name).await.iter().all(Option::is_none),
         "a fresh install has no caBundle until the controller injects it"
     );
 
     // The certificate reconcile, authenticated as the chart's controller ServiceAccount.
-    let ctl = cp
-        .service_account_client(&ns, "crt-holdfast-controller")
-        .await
-        .expect("token");
+    let ctl = r.controller().await;
     let first = certs::reconcile(&ctl, &config)
         .await
         .expect("reconcile with exactly the chart's RBAC");
@@ -93,7 +79,7 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
         first.injections
     );
     let bundle = first.bundle_pem.clone().into_bytes();
-    let injected = ca_bundles(&admin, name).await;
+    let injected = ca_bundles(admin, name).await;
     assert_eq!(
         injected.len(),
         6,
@@ -109,7 +95,7 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
         "crt-holdfast-webhook-tls",
         "crt-holdfast-controller-tls",
     ];
-    let tls = Api::<Secret>::namespaced(admin.clone(), &ns)
+    let tls = Api::<Secret>::namespaced(admin.clone(), ns)
         .get("crt-holdfast-webhook-tls")
         .await
         .expect("webhook secret");
@@ -127,7 +113,7 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
         "{:?}",
         info.names
     );
-    let versions = secret_versions(&admin, &ns, &secrets).await;
+    let versions = secret_versions(admin, ns, &secrets).await;
 
     // A second pass changes nothing.
     let again = certs::reconcile(&ctl, &config).await.expect("reconcile");
@@ -136,9 +122,10 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     // `helm upgrade` with a changed value, then `helm upgrade --force` (which replaces every
     // object): the caBundle stays (merge keeps the injected field; --force re-renders it from
     // the CA Secret by lookup), and the certificates are not rotated.
-    helm_cmd("upgrade", &["--set", "logLevel=debug"]).expect("helm upgrade");
+    r.helm("upgrade", &["--set", "logLevel=debug"])
+        .expect("helm upgrade");
     assert_eq!(
-        ca_bundles(&admin, name).await,
+        ca_bundles(admin, name).await,
         injected,
         "after helm upgrade"
     );
@@ -148,10 +135,10 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
     } else {
         &["--force"]
     };
-    helm_cmd("upgrade", &[force, &["--set", "logLevel=info"]].concat())
+    r.helm("upgrade", &[force, &["--set", "logLevel=info"]].concat())
         .expect("helm upgrade --force");
     assert_eq!(
-        ca_bundles(&admin, name).await,
+        ca_bundles(admin, name).await,
         injected,
         "after helm upgrade --force"
     );
@@ -160,7 +147,7 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
         !after.changed(),
         "an upgrade must not rotate anything: {after:?}"
     );
-    assert_eq!(secret_versions(&admin, &ns, &secrets).await, versions);
+    assert_eq!(secret_versions(admin, ns, &secrets).await, versions);
 
     // Remove `patch` on webhook configurations from the chart's ClusterRole: injection fails,
     // naming the missing permission.
@@ -177,13 +164,13 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
         .await
         .expect("make the caBundle stale");
     let cut = without_verb(
-        &docs,
+        &r.docs,
         "ClusterRole",
         "crt-holdfast-controller",
         "validatingwebhookconfigurations",
         "patch",
     );
-    rbac::apply(&admin, &cut, &ns, false)
+    rbac::apply(admin, &cut, ns, false)
         .await
         .expect("apply cut role");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -218,23 +205,11 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
 
     // `helm uninstall` leaves the self-managed Secrets (helm never owned them) and removes
     // the webhook configurations.
-    helm.run(&[
-        "uninstall".into(),
-        release.into(),
-        "--namespace".into(),
-        ns.clone(),
-        "--kubeconfig".into(),
-        kubeconfig.clone(),
-    ])
-    .expect("helm uninstall");
-    assert!(ca_bundles(&admin, name).await.is_empty());
-    assert_eq!(secret_versions(&admin, &ns, &secrets).await.len(), 3);
+    r.uninstall();
+    assert!(ca_bundles(admin, name).await.is_empty());
+    assert_eq!(secret_versions(admin, ns, &secrets).await.len(), 3);
 }
 
-/// The hold API's CA is published in the ConfigMap `<fullname>-hold-api-ca`: written by the
-/// certificate reconcile with exactly the chart's RBAC, readable by name (and by name only)
-/// by a ServiceAccount of another namespace, and its `ca.crt` verifies the hold API's serving
-/// certificate (and a client trusting another CA does not).
 /// The caBundle a CA rotation injects, across `helm upgrade` and `helm rollback`. After a
 /// rotation (the controller's reconcile, as the chart's ServiceAccount, forced to rotate) the
 /// injected bundle holds both CAs; `helm upgrade` renders that bundle through `lookup` and
@@ -247,31 +222,18 @@ async fn self_managed_certificates_work_with_the_charts_rbac_and_survive_helm_up
 #[tokio::test]
 async fn a_rotated_ca_bundle_survives_helm_upgrade_and_a_rollback_to_the_old_one_is_reinjected() {
     let _live = LIVE_WEBHOOKS.lock().await;
-    let cp = ControlPlane::shared();
-    let helm = helm();
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let ns = cp.namespace("hf-rot").await.expect("namespace");
-    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
-    let chart = helm::chart_dir().display().to_string();
-    let release = "rot";
-    let name = "rot-holdfast";
-    let helm_cmd = |verb: &str, extra: &[&str]| {
-        helm_on_release(&helm, verb, release, Some(&chart), &ns, &kubeconfig, extra)
-    };
-    helm_cmd("install", &[]).expect("helm install");
-    let docs = helm.render(&Install::new(release, &ns)).expect("render");
-    let config = cert_config_from_rendered(&docs);
-    let ctl = cp
-        .service_account_client(&ns, "rot-holdfast-controller")
-        .await
-        .expect("token");
+    let r = InstalledRelease::install("hf-rot", "rot").await;
+    let (admin, name) = (&r.admin, r.name.as_str());
+    let config = cert_config_from_rendered(&r.docs);
+    let ctl = r.controller().await;
     let every = |bundle: &[u8]| -> Vec<Option<Vec<u8>>> { vec![Some(bundle.to_vec()); 6] };
 
     // Revision 2: rendered with the first CA's bundle.
     let first = certs::reconcile(&ctl, &config).await.expect("reconcile");
     let old = first.bundle_pem.clone().into_bytes();
-    helm_cmd("upgrade", &["--set", "logLevel=debug"]).expect("helm upgrade");
-    assert_eq!(ca_bundles(&admin, name).await, every(&old), "revision 2");
+    r.helm("upgrade", &["--set", "logLevel=debug"])
+        .expect("helm upgrade");
+    assert_eq!(ca_bundles(admin, name).await, every(&old), "revision 2");
 
     // A CA rotation: a CA with less left than the renewal window is rotated.
     let mut rotate = config.clone();
@@ -279,70 +241,46 @@ async fn a_rotated_ca_bundle_survives_helm_upgrade_and_a_rollback_to_the_old_one
     let rotated = certs::reconcile(&ctl, &rotate).await.expect("rotation");
     let new = rotated.bundle_pem.clone().into_bytes();
     assert_ne!(new, old, "a new CA in the bundle: {rotated:?}");
-    assert_eq!(ca_bundles(&admin, name).await, every(&new), "injected");
+    assert_eq!(ca_bundles(admin, name).await, every(&new), "injected");
 
     // Revision 3: helm upgrade after the rotation keeps the injected bundle, no conflict.
-    helm_cmd("upgrade", &["--set", "logLevel=info"]).expect("helm upgrade after a rotation");
+    r.helm("upgrade", &["--set", "logLevel=info"])
+        .expect("helm upgrade after a rotation");
     assert_eq!(
-        ca_bundles(&admin, name).await,
+        ca_bundles(admin, name).await,
         every(&new),
         "after helm upgrade"
     );
 
     // A rollback to revision 2, rendered with the old bundle.
-    let rollback_args: &[&str] = if helm.major >= 4 {
-        let refused = helm_on_release(&helm, "rollback", release, None, &ns, &kubeconfig, &["2"])
-            .expect_err("Helm 4's rollback conflicts with the injected caBundle");
-        let refused = format!("{refused:#}");
-        assert!(
-            refused.contains("conflict")
-                && refused.contains("holdfast-controller")
-                && refused.contains("caBundle"),
-            "{refused}"
-        );
+    r.rollback_over_the_controller(2, "caBundle", || async {
         assert_eq!(
-            ca_bundles(&admin, name).await,
+            ca_bundles(admin, name).await,
             every(&new),
             "a refused rollback wrote nothing"
         );
-        &["2", "--force-conflicts"]
-    } else {
-        &["2"]
-    };
-    helm_on_release(
-        &helm,
-        "rollback",
-        release,
-        None,
-        &ns,
-        &kubeconfig,
-        rollback_args,
-    )
-    .expect("helm rollback");
+    })
+    .await;
     assert_eq!(
-        ca_bundles(&admin, name).await,
+        ca_bundles(admin, name).await,
         every(&old),
         "the rollback wrote the old bundle"
     );
     let healed = certs::reconcile(&ctl, &config).await.expect("reconcile");
     assert!(healed.changed(), "{healed:?}");
     assert_eq!(
-        ca_bundles(&admin, name).await,
+        ca_bundles(admin, name).await,
         every(&new),
         "the controller's next reconcile injects the current bundle again"
     );
 
-    helm.run(&[
-        "uninstall".into(),
-        release.into(),
-        "--namespace".into(),
-        ns.clone(),
-        "--kubeconfig".into(),
-        kubeconfig.clone(),
-    ])
-    .expect("helm uninstall");
+    r.uninstall();
 }
 
+/// The hold API's CA is published in the ConfigMap `<fullname>-hold-api-ca`: written by the
+/// certificate reconcile with exactly the chart's RBAC, readable by name (and by name only)
+/// by a ServiceAccount of another namespace, and its `ca.crt` verifies the hold API's serving
+/// certificate (and a client trusting another CA does not).
 #[tokio::test]
 async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
     let _live = LIVE_WEBHOOKS.lock().await;

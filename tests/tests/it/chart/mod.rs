@@ -258,23 +258,101 @@ fn webhook_args_from_rendered(docs: &[Value]) -> holdfast_webhook::Args {
         .unwrap_or_else(|e| panic!("the chart's webhook variables do not parse: {e}"))
 }
 
-/// `helm VERB RELEASE [CHART] --namespace NS --kubeconfig KUBECONFIG EXTRA…` against the
-/// control plane: the install, upgrades and rollbacks of the tests that run real helm.
-fn helm_on_release(
-    helm: &Helm,
-    verb: &str,
-    release: &str,
-    chart: Option<&str>,
-    ns: &str,
-    kubeconfig: &str,
-    extra: &[&str],
-) -> anyhow::Result<String> {
-    let args: Vec<String> = [verb, release]
-        .into_iter()
-        .chain(chart)
-        .chain(["--namespace", ns, "--kubeconfig", kubeconfig])
-        .chain(extra.iter().copied())
-        .map(str::to_owned)
-        .collect();
-    helm.run(&args)
+/// A real `helm install` of the chart with its defaults into a fresh namespace of the topic's
+/// control plane, for the tests that then upgrade, roll back and reconcile it (no kubelet:
+/// its pods never run, which none of them needs).
+struct InstalledRelease {
+    cp: &'static holdfast_tests::ControlPlane,
+    helm: Helm,
+    admin: kube::Client,
+    ns: String,
+    kubeconfig: String,
+    chart: String,
+    release: &'static str,
+    /// The chart's fullname, `<release>-holdfast`: its webhook configurations' name.
+    name: String,
+    /// The chart as rendered for this release, as installed.
+    docs: Vec<Value>,
+}
+
+impl InstalledRelease {
+    async fn install(namespace_prefix: &str, release: &'static str) -> Self {
+        let cp = ControlPlane::shared();
+        let admin = cp.client(Identity::Admin).await.expect("admin");
+        let ns = cp.namespace(namespace_prefix).await.expect("namespace");
+        let helm = helm();
+        let docs = helm.render(&Install::new(release, &ns)).expect("render");
+        let installed = InstalledRelease {
+            cp,
+            helm,
+            admin,
+            kubeconfig: cp.kubeconfig(Identity::Admin).display().to_string(),
+            chart: helm::chart_dir().display().to_string(),
+            release,
+            name: format!("{release}-holdfast"),
+            docs,
+            ns,
+        };
+        installed.helm("install", &[]).expect("helm install");
+        installed
+    }
+
+    /// `helm VERB RELEASE CHART --namespace NS --kubeconfig KUBECONFIG EXTRA…`: an install or
+    /// an upgrade to this tree's chart.
+    fn helm(&self, verb: &str, extra: &[&str]) -> anyhow::Result<String> {
+        self.run(verb, Some(&self.chart), extra)
+    }
+
+    /// `helm rollback RELEASE REVISION`. Under Helm 4 the rollback is first made as is and
+    /// must be refused on a conflict with the controller's field manager, naming `field`, and
+    /// write nothing `unchanged` can see; then it is made again with `--force-conflicts` (the
+    /// book's upgrade page says why). Helm 3 writes it at once.
+    async fn rollback_over_the_controller<F, Fut>(&self, revision: u32, field: &str, unchanged: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let revision = revision.to_string();
+        if self.helm.major >= 4 {
+            let refused = self
+                .run("rollback", None, &[&revision])
+                .expect_err("Helm 4's rollback conflicts with the controller's fields");
+            let refused = format!("{refused:#}");
+            assert!(
+                refused.contains("conflict")
+                    && refused.contains("holdfast-controller")
+                    && refused.contains(field),
+                "{refused}"
+            );
+            unchanged().await;
+            self.run("rollback", None, &[&revision, "--force-conflicts"])
+                .expect("helm rollback --force-conflicts");
+        } else {
+            self.run("rollback", None, &[&revision])
+                .expect("helm rollback");
+        }
+    }
+
+    /// A client as the chart's controller ServiceAccount: exactly the chart's RBAC.
+    async fn controller(&self) -> kube::Client {
+        self.cp
+            .service_account_client(&self.ns, &format!("{}-controller", self.name))
+            .await
+            .expect("the controller's token")
+    }
+
+    fn uninstall(&self) {
+        self.run("uninstall", None, &[]).expect("helm uninstall");
+    }
+
+    fn run(&self, verb: &str, chart: Option<&str>, extra: &[&str]) -> anyhow::Result<String> {
+        let args: Vec<String> = [verb, self.release]
+            .into_iter()
+            .chain(chart)
+            .chain(["--namespace", &self.ns, "--kubeconfig", &self.kubeconfig])
+            .chain(extra.iter().copied())
+            .map(str::to_owned)
+            .collect();
+        self.helm.run(&args)
+    }
 }
