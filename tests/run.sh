@@ -28,7 +28,7 @@ tests/cluster/build.sh
 # helm: Helm 4 for every test, Helm 3 for the chart suite's second pass below.
 tests/cluster/helm/build.sh 4
 tests/cluster/helm/build.sh 3
-# promtool, for the alerts' tests (tests/tests/it/alerts.rs): built from Prometheus's Go module
+# promtool, for the alerts' tests (tests/tests/it/alerts/mod.rs): built from Prometheus's Go module
 # once (about 8 min), cached like helm.
 tests/tools/promtool/build.sh
 echo "== tier-3 node (containerd, runc, CNI, kubelet, JobSet, Trainer; cached like the control plane)"
@@ -68,6 +68,9 @@ deny=$(tool cargo-deny 0.20.2)
 "$deny" --locked check --hide-inclusion-graph licenses bans sources
 echo "== import cycles (no module imports from one that imports it back; issue #13)"
 python3 tests/tools/import_cycles.py */src
+echo "== module files (a module with submodules is name/mod.rs, never name.rs beside name/)"
+both=$(find */src tests/tests -name '*.rs' -not -name mod.rs | while read -r f; do [ -d "${f%.rs}" ] && echo "$f"; done || true)
+[ -z "$both" ] || { echo "name.rs beside name/ (move it to name/mod.rs): $both"; exit 1; }
 echo "== go client (gofmt, vet)"
 unformatted=$(cd clients/go && gofmt -l .)
 [ -z "$unformatted" ] || { echo "gofmt would change: $unformatted (run gofmt -w in clients/go)"; exit 1; }

@@ -1,7 +1,7 @@
 //! Metric names, read two ways, so the chart's dashboard can be checked against what the
 //! real binaries expose: the names a PromQL expression selects ([`selected_names`]), and the
 //! names a `/metrics` scrape offers ([`exposed_names`]). The alerts are checked by promtool
-//! instead (tests/tests/it/alerts.rs), on series whose names are checked against a scrape.
+//! instead (tests/tests/it/alerts/mod.rs), on series whose names are checked against a scrape.
 
 use std::collections::BTreeSet;
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds promtool once from Prometheus's Go module (github.com/prometheus/prometheus, pinned in
 # go.mod as a tool) and caches it outside the tree, keyed by version and by this module's files.
-# Prints the path of the binary on stdout. The alert tests (tests/tests/it/alerts.rs) run
+# Prints the path of the binary on stdout. The alert tests (tests/tests/it/alerts/mod.rs) run
 # `promtool test rules` with it. No code of Prometheus's is in this tree.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

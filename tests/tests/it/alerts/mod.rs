@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const TESTS: &str = include_str!("alerts/holdfast.test.yaml");
+const TESTS: &str = include_str!("holdfast.test.yaml");
 
 /// promtool, built (or found cached) by its script; `HOLDFAST_PROMTOOL` overrides it.
 fn promtool() -> PathBuf {
