@@ -306,11 +306,12 @@ impl ChartRelease {
         self.published = to;
     }
 
-    /// The arguments of `helm rollback` of this release to `revision`, waiting for the pods;
-    /// under Helm 4 with `--force-conflicts`, which a rollback to a revision rendered before
-    /// the controller armed the webhooks needs (the book's upgrade page says why).
+    /// The arguments of `helm rollback` of this release to `revision`, waiting for the pods.
+    /// (Under Helm 4, a revision rendered before the controller armed the webhooks or rotated
+    /// the CA conflicts with its fields until `--force-conflicts` is added: the book's upgrade
+    /// page says why.)
     pub fn rollback_args(&self, revision: u32) -> Vec<String> {
-        let mut args: Vec<String> = [
+        [
             "rollback",
             &self.name,
             &revision.to_string(),
@@ -323,11 +324,7 @@ impl ChartRelease {
             "5m",
         ]
         .map(str::to_owned)
-        .to_vec();
-        if self.helm.major >= 4 {
-            args.push("--force-conflicts".into());
-        }
-        args
+        .to_vec()
     }
 
     fn helm_run(&self, verb: &str, extra: &[&str], sets: &[&str]) -> anyhow::Result<String> {

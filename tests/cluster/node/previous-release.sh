@@ -6,22 +6,28 @@
 #
 # The commit's tree is taken with `git archive` from this checkout's history (a shallow clone
 # lacks it: fetch main's full history), built in a target directory of its own, and the result
-# cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}/node/previous/<commit>/; the build's target
-# directory is removed once the image is cached. A first build compiles the commit's release
-# binaries from scratch: about 10 minutes on 2 cores, once per machine.
+# cached in ${HOLDFAST_CACHE:-~/.cache/holdfast}/node/previous/<commit>-<version>/; the build's
+# target directory is removed once the image is cached. A first build compiles the commit's
+# release binaries from scratch: about 6 minutes on 2 cores, once per machine. One build at a
+# time (a lock); a build killed outright leaves its directory, removed by the next one.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
 cache=${HOLDFAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/holdfast}
 . "$here/previous-release.env"
 commit=$HOLDFAST_PREVIOUS_COMMIT
-out="$cache/node/previous/$commit"
+out="$cache/node/previous/$commit-$HOLDFAST_PREVIOUS_VERSION"
 if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
+mkdir -p "$cache/node/previous"
+exec 9>"$cache/node/previous/.lock"
+flock 9
+if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
+# Under the lock no other build runs: what a killed build left is garbage.
+rm -rf "$cache/node/previous"/.build.*
 git -C "$repo" cat-file -e "$commit^{commit}" 2>/dev/null || {
   echo "previous-release.sh: commit $commit (previous-release.env) is not in $repo's history; a shallow clone lacks it: git fetch --unshallow" >&2
   exit 1
 }
-mkdir -p "$cache/node/previous"
 tmp=$(mktemp -d "$cache/node/previous/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/src" "$tmp/out"
