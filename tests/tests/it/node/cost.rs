@@ -1,16 +1,21 @@
-//! What holdfast costs a TrainJob's life on the node, against Kubeflow Trainer alone, in the
-//! same run: rounds alternate between Trainer alone (no holdfast release installed; stop and
-//! resume by `spec.suspend`) and Trainer with holdfast in plain mode (jobs managed, created
-//! suspended, opened, held and released through the hold API). Per job: create → first pod
-//! Running, stop → last pod gone, resume → new pod Running; per configuration, the
-//! apiserver's `apiserver_request_total` moved over its rounds (every client in the cluster).
+//! What holdfast costs a TrainJob's life on the node, against what a user would run instead,
+//! in the same run. Rounds alternate between four configurations: Trainer alone (no holdfast
+//! release installed; stop and resume by `spec.suspend`), Trainer with holdfast in plain mode
+//! (jobs managed, created suspended, opened, held and released through the hold API), Kueue
+//! with Trainer alone (jobs queued; stop and resume by the Workload's `spec.active`, Kueue's
+//! own way), and Kueue with Trainer and holdfast in kueue mode (queued and managed, the
+//! ClusterQueue gated by holdfast's readmission check; opened, held and released through the
+//! hold API). Kueue runs through every round, so each configuration has the same neighbours.
+//! Per job: create → first pod Running, stop → last pod gone, resume → new pod Running; per
+//! configuration, the apiserver's `apiserver_request_total` moved over its rounds (every
+//! client in the cluster).
 //!
 //! Sized by `HOLDFAST_BENCH_NODE_JOBS` (jobs per configuration per round, default 2) and
 //! `HOLDFAST_BENCH_NODE_ROUNDS` (default 1); the book's benchmarks page has the full command.
 //! No timing is asserted; every job must start, stop and resume, and the counters must move.
 
 use super::*;
-use holdfast_core::names::LABEL_MANAGED;
+use holdfast_core::names::{LABEL_MANAGED, QUEUE_NAME_LABEL};
 use std::collections::BTreeMap;
 
 /// Jobs in flight at once: the node has 2 cores, shared.
@@ -34,14 +39,41 @@ struct Figures {
 enum Config {
     Alone,
     Plain,
+    KueueAlone,
+    KueueHoldfast,
 }
 
 impl Config {
+    /// Each round's order; odd rounds run each pair the other way round, so neither side of a
+    /// pair always runs on a warmer node.
+    fn order(round: usize) -> [Config; 4] {
+        use Config::*;
+        if round.is_multiple_of(2) {
+            [Alone, Plain, KueueAlone, KueueHoldfast]
+        } else {
+            [Plain, Alone, KueueHoldfast, KueueAlone]
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Config::Alone => "Trainer alone",
             Config::Plain => "holdfast plain",
+            Config::KueueAlone => "Kueue+Trainer",
+            Config::KueueHoldfast => "holdfast kueue",
         }
+    }
+
+    fn holdfast_mode(self) -> Option<&'static str> {
+        match self {
+            Config::Plain => Some("plain"),
+            Config::KueueHoldfast => Some("kueue"),
+            Config::Alone | Config::KueueAlone => None,
+        }
+    }
+
+    fn queued(self) -> bool {
+        matches!(self, Config::KueueAlone | Config::KueueHoldfast)
     }
 }
 
@@ -118,6 +150,7 @@ fn quantile_ms(xs: &[Duration], q: f64) -> f64 {
 struct Path<'a> {
     config: Config,
     trainjobs: Api<DynamicObject>,
+    workloads: Api<DynamicObject>,
     pods: Api<Pod>,
     ns: String,
     hold_api: Option<&'a ServiceHoldApi>,
@@ -134,6 +167,29 @@ impl Path<'_> {
             )
             .await
             .unwrap_or_else(|e| panic!("suspend={suspend} {job}: {e}"));
+    }
+
+    /// Kueue's own stop and resume: the Workload of TrainJob `uid` made inactive or active.
+    async fn activate(&self, job: &str, uid: &str, active: bool) {
+        let workload = wait_for("the job's Workload", STEP, || async {
+            self.workloads
+                .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()
+        })
+        .await;
+        let name = workload.metadata.name.unwrap_or_default();
+        self.workloads
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"active": active}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("active={active} on {job}'s Workload {name}: {e}"));
     }
 
     async fn call(&self, job: &str, call: &str, instance: Option<u64>, outcome: Option<&str>) {
@@ -158,19 +214,24 @@ impl Path<'_> {
             "metadata": {"name": job, "labels": {}},
             "spec": {"runtimeRef": {"name": "workload", "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"}}
         });
-        if self.config == Config::Plain {
+        if self.config.holdfast_mode().is_some() {
             // Dispatch's own job: a Release resumes only a job dispatch opened.
             tj["metadata"]["labels"][LABEL_MANAGED] = "true".into();
             tj["spec"]["suspend"] = true.into();
         }
-        self.trainjobs
+        if self.config.queued() {
+            tj["metadata"]["labels"][QUEUE_NAME_LABEL] = "main".into();
+        }
+        let created = self
+            .trainjobs
             .create(
                 &PostParams::default(),
                 &serde_json::from_value(tj).expect("trainjob"),
             )
             .await
             .unwrap_or_else(|e| panic!("create {job}: {e}"));
-        if self.config == Config::Plain {
+        let uid = created.metadata.uid.unwrap_or_default();
+        if self.config.holdfast_mode().is_some() {
             self.call(&job, "open", None, None).await;
         }
         let first = next_execution(&self.pods, &job, &[], "the first pod Running", STEP).await;
@@ -179,7 +240,10 @@ impl Path<'_> {
         let t = Instant::now();
         match self.config {
             Config::Alone => self.suspend(&job, true).await,
-            Config::Plain => self.call(&job, "hold", Some(1), Some("Held")).await,
+            Config::KueueAlone => self.activate(&job, &uid, false).await,
+            Config::Plain | Config::KueueHoldfast => {
+                self.call(&job, "hold", Some(1), Some("Held")).await
+            }
         }
         wait_for("the last pod gone", STEP, || async {
             running_pods(&self.pods, &job)
@@ -197,7 +261,10 @@ impl Path<'_> {
         let t = Instant::now();
         match self.config {
             Config::Alone => self.suspend(&job, false).await,
-            Config::Plain => self.call(&job, "release", Some(1), Some("Released")).await,
+            Config::KueueAlone => self.activate(&job, &uid, true).await,
+            Config::Plain | Config::KueueHoldfast => {
+                self.call(&job, "release", Some(1), Some("Released")).await
+            }
         }
         next_execution(&self.pods, &job, &old, "a new pod Running", STEP).await;
         let resume = t.elapsed();
@@ -231,13 +298,22 @@ async fn round(
         .namespace(&format!("node-cost-{round}"))
         .await
         .expect("namespace");
-    let trainjobs = workload_runtime(cluster, admin, &ns).await;
+    let trainjobs = requesting_runtime(cluster, admin, &ns).await;
     let mut release = None;
     let mut hold_api = None;
-    if config == Config::Plain {
-        let name = format!("hfcost{round}");
-        let r =
-            ChartRelease::install(cluster, &name, &format!("{name}-system"), &["mode=plain"]).await;
+    let mut checks = Vec::new();
+    if let Some(mode) = config.holdfast_mode() {
+        let name = format!("hfcost{round}{}", &mode[..1]);
+        let r = ChartRelease::install(
+            cluster,
+            &name,
+            &format!("{name}-system"),
+            &[&format!("mode={mode}")],
+        )
+        .await;
+        if mode == "kueue" {
+            checks.push(format!("{}-readmission", r.fullname()));
+        }
         holdfast_tests::hold_support::api::grant_alice(
             cluster,
             &ns,
@@ -248,9 +324,20 @@ async fn round(
         hold_api = Some(r.hold_api(cluster).await);
         release = Some(r);
     }
+    if config.queued() {
+        let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
+        holdfast_tests::kueue::create_queues(admin, &ns, "main", &checks)
+            .await
+            .expect("queues");
+    }
     let path = Path {
         config,
         trainjobs,
+        workloads: Api::namespaced_with(
+            admin.clone(),
+            &ns,
+            &holdfast_cluster::resources::workload(),
+        ),
         pods: Api::namespaced(admin.clone(), &ns),
         ns: ns.clone(),
         hold_api: hold_api.as_ref(),
@@ -274,34 +361,60 @@ async fn round(
     }
 }
 
-/// Trainer alone against Trainer with holdfast in plain mode, alternating rounds on the shared
-/// node: per job, create → first pod Running, stop → last pod gone, resume → a new pod
-/// Running (median and p99, and their ratio to Trainer alone), and the apiserver's requests
-/// per job over each configuration's rounds.
+/// Creates TrainingRuntime `workload` in `ns` as `admin`, its pods requesting a little CPU and
+/// memory (Kueue applies a ClusterQueue's admission checks by the flavors a Workload is
+/// assigned, and a pod set requesting nothing is assigned none), the same in every
+/// configuration; the TrainJobs of `ns`, as `admin`.
+async fn requesting_runtime(
+    cluster: &NodeCluster,
+    admin: &kube::Client,
+    ns: &str,
+) -> Api<DynamicObject> {
+    let mut runtime = training_runtime("workload", cluster.workload_image());
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ["containers"][0]["resources"] =
+        serde_json::json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
+    Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        ns,
+        &holdfast_cluster::resources::training_runtime(),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(runtime).expect("runtime"),
+    )
+    .await
+    .expect("create runtime");
+    Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::trainjob())
+}
+
+/// Trainer alone against Trainer with holdfast in plain mode, and Kueue with Trainer alone
+/// against the same with holdfast in kueue mode, in alternating rounds on the shared node: per
+/// job, create → first pod Running, stop → last pod gone, resume → a new pod Running (median
+/// and p99, and their ratio to the configuration without holdfast), and the apiserver's
+/// requests per job over each configuration's rounds.
 #[tokio::test]
 #[ignore = "tier 3: run with --ignored (builds and starts a real node)"]
-async fn a_trainjobs_start_stop_and_resume_cost_with_holdfast_in_plain_mode_against_trainer_alone()
-{
+async fn a_trainjobs_start_stop_and_resume_cost_with_holdfast_against_trainer_alone_and_kueue_with_trainer_alone()
+ {
     let jobs = env_count("HOLDFAST_BENCH_NODE_JOBS", 2, 200);
     let rounds = env_count("HOLDFAST_BENCH_NODE_ROUNDS", 1, 10);
     let cluster = NodeCluster::shared();
     let admin = cluster.client(Identity::Admin).await.expect("client");
-    let mut alone = Figures::default();
-    let mut plain = Figures::default();
+    cluster.start_kueue().await.expect("kueue starts");
+    let mut figures: BTreeMap<&'static str, Figures> = BTreeMap::new();
     for r in 0..rounds {
-        // Alternate which configuration goes first, so neither always runs on a warmer node.
-        let order = if r % 2 == 0 {
-            [Config::Alone, Config::Plain]
-        } else {
-            [Config::Plain, Config::Alone]
-        };
-        for config in order {
-            let figures = match config {
-                Config::Alone => &mut alone,
-                Config::Plain => &mut plain,
-            };
+        for config in Config::order(r) {
             let t = Instant::now();
-            round(cluster, &admin, config, r, jobs, figures).await;
+            round(
+                cluster,
+                &admin,
+                config,
+                r,
+                jobs,
+                figures.entry(config.label()).or_default(),
+            )
+            .await;
             eprintln!(
                 "round {r} {}: {jobs} jobs in {:?}",
                 config.label(),
@@ -309,22 +422,34 @@ async fn a_trainjobs_start_stop_and_resume_cost_with_holdfast_in_plain_mode_agai
             );
         }
     }
-    report(jobs, rounds, &alone, &plain);
-    for f in [&alone, &plain] {
-        assert_eq!(f.start.len(), jobs * rounds, "every job started");
-        assert_eq!(f.resume.len(), jobs * rounds, "every job resumed");
-        assert!(
-            f.requests.values().sum::<f64>() > 0.0,
-            "the apiserver's counters moved"
+    println!("{jobs} jobs × {rounds} rounds per configuration, {IN_FLIGHT} in flight");
+    for (without, with) in [
+        (Config::Alone, Config::Plain),
+        (Config::KueueAlone, Config::KueueHoldfast),
+    ] {
+        report(
+            (without.label(), &figures[without.label()]),
+            (with.label(), &figures[with.label()]),
         );
     }
+    for (label, f) in &figures {
+        assert_eq!(f.start.len(), jobs * rounds, "{label}: every job started");
+        assert_eq!(f.stop.len(), jobs * rounds, "{label}: every job stopped");
+        assert_eq!(f.resume.len(), jobs * rounds, "{label}: every job resumed");
+        assert!(
+            f.requests.values().sum::<f64>() > 0.0,
+            "{label}: the apiserver's counters moved"
+        );
+    }
+    assert_eq!(figures.len(), 4, "every configuration ran");
 }
 
-fn report(jobs: usize, rounds: usize, alone: &Figures, plain: &Figures) {
-    println!("{jobs} jobs × {rounds} rounds per configuration, {IN_FLIGHT} in flight");
+/// One pair's table: `with` (holdfast) against `without` (what a user would run instead).
+fn report((without_label, alone): (&str, &Figures), (with_label, plain): (&str, &Figures)) {
+    println!();
     println!(
         "{:<34} {:>14} {:>14} {:>10} {:>10}",
-        "figure (ms)", "Trainer alone", "holdfast plain", "ratio p50", "ratio p99"
+        "figure (ms)", without_label, with_label, "ratio p50", "ratio p99"
     );
     for (name, a, p) in [
         ("create → first pod Running", &alone.start, &plain.start),
@@ -375,7 +500,7 @@ fn report(jobs: usize, rounds: usize, alone: &Figures, plain: &Figures) {
         .map(|(_, k)| *k)
         .collect();
     println!(
-        "requests per job by verb and resource (alone, holdfast, difference): the 15 that differ most, then those on configmaps, trainjobs and workloads:"
+        "requests per job by verb and resource ({without_label}, {with_label}, difference): the 15 that differ most, then those on configmaps, trainjobs and workloads:"
     );
     for k in shown {
         println!(
