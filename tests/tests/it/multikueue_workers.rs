@@ -717,33 +717,35 @@ async fn through_the_manager_a_stale_release_is_refused_and_deactivations_not_ou
     // another reason (the worker's copy, which carries the same limit, evicted first: the
     // manager's Workload is then evicted for MultiKueue's Retry, and that reason stays).
     // holdfast can then tell only that someone deactivated it, not that it was Kueue.
-    let deactivated = f
-        .workload_when("timed", "Kueue deactivates it for its time", |w| {
-            !active(w) && condition_reason(w, "Evicted").is_some()
-        })
-        .await;
-    let (kueues, underlying) = if condition_reason(&deactivated, "Evicted").as_deref() == Some(OWN)
-    {
-        (
-            ObjectState::DeactivatedByKueue { reason: OWN.into() },
-            Underlying::DeactivatedByKueue { reason: OWN.into() },
-        )
-    } else {
-        (
-            ObjectState::DeactivatedBySomeoneElse,
-            Underlying::DeactivatedBySomeoneElse,
-        )
+    // Which of the two holdfast reports can also change while MultiKueue still writes the
+    // Workload (a Retry eviction replaced by Kueue's own, or the other way round), so either
+    // is accepted at each read: both say the deactivation is not a hold of ours.
+    f.workload_when("timed", "Kueue deactivates it for its time", |w| {
+        !active(w) && condition_reason(w, "Evicted").is_some()
+    })
+    .await;
+    let not_ours = |s: &ObjectState| {
+        *s == ObjectState::DeactivatedBySomeoneElse
+            || *s == ObjectState::DeactivatedByKueue { reason: OWN.into() }
     };
-    let kueues = || kueues.clone();
+    let underneath = |s: &ObjectState| match s {
+        ObjectState::HeldByUs {
+            instance: Some(1),
+            underlying: Some(u),
+        } => {
+            *u == Underlying::DeactivatedBySomeoneElse
+                || *u == Underlying::DeactivatedByKueue { reason: OWN.into() }
+        }
+        _ => false,
+    };
     copies.gone(&f, &worker_admin, "timed", &[]).await;
     let dispatched = copies.of("timed");
     let s = f
         .eventually("the status settles", SETTLE, || async {
             let s = status("timed").await;
-            (s.state == kueues()).then_some(s)
+            not_ours(&s.state).then_some(s)
         })
         .await;
-    assert_eq!(s.state, kueues());
     assert_eq!(s.hold, None);
     stale(
         f.exec.release(&f.ns, "timed", meta(Some(1), MINUTE)).await,
@@ -753,12 +755,14 @@ async fn through_the_manager_a_stale_release_is_refused_and_deactivations_not_ou
         f.exec.hold(&f.ns, "timed", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Held)
     );
-    assert_eq!(status("timed").await.state, held_by_us(1, Some(underlying)));
+    let s = status("timed").await.state;
+    assert!(underneath(&s), "held by us over a deactivation not ours: {s:?}");
     assert_eq!(
         f.exec.release(&f.ns, "timed", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: false })
     );
-    assert_eq!(status("timed").await.state, kueues());
+    let s = status("timed").await.state;
+    assert!(not_ours(&s), "{s:?}");
     assert!(f.live_workloads("timed").await.iter().all(|w| !active(w)));
     assert_eq!(copies.of("timed"), dispatched, "not dispatched again");
     snapshots.stop().await;
