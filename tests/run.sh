@@ -69,7 +69,8 @@ deny=$(tool cargo-deny 0.20.2)
 echo "== import cycles (no module imports from one that imports it back; issue #13)"
 python3 tests/tools/import_cycles.py */src
 echo "== module files (a module with submodules is name/mod.rs, never name.rs beside name/)"
-both=$(find */src tests/tests -name '*.rs' -not -name mod.rs | while read -r f; do [ -d "${f%.rs}" ] && echo "$f"; done || true)
+rs=$(git ls-files '*.rs')
+both=$(for f in $rs; do [ "${f##*/}" != mod.rs ] && [ -d "${f%.rs}" ] && echo "$f"; done; true)
 [ -z "$both" ] || { echo "name.rs beside name/ (move it to name/mod.rs): $both"; exit 1; }
 echo "== go client (gofmt, vet)"
 unformatted=$(cd clients/go && gofmt -l .)

@@ -318,9 +318,11 @@ impl InstalledRelease {
                 .run("rollback", None, &[&revision])
                 .expect_err("Helm 4's rollback conflicts with the controller's fields");
             let refused = format!("{refused:#}");
+            // The field manager, quoted as the apiserver names it ("conflict with" one
+            // manager, "conflicts with" several), not the release's objects of that suffix.
             assert!(
                 refused.contains("conflict")
-                    && refused.contains("holdfast-controller")
+                    && refused.contains("with \"holdfast-controller\"")
                     && refused.contains(field),
                 "{refused}"
             );

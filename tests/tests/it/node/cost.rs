@@ -88,7 +88,9 @@ fn env_count(name: &str, default: usize, max: usize) -> usize {
     }
 }
 
-/// The kube-apiserver's `apiserver_request_total`, summed by verb and resource.
+/// The kube-apiserver's `apiserver_request_total`, summed by verb and resource, with the
+/// answer's code added where it is not a success (`POST workloads [409]`): the counter has no
+/// client label, so a refused request retried is told apart from work done only by its code.
 async fn apiserver_requests(admin: &kube::Client) -> Requests {
     let req = http::Request::get("/metrics")
         .body(Vec::new())
@@ -111,11 +113,15 @@ async fn apiserver_requests(admin: &kube::Client) -> Requests {
                 .to_owned()
         };
         let sub = label("subresource");
-        let key = if sub.is_empty() {
+        let mut key = if sub.is_empty() {
             format!("{} {}", label("verb"), label("resource"))
         } else {
             format!("{} {}/{sub}", label("verb"), label("resource"))
         };
+        let code = label("code");
+        if !code.starts_with('2') {
+            key = format!("{key} [{code}]");
+        }
         let v: f64 = value.trim().parse().unwrap_or(0.0);
         *out.entry(key).or_default() += v;
     }
@@ -358,6 +364,26 @@ async fn round(
     figures.jobs += jobs;
     if let Some(mut r) = release {
         r.uninstall().expect("helm uninstall");
+    }
+    if config.queued() {
+        // The round's cluster-wide queue objects (create_queues names them after the
+        // namespace), so that no later round runs beside a ClusterQueue still gated by an
+        // uninstalled release's check. Kueue lets them go once nothing uses them.
+        for (resource, name) in [
+            (
+                holdfast_cluster::resources::cluster_queue(),
+                format!("cq-{ns}"),
+            ),
+            (
+                holdfast_cluster::resources::kueue("ResourceFlavor", "resourceflavors"),
+                format!("flavor-{ns}"),
+            ),
+        ] {
+            Api::<DynamicObject>::all_with(admin.clone(), &resource)
+                .delete(&name, &DeleteParams::background())
+                .await
+                .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+        }
     }
 }
 

@@ -54,8 +54,18 @@ struct Calls {
     ok_after: std::collections::BTreeMap<&'static str, usize>,
 }
 
-/// What a guard finds wrong with an object it watches, if anything.
-type Verdict = Box<dyn Fn(&serde_json::Value) -> Option<String> + Send>;
+/// What a guard makes of an object its watch lists.
+enum Guarded {
+    /// Not the object it guards (another Workload of the namespace).
+    NotMine,
+    /// The guarded object, as it must be.
+    Fine,
+    /// The guarded object, wrong: why.
+    Bad(String),
+}
+
+/// A guard's reading of an object its watch lists.
+type Verdict = Box<dyn Fn(&serde_json::Value) -> Guarded + Send>;
 
 /// Where the release is while the loop calls: before helm runs, while it rolls, after.
 const BEFORE: u8 = 0;
@@ -374,13 +384,14 @@ async fn upgrade_and_roll_back(mode: &'static str) {
             let mut seen = false;
             while let Some(ev) = stream.next().await {
                 match ev {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                        if let Some(why) = bad(&o) {
-                            v.lock().expect("violations").push(format!("{what}: {why}"));
-                        } else {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => match bad(&o) {
+                        Guarded::NotMine => {}
+                        Guarded::Fine => seen = true,
+                        Guarded::Bad(why) => {
                             seen = true;
+                            v.lock().expect("violations").push(format!("{what}: {why}"));
                         }
-                    }
+                    },
                     Ok(watcher::Event::InitDone) => {
                         if must_see && !seen {
                             v.lock()
@@ -410,7 +421,7 @@ async fn upgrade_and_roll_back(mode: &'static str) {
     let pod_guard = guard(
         pod_events,
         "a pod of the held job",
-        Box::new(|p| Some(format!("exists: {}", p["metadata"]["name"]))),
+        Box::new(|p| Guarded::Bad(format!("exists: {}", p["metadata"]["name"]))),
         false,
     );
     let object_guard = if kueue {
@@ -425,8 +436,16 @@ async fn upgrade_and_roll_back(mode: &'static str) {
                 let ours = w["metadata"]["ownerReferences"]
                     .as_array()
                     .is_some_and(|os| os.iter().any(|o| o["uid"] == held_uid.as_str()));
-                (ours && (w["spec"]["active"] != false || hold_instance(w).is_none()))
-                    .then(|| format!("made active or unheld: {}", w["metadata"]["annotations"]))
+                if !ours {
+                    Guarded::NotMine
+                } else if w["spec"]["active"] != false || hold_instance(w).is_none() {
+                    Guarded::Bad(format!(
+                        "made active or unheld: {}",
+                        w["metadata"]["annotations"]
+                    ))
+                } else {
+                    Guarded::Fine
+                }
             }),
             true,
         )
@@ -441,8 +460,14 @@ async fn upgrade_and_roll_back(mode: &'static str) {
             events,
             "the held TrainJob",
             Box::new(move |t| {
-                (t["spec"]["suspend"] != true || hold_instance(t).is_none())
-                    .then(|| format!("unsuspended or unheld: {}", t["metadata"]["annotations"]))
+                if t["spec"]["suspend"] != true || hold_instance(t).is_none() {
+                    Guarded::Bad(format!(
+                        "unsuspended or unheld: {}",
+                        t["metadata"]["annotations"]
+                    ))
+                } else {
+                    Guarded::Fine
+                }
             }),
             true,
         )
@@ -483,12 +508,14 @@ async fn upgrade_and_roll_back(mode: &'static str) {
                         .into_iter()
                         .enumerate()
                     {
+                        // Where the release was when the call was sent: an answer counts as
+                        // the rolled-out release's only if sent after helm returned.
+                        let when = phase.load(Ordering::SeqCst);
                         let answer = if call == "status" {
                             api.try_status(&alice, &ns, "busy").await
                         } else {
                             api.try_call(&alice, &ns, "busy", call, Some(n)).await
                         };
-                        let when = phase.load(Ordering::SeqCst);
                         let now = held_object("busy", busy_uid.clone()).await;
                         let mut c = calls.lock().expect("calls");
                         match answer {
@@ -706,13 +733,19 @@ async fn upgrade_and_roll_back(mode: &'static str) {
         && format!("{e:#}").contains("conflict")
     {
         let e = format!("{e:#}");
+        // The field manager, quoted as the apiserver names it ("conflict with" one manager,
+        // "conflicts with" several): not the release's own objects, named …holdfast-controller.
         assert!(
-            e.contains("holdfast-controller"),
-            "a refused rollback names the controller's fields: {e}"
+            e.contains("with \"holdfast-controller\""),
+            "a refused rollback names the controller's field manager: {e}"
         );
         eprintln!("helm rollback refused on the controller's fields; again with --force-conflicts");
         // The refused rollback changed nothing: what was answered meanwhile was the upgrade's.
-        calls.lock().expect("calls").ok_after.clear();
+        {
+            let mut c = calls.lock().expect("calls");
+            c.ok_after.clear();
+            c.ok_in_rollout = 0;
+        }
         rollback.push("--force-conflicts".into());
         (out, took) = run_helm(rollback).await;
     }
@@ -733,6 +766,16 @@ async fn upgrade_and_roll_back(mode: &'static str) {
     let held_now = held_object("held", held_uid.clone()).await.expect("held");
     assert_eq!(hold_annotations(&held_now), hold_annotations(&held_before));
     assert_eq!(snapshots().await, snapshots_before, "no snapshot changed");
+    // What the guards watch, read once more before they stop: an event still on its way to
+    // a guard is seen here.
+    assert!(
+        stopped(&held_now),
+        "the held object still stopped: {held_now}"
+    );
+    assert!(
+        running_pods(&pods, "held").await.is_empty(),
+        "no pod of the held job"
+    );
     for g in guards {
         g.abort();
     }
