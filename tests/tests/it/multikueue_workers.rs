@@ -756,7 +756,10 @@ async fn through_the_manager_a_stale_release_is_refused_and_deactivations_not_ou
         Ok(Outcome::Held)
     );
     let s = status("timed").await.state;
-    assert!(underneath(&s), "held by us over a deactivation not ours: {s:?}");
+    assert!(
+        underneath(&s),
+        "held by us over a deactivation not ours: {s:?}"
+    );
     assert_eq!(
         f.exec.release(&f.ns, "timed", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: false })
