@@ -284,19 +284,10 @@ async fn a_rotated_ca_bundle_survives_helm_upgrade_and_a_rollback_to_the_old_one
 #[tokio::test]
 async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
     let _live = LIVE_WEBHOOKS.lock().await;
-    let cp = ControlPlane::shared();
-    let helm = helm();
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let ns = cp.namespace("hf-ca").await.expect("namespace");
-    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
-    let install = Install::new("pub", &ns);
-    helm.install(&install, &kubeconfig).expect("helm install");
-    let docs = helm.render(&install).expect("render");
-    let config = cert_config_from_rendered(&docs);
-    let ctl = cp
-        .service_account_client(&ns, "pub-holdfast-controller")
-        .await
-        .expect("token");
+    let r = InstalledRelease::install("hf-ca", "pub").await;
+    let (cp, admin, ns) = (r.cp, &r.admin, r.ns.as_str());
+    let config = cert_config_from_rendered(&r.docs);
+    let ctl = r.controller().await;
     let outcome = certs::reconcile(&ctl, &config)
         .await
         .expect("reconcile with exactly the chart's RBAC");
@@ -320,7 +311,7 @@ async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
         .service_account_client(&tenant, "dispatch")
         .await
         .expect("token");
-    let configmaps: Api<ConfigMap> = Api::namespaced(dispatch, &ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(dispatch, ns);
     let published = wait_for("the reader grant", Duration::from_secs(30), || async {
         configmaps.get("pub-holdfast-hold-api-ca").await.ok()
     })
@@ -339,7 +330,7 @@ async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
     );
 
     // The hold API's serving certificate, served: verified by the published CA only.
-    let tls = Api::<Secret>::namespaced(admin.clone(), &ns)
+    let tls = Api::<Secret>::namespaced(admin.clone(), ns)
         .get("pub-holdfast-controller-tls")
         .await
         .expect("the hold API's Secret");
@@ -378,8 +369,7 @@ async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
     let other = trusting(cp.ca_pem()).get(&url).send().await;
     assert!(other.is_err(), "another CA does not: {other:?}");
     stop.cancel();
-    helm.uninstall(&install, &kubeconfig)
-        .expect("helm uninstall");
+    r.uninstall();
 }
 
 /// With certificates of your own (`certs.mode: secret`, and so with cert-manager), the
@@ -388,30 +378,23 @@ async fn the_hold_api_ca_is_published_where_any_namespace_can_read_it() {
 #[tokio::test]
 async fn with_external_certificates_the_hold_api_ca_is_copied_from_the_webhook_configuration() {
     let _live = LIVE_WEBHOOKS.lock().await;
-    let cp = ControlPlane::shared();
-    let helm = helm();
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let ns = cp.namespace("hf-ca-ext").await.expect("namespace");
-    let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
     let (_dir, ca_path, ca_pem) = ca_file();
-    let release = "ext";
-    let install = Install::new(release, &ns)
-        .set("certs.mode=secret")
-        .set(format!("certs.secret.webhookSecretName={release}-tls"))
-        .set_file(format!("certs.secret.caBundle={}", ca_path.display()));
-    helm.install(&install, &kubeconfig).expect("helm install");
-    let docs = helm.render(&install).expect("render");
-    let args = controller_args_from_rendered(&docs);
+    let r = InstalledRelease::install_with("hf-ca-ext", "ext", |i| {
+        i.set("certs.mode=secret")
+            .set("certs.secret.webhookSecretName=ext-tls")
+            .set_file(format!("certs.secret.caBundle={}", ca_path.display()))
+    })
+    .await;
+    let (admin, ns) = (r.admin.clone(), r.ns.as_str());
+    let docs = &r.docs;
+    let args = controller_args_from_rendered(docs);
     assert!(args.certs.config().expect("config").is_none(), "external");
     let to = args.certs.hold_api_ca().expect("published");
     assert_eq!(
         (to.namespace.as_str(), to.name.as_str()),
-        (ns.as_str(), "ext-holdfast-hold-api-ca")
+        (ns, "ext-holdfast-hold-api-ca")
     );
-    let ctl = cp
-        .service_account_client(&ns, "ext-holdfast-controller")
-        .await
-        .expect("token");
+    let ctl = r.controller().await;
     let source = args.certs.hold_api_ca_source.clone();
     let written = wait_for(
         "the controller's grants",
@@ -424,7 +407,7 @@ async fn with_external_certificates_the_hold_api_ca_is_copied_from_the_webhook_c
     )
     .await;
     assert!(written, "the first copy writes the ConfigMap");
-    let published = Api::<ConfigMap>::namespaced(admin, &ns)
+    let published = Api::<ConfigMap>::namespaced(admin, ns)
         .get("ext-holdfast-hold-api-ca")
         .await
         .expect("the ConfigMap");
@@ -441,6 +424,5 @@ async fn with_external_certificates_the_hold_api_ca_is_copied_from_the_webhook_c
             .expect("copy"),
         "an unchanged bundle is not written again"
     );
-    helm.uninstall(&install, &kubeconfig)
-        .expect("helm uninstall");
+    r.uninstall();
 }

@@ -258,9 +258,9 @@ fn webhook_args_from_rendered(docs: &[Value]) -> holdfast_webhook::Args {
         .unwrap_or_else(|e| panic!("the chart's webhook variables do not parse: {e}"))
 }
 
-/// A real `helm install` of the chart with its defaults into a fresh namespace of the topic's
-/// control plane, for the tests that then upgrade, roll back and reconcile it (no kubelet:
-/// its pods never run, which none of them needs).
+/// A real `helm install` of the chart into a fresh namespace of the topic's control plane,
+/// for the tests that then upgrade, roll back and reconcile it (no kubelet: its pods never
+/// run, which none of them needs).
 struct InstalledRelease {
     cp: &'static holdfast_tests::ControlPlane,
     helm: Helm,
@@ -268,7 +268,8 @@ struct InstalledRelease {
     ns: String,
     kubeconfig: String,
     chart: String,
-    release: &'static str,
+    /// The release, its namespace and the values it was installed with.
+    install: Install,
     /// The chart's fullname, `<release>-holdfast`: its webhook configurations' name.
     name: String,
     /// The chart as rendered for this release, as installed.
@@ -276,29 +277,40 @@ struct InstalledRelease {
 }
 
 impl InstalledRelease {
-    async fn install(namespace_prefix: &str, release: &'static str) -> Self {
+    /// With the chart's defaults.
+    async fn install(namespace_prefix: &str, release: &str) -> Self {
+        Self::install_with(namespace_prefix, release, |i| i).await
+    }
+
+    /// With the values `values` sets on the release's [`Install`].
+    async fn install_with(
+        namespace_prefix: &str,
+        release: &str,
+        values: impl FnOnce(Install) -> Install,
+    ) -> Self {
         let cp = ControlPlane::shared();
         let admin = cp.client(Identity::Admin).await.expect("admin");
         let ns = cp.namespace(namespace_prefix).await.expect("namespace");
         let helm = helm();
-        let docs = helm.render(&Install::new(release, &ns)).expect("render");
-        let installed = InstalledRelease {
+        let install = values(Install::new(release, &ns));
+        let docs = helm.render(&install).expect("render");
+        let kubeconfig = cp.kubeconfig(Identity::Admin).display().to_string();
+        helm.install(&install, &kubeconfig).expect("helm install");
+        InstalledRelease {
             cp,
             helm,
             admin,
-            kubeconfig: cp.kubeconfig(Identity::Admin).display().to_string(),
+            kubeconfig,
             chart: helm::chart_dir().display().to_string(),
-            release,
             name: format!("{release}-holdfast"),
+            install,
             docs,
             ns,
-        };
-        installed.helm("install", &[]).expect("helm install");
-        installed
+        }
     }
 
-    /// `helm VERB RELEASE CHART --namespace NS --kubeconfig KUBECONFIG EXTRA…`: an install or
-    /// an upgrade to this tree's chart.
+    /// `helm VERB RELEASE CHART --namespace NS --kubeconfig KUBECONFIG EXTRA…`: an upgrade to
+    /// this tree's chart.
     fn helm(&self, verb: &str, extra: &[&str]) -> anyhow::Result<String> {
         self.run(verb, Some(&self.chart), extra)
     }
@@ -344,11 +356,13 @@ impl InstalledRelease {
     }
 
     fn uninstall(&self) {
-        self.run("uninstall", None, &[]).expect("helm uninstall");
+        self.helm
+            .uninstall(&self.install, &self.kubeconfig)
+            .expect("helm uninstall");
     }
 
     fn run(&self, verb: &str, chart: Option<&str>, extra: &[&str]) -> anyhow::Result<String> {
-        let args: Vec<String> = [verb, self.release]
+        let args: Vec<String> = [verb, self.install.release.as_str()]
             .into_iter()
             .chain(chart)
             .chain(["--namespace", &self.ns, "--kubeconfig", &self.kubeconfig])
