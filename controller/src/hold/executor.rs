@@ -387,7 +387,9 @@ impl HoldExecutor {
         under_multikueue(trainjob, queue)
     }
 
-    /// The read-decide-write loop of one call.
+    /// The read-decide-write loop of one call. A call that meets its deadline while Open
+    /// waits for the runtime snapshot says it was waiting for it, whichever read or pause
+    /// met the deadline.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
@@ -398,6 +400,41 @@ impl HoldExecutor {
         reqs: &mut CallRequests<'_>,
         attempts: &mut Attempts,
         observed: &mut Observed,
+    ) -> Result<Outcome, HoldError> {
+        let mut waiting = None;
+        let answer = self
+            .attempt_loop(
+                call,
+                caller,
+                namespace,
+                name,
+                reqs,
+                attempts,
+                observed,
+                &mut waiting,
+            )
+            .await;
+        match (answer, waiting) {
+            (Err(e), Some(why)) if e.cause() == Some(RejectCause::DeadlinePassed) => {
+                self.metrics.open_without_snapshot("pending");
+                Err(e.while_waiting(&why))
+            }
+            (answer, _) => answer,
+        }
+    }
+
+    /// [`Self::attempt`]'s loop; `waiting` is what Open waits for when it pauses.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt_loop(
+        &self,
+        call: &Call,
+        caller: &CallerIdentity,
+        namespace: &str,
+        name: &str,
+        reqs: &mut CallRequests<'_>,
+        attempts: &mut Attempts,
+        observed: &mut Observed,
+        waiting: &mut Option<String>,
     ) -> Result<Outcome, HoldError> {
         let mut call = call.clone();
         let kind = call.kind();
@@ -468,15 +505,14 @@ impl HoldExecutor {
                 )
                 .await?;
                 match gate {
-                    OpenGate::Go => snapshot_seen = true,
+                    OpenGate::Go => {
+                        snapshot_seen = true;
+                        *waiting = None;
+                    }
                     OpenGate::Wait { why } => {
+                        *waiting = Some(why);
                         let pause = self.config.transient_backoff;
-                        reqs.pause(pause.max(Duration::from_millis(200)))
-                            .await
-                            .map_err(|e| {
-                                self.metrics.open_without_snapshot("pending");
-                                HoldError::deadline_passed(format!("{why}; {}", e.body().message))
-                            })?;
+                        reqs.pause(pause.max(Duration::from_millis(200))).await?;
                         continue;
                     }
                     OpenGate::Refuse { why, reason } => {

@@ -105,6 +105,18 @@ impl HoldError {
         }
     }
 
+    /// A call that ran out of time while it waited for `why` says so, whichever of its steps
+    /// met the deadline: the wait's reason leads the message, once. Any other answer is kept.
+    pub fn while_waiting(self, why: &str) -> Self {
+        match self {
+            HoldError::Rejected {
+                cause: RejectCause::DeadlinePassed,
+                message,
+            } if !message.contains(why) => HoldError::deadline_passed(format!("{why}; {message}")),
+            other => other,
+        }
+    }
+
     pub fn no_workload(message: impl Into<String>) -> Self {
         HoldError::Rejected {
             cause: RejectCause::NoWorkload,
@@ -301,6 +313,29 @@ impl ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_that_ran_out_of_time_while_waiting_names_what_it_waited_for() {
+        let why = "TrainJob ns/job has no runtime snapshot yet";
+        let in_a_read = HoldError::deadline_passed("only 1ms left before the call's deadline")
+            .while_waiting(why);
+        assert_eq!(in_a_read.cause(), Some(RejectCause::DeadlinePassed));
+        assert_eq!(
+            in_a_read.body().message,
+            format!("{why}; only 1ms left before the call's deadline")
+        );
+        // Named once, though the wait's own deadline already said it.
+        let in_the_wait = HoldError::deadline_passed(format!("{why}; deadline")).while_waiting(why);
+        assert_eq!(in_the_wait.body().message, format!("{why}; deadline"));
+        // Any other answer is the call's own.
+        for other in [
+            HoldError::PodsRemain,
+            HoldError::stale("older"),
+            HoldError::unsupported("no"),
+        ] {
+            assert_eq!(other.clone().while_waiting(why), other);
+        }
+    }
 
     #[test]
     fn error_kinds_are_sent_by_their_names() {

@@ -1284,11 +1284,14 @@ async fn kueue_mode_open_waits_for_the_snapshot_and_the_gate_keeps_the_job_until
     })
     .await;
 
-    // No snapshot reconciler yet: Open waits for the snapshot within its deadline (long
-    // enough that a loaded apiserver's reads end well before it: the wait is what runs out).
+    // No snapshot reconciler yet: Open waits for the snapshot within its deadline, and says
+    // what it waited for whichever of its reads met the deadline. The deadline leaves a
+    // loaded apiserver time for the fresh executor's preflight and the reads before the
+    // first wait (CI's run once met 10 s in a read after the wait, before the answer named
+    // the wait).
     let answer = f
         .exec
-        .open(&f.ns, "job", meta(None, Duration::from_secs(10)))
+        .open(&f.ns, "job", meta(None, Duration::from_secs(20)))
         .await;
     let Err(error) = &answer else {
         panic!("Open must wait for the snapshot: {answer:?}");
@@ -1476,14 +1479,15 @@ async fn a_mark_left_by_a_hold_that_ended_between_its_writes_is_swept_only_once_
     assert_eq!(sweep(Duration::ZERO).await.expect("sweep"), 1);
     assert_eq!(annotation(&f.trainjob("job").await, ANN_HOLD_MARK), None);
 
-    // A hold in force keeps its mark, whatever its call's age.
-    assert_eq!(
-        f.exec
-            .hold(&f.ns, "job", meta(Some(2), Duration::from_secs(2)))
-            .await,
-        Ok(Outcome::Held)
-    );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A hold in force keeps its mark, whatever its call's age: swept once its call's
+    // deadline is behind. (The deadline leaves a loaded apiserver time for the hold's four
+    // requests; 2 s was tight on busy cores.)
+    let m = meta(Some(2), Duration::from_secs(10));
+    let deadline = m.deadline;
+    assert_eq!(f.exec.hold(&f.ns, "job", m).await, Ok(Outcome::Held));
+    let left = deadline.duration_since(jiff::Timestamp::now());
+    tokio::time::sleep(Duration::try_from(left).unwrap_or_default() + Duration::from_millis(100))
+        .await;
     assert_eq!(sweep(Duration::ZERO).await.expect("sweep"), 0);
     let tj = f.trainjob("job").await;
     assert_eq!(

@@ -1665,9 +1665,10 @@ async fn open_of_a_job_whose_snapshot_is_not_written_yet_fails_and_a_later_open_
 
     // No reconciler yet: the snapshot is a moment behind. Open waits for it within its
     // deadline, then fails saying so, having written nothing. The deadline leaves a loaded
-    // apiserver time to answer the reads before the wait (2 s ran out in the TrainJob's GET).
+    // apiserver time to answer the preflight and the reads before the first wait (2 s ran
+    // out in the TrainJob's GET); a deadline met after it still names the snapshot.
     let answer = exec
-        .open(&ns, "mnist", open_meta(Duration::from_secs(8)))
+        .open(&ns, "mnist", open_meta(Duration::from_secs(15)))
         .await;
     let Err(error) = &answer else {
         panic!("Open must wait for the snapshot: {answer:?}");
