@@ -40,7 +40,10 @@ use tokio_util::sync::CancellationToken;
 /// How long to wait for a Secret volume to be filled with the API's certificate.
 const CERT_FILES_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Run every part until `shutdown` is cancelled or one of them fails.
+/// Run every part until `shutdown` is cancelled or one of them fails: the instruments
+/// first, then the parts every replica runs (certificates, the hold executor and its
+/// preflight, the admin port), then, once armed, the hold API, and the leader's parts under
+/// the Lease.
 pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()> {
     let Configs {
         executor: executor_config,
@@ -53,22 +56,20 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         arming,
     } = args.configs()?;
     let config = args.client.config().await?;
-    let mut registry = Registry::default();
-    let kube_requests = holdfast_serve::register_common_metrics(&mut registry, "controller");
+    let Instruments {
+        registry,
+        kube_requests,
+        metrics,
+        certificates,
+        held,
+        calls,
+        gate: gate_metrics,
+        admin_connections,
+        api_connections,
+        api_limits,
+        events: event_metrics,
+    } = Instruments::register();
     let client = kube_requests.client(config.clone())?;
-    let metrics = Metrics::register(&mut registry);
-    let certificates = CertificateExpiry::register(&mut registry);
-    let held = HeldMetrics::register(&mut registry);
-    let call_metrics = CallMetrics::register(&mut registry);
-    let gate_metrics = ReadmissionMetrics::default();
-    gate_metrics.register(&mut registry);
-    // The connections of the admin port and of the hold API, each under its own prefix.
-    let admin_connections =
-        ConnectionMetrics::register(registry.sub_registry_with_prefix("holdfast_controller_admin"));
-    let api_connections = ConnectionMetrics::register(
-        registry.sub_registry_with_prefix("holdfast_controller_hold_api"),
-    );
-    let api_limit_metrics = api::LimitMetrics::register(&mut registry);
     // One Event publisher for every part: one queue, one pace, one series cache.
     let events = Publisher::start(
         client.clone(),
@@ -77,7 +78,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             instance: snapshot_config.instance.clone(),
             ..PublisherConfig::default()
         },
-        EventMetrics::register(&mut registry),
+        event_metrics,
     );
     let ready = Readiness::default();
     let reconciler_ready = Readiness::default();
@@ -85,33 +86,15 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let api_up = Arc::new(AtomicBool::new(false));
     let mut tasks = tokio::task::JoinSet::new();
 
-    // The hold API's CA for its clients: self-managed, the certificate reconcile publishes
-    // it; otherwise it is copied from the webhook configuration the chart names.
-    if let (None, Some(to)) = (&cert_config, args.certs.hold_api_ca()) {
-        let source = args.certs.hold_api_ca_source.clone();
-        anyhow::ensure!(
-            !source.is_empty(),
-            "--hold-api-ca-configmap needs --hold-api-ca-source (the MutatingWebhookConfiguration whose caBundle to publish) when certificates are external"
-        );
-        tasks.spawn(crate::hold_api_ca::keep_copied(
-            client.clone(),
-            source,
-            to,
-            args.certs
-                .cert_check_interval
-                .max(std::time::Duration::from_secs(1)),
-            shutdown.clone(),
-        ));
-    }
-    if let Some(cert_config) = cert_config {
-        tasks.spawn(webhook_certs::run(
-            client.clone(),
-            cert_config,
-            certificates.clone(),
-            Some(events.clone()),
-            shutdown.clone(),
-        ));
-    }
+    keep_certificates(
+        &args,
+        cert_config,
+        &client,
+        &certificates,
+        &events,
+        &mut tasks,
+        &shutdown,
+    )?;
 
     let workers = multikueue_workers(&args).await?;
     let executor = HoldExecutor::new(
@@ -119,18 +102,12 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         args.mode,
         executor_config,
     )
-    .with_metrics(call_metrics)
+    .with_metrics(calls)
     .with_events(events.clone())
     .with_workers(workers.clone())
     // The snapshot reconciler runs beside the hold API: Open waits for a job's snapshot.
     .with_snapshot_gate();
-    let report = executor.preflight(None).await;
-    tracing::info!(preflight = %report.body(), "preflight");
-    tasks.spawn(reprobe(
-        executor.clone(),
-        preflight_interval,
-        shutdown.clone(),
-    ));
+    preflight(&executor, preflight_interval, &mut tasks, &shutdown).await;
 
     let trainjob_namespace = snapshot_config.namespace.clone();
     let snapshots = Snapshotter::new(
@@ -146,34 +123,15 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         held.add("TrainJob", move || snapshots.held());
     }
 
-    let admin_addr = args.admin.admin_addr;
-    let admin = admin_router(Arc::new(registry), ready.clone());
-    let admin_listener = tokio::net::TcpListener::bind(admin_addr)
-        .await
-        .with_context(|| format!("binding the admin port {admin_addr}"))?;
-    let admin_limits = args.admin.limits();
-    tracing::info!(
-        addr = %admin_addr,
-        max_connections = admin_limits.max_connections,
-        max_connections_per_ip = admin_limits.max_connections_per_source,
-        "admin port listening"
-    );
-    tasks.spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            if let Err(e) = holdfast_serve::admin::serve_admin(
-                admin_listener,
-                admin,
-                admin_limits,
-                admin_connections,
-                shutdown,
-            )
-            .await
-            {
-                tracing::error!(error = %e, "admin port failed");
-            }
-        }
-    });
+    serve_admin(
+        &args,
+        registry,
+        ready.clone(),
+        admin_connections,
+        &mut tasks,
+        &shutdown,
+    )
+    .await?;
 
     // Nothing is served or written before holdfast's webhook configurations are armed: an
     // install whose webhook never answers stays disarmed and refuses nothing, and this
@@ -190,68 +148,29 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         ));
     }
 
-    match args.tls.files() {
-        Some(files) => {
-            if !webhook_certs::wait_for_files(
-                &[files.cert.as_path(), files.key.as_path()],
-                CERT_FILES_TIMEOUT,
-            )
-            .await
-            {
-                anyhow::bail!(
-                    "the hold API's certificate ({}, {}) did not appear within {CERT_FILES_TIMEOUT:?}",
-                    files.cert.display(),
-                    files.key.display()
-                );
-            }
-            let (api_connection_limits, api_limits) = args.hold_api.limits();
-            let audiences = args.hold_api.audiences();
-            tracing::info!(
-                max_connections = api_connection_limits.max_connections,
-                max_connections_per_ip = api_connection_limits.max_connections_per_source,
-                limits = ?api_limits,
-                token_audiences = ?audiences,
-                "hold API bounds"
-            );
-            let router = api::router(ApiState {
-                executor: executor.clone(),
-                auth: KubeAuth::new(client.clone())
-                    .with_audiences(audiences)
-                    .with_budget(api::Budget::new(api_limits, api_limit_metrics)),
-                snapshots: Some(snapshots.clone()),
-                fences: Some(api::FenceStore {
-                    client: client.clone(),
-                    namespace: execution_config.fences_namespace.clone(),
-                    name: execution_config.fences_name.clone(),
-                }),
-                unprotected: api::Unprotected::new(args.unprotected_namespaces.iter().cloned()),
-            });
-            let server = holdfast_serve::TlsServer::bind_with(
-                args.api_addr,
-                files,
-                holdfast_serve::TlsOptions {
-                    limits: api_connection_limits,
-                    metrics: api_connections,
-                    ..Default::default()
-                },
-            )
-            .await?;
-            certificates.served("hold_api", server.resolver());
-            tracing::info!(addr = %server.local_addr()?, "hold API listening");
-            api_up.store(true, Ordering::SeqCst);
-            let shutdown = shutdown.clone();
-            tasks.spawn(async move {
-                if let Err(e) = server.serve(router, shutdown).await {
-                    tracing::error!(error = %e, "hold API failed");
-                }
-            });
-        }
-        None => {
-            tracing::warn!("no --tls-cert/--tls-key: the hold API is not served");
-            api_up.store(true, Ordering::SeqCst);
-        }
-    }
-
+    let router = api::router(ApiState {
+        executor: executor.clone(),
+        auth: KubeAuth::new(client.clone())
+            .with_audiences(args.hold_api.audiences())
+            .with_budget(api::Budget::new(args.hold_api.limits().1, api_limits)),
+        snapshots: Some(snapshots.clone()),
+        fences: Some(api::FenceStore {
+            client: client.clone(),
+            namespace: execution_config.fences_namespace.clone(),
+            name: execution_config.fences_name.clone(),
+        }),
+        unprotected: api::Unprotected::new(args.unprotected_namespaces.iter().cloned()),
+    });
+    serve_hold_api(
+        &args,
+        router,
+        api_connections,
+        &certificates,
+        &mut tasks,
+        &shutdown,
+    )
+    .await?;
+    api_up.store(true, Ordering::SeqCst);
     tasks.spawn(keep_ready(
         ready,
         reconciler_ready,
@@ -265,24 +184,11 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let gate = (args.mode == Mode::Kueue).then(|| {
         // Both parts watch the TrainJobs of --watch-namespace: one watch serves them.
         debug_assert_eq!(readmission_config.namespace, trainjob_namespace);
-        ReadmissionGate::new(client.clone(), readmission_config, gate_metrics, events)
-            .with_workers(workers)
+        let gate = ReadmissionGate::new(client.clone(), readmission_config, gate_metrics, events)
+            .with_workers(workers);
+        beside_the_gate(&gate, &client, &executor, &held, &mut tasks, &shutdown);
+        gate
     });
-    if let Some(gate) = &gate {
-        let counted = gate.clone();
-        held.add("Workload", move || counted.held());
-        // Hold marks (kueue mode only: inert in plain mode) left by a call that ended
-        // between its two writes (`hold::mark`), found in the leader's TrainJob cache: a
-        // write, so only once armed (it is, here).
-        let cached = gate.clone();
-        tasks.spawn(hold::sweep_marks_every(
-            client.clone(),
-            move || cached.trainjobs(),
-            executor.call_bound(),
-            hold::MARK_SWEEP_INTERVAL,
-            shutdown.clone(),
-        ));
-    }
     let tracker = ExecutionTracker::new(client.clone(), execution_config);
     let watch_client = client.clone();
     let outcome = leader::run_as_leader(
@@ -309,6 +215,221 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         }
     }
 }
+
+/// The executor's preflight at start-up, logged, and again every `every` in `tasks`.
+async fn preflight(
+    executor: &HoldExecutor,
+    every: Duration,
+    tasks: &mut Tasks,
+    shutdown: &CancellationToken,
+) {
+    let report = executor.preflight(None).await;
+    tracing::info!(preflight = %report.body(), "preflight");
+    tasks.spawn(reprobe(executor.clone(), every, shutdown.clone()));
+}
+
+/// Kueue mode, beside the readmission gate: its held Workloads counted, and the hold marks
+/// (inert in plain mode) left by a call that ended between its two writes (`hold::mark`)
+/// swept from the leader's TrainJob cache: a write, so only once armed (it is, here).
+fn beside_the_gate(
+    gate: &ReadmissionGate,
+    client: &kube::Client,
+    executor: &HoldExecutor,
+    held: &HeldMetrics,
+    tasks: &mut Tasks,
+    shutdown: &CancellationToken,
+) {
+    let counted = gate.clone();
+    held.add("Workload", move || counted.held());
+    let cached = gate.clone();
+    tasks.spawn(hold::sweep_marks_every(
+        client.clone(),
+        move || cached.trainjobs(),
+        executor.call_bound(),
+        hold::MARK_SWEEP_INTERVAL,
+        shutdown.clone(),
+    ));
+}
+
+/// Every metric the controller exports, registered in one registry before anything runs.
+struct Instruments {
+    registry: Registry,
+    kube_requests: holdfast_serve::KubeRequestMetrics,
+    metrics: Metrics,
+    certificates: CertificateExpiry,
+    held: HeldMetrics,
+    calls: CallMetrics,
+    gate: ReadmissionMetrics,
+    /// The connections of the admin port and of the hold API, each under its own prefix.
+    admin_connections: ConnectionMetrics,
+    api_connections: ConnectionMetrics,
+    api_limits: api::LimitMetrics,
+    events: EventMetrics,
+}
+
+impl Instruments {
+    fn register() -> Self {
+        let mut registry = Registry::default();
+        let kube_requests = holdfast_serve::register_common_metrics(&mut registry, "controller");
+        let metrics = Metrics::register(&mut registry);
+        let certificates = CertificateExpiry::register(&mut registry);
+        let held = HeldMetrics::register(&mut registry);
+        let calls = CallMetrics::register(&mut registry);
+        let gate = ReadmissionMetrics::default();
+        gate.register(&mut registry);
+        let admin_connections = ConnectionMetrics::register(
+            registry.sub_registry_with_prefix("holdfast_controller_admin"),
+        );
+        let api_connections = ConnectionMetrics::register(
+            registry.sub_registry_with_prefix("holdfast_controller_hold_api"),
+        );
+        let api_limits = api::LimitMetrics::register(&mut registry);
+        let events = EventMetrics::register(&mut registry);
+        Instruments {
+            registry,
+            kube_requests,
+            metrics,
+            certificates,
+            held,
+            calls,
+            gate,
+            admin_connections,
+            api_connections,
+            api_limits,
+            events,
+        }
+    }
+}
+
+/// The certificates' keepers, on every replica: self-managed, the webhook's and the hold API's
+/// certificates (whose reconcile also publishes the hold API's CA for its clients); otherwise
+/// the hold API's CA copied from the webhook configuration the chart names.
+fn keep_certificates(
+    args: &Args,
+    self_managed: Option<webhook_certs::CertConfig>,
+    client: &kube::Client,
+    certificates: &CertificateExpiry,
+    events: &Publisher,
+    tasks: &mut Tasks,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    if let (None, Some(to)) = (&self_managed, args.certs.hold_api_ca()) {
+        let source = args.certs.hold_api_ca_source.clone();
+        anyhow::ensure!(
+            !source.is_empty(),
+            "--hold-api-ca-configmap needs --hold-api-ca-source (the MutatingWebhookConfiguration whose caBundle to publish) when certificates are external"
+        );
+        tasks.spawn(crate::hold_api_ca::keep_copied(
+            client.clone(),
+            source,
+            to,
+            args.certs
+                .cert_check_interval
+                .max(std::time::Duration::from_secs(1)),
+            shutdown.clone(),
+        ));
+    }
+    if let Some(cert_config) = self_managed {
+        tasks.spawn(webhook_certs::run(
+            client.clone(),
+            cert_config,
+            certificates.clone(),
+            Some(events.clone()),
+            shutdown.clone(),
+        ));
+    }
+    Ok(())
+}
+
+/// The admin port (`/livez`, `/readyz`, `/metrics`), bound now and served until `shutdown`.
+async fn serve_admin(
+    args: &Args,
+    registry: Registry,
+    ready: Readiness,
+    connections: ConnectionMetrics,
+    tasks: &mut Tasks,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let addr = args.admin.admin_addr;
+    let admin = admin_router(Arc::new(registry), ready);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the admin port {addr}"))?;
+    let limits = args.admin.limits();
+    tracing::info!(
+        %addr,
+        max_connections = limits.max_connections,
+        max_connections_per_ip = limits.max_connections_per_source,
+        "admin port listening"
+    );
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        if let Err(e) =
+            holdfast_serve::admin::serve_admin(listener, admin, limits, connections, shutdown).await
+        {
+            tracing::error!(error = %e, "admin port failed");
+        }
+    });
+    Ok(())
+}
+
+/// The hold API on its TLS port, once its certificate's files appear; without
+/// `--tls-cert`/`--tls-key`, not served (and said so).
+async fn serve_hold_api(
+    args: &Args,
+    router: axum::Router,
+    connections: ConnectionMetrics,
+    certificates: &CertificateExpiry,
+    tasks: &mut Tasks,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let Some(files) = args.tls.files() else {
+        tracing::warn!("no --tls-cert/--tls-key: the hold API is not served");
+        return Ok(());
+    };
+    if !webhook_certs::wait_for_files(
+        &[files.cert.as_path(), files.key.as_path()],
+        CERT_FILES_TIMEOUT,
+    )
+    .await
+    {
+        anyhow::bail!(
+            "the hold API's certificate ({}, {}) did not appear within {CERT_FILES_TIMEOUT:?}",
+            files.cert.display(),
+            files.key.display()
+        );
+    }
+    let (connection_limits, limits) = args.hold_api.limits();
+    tracing::info!(
+        max_connections = connection_limits.max_connections,
+        max_connections_per_ip = connection_limits.max_connections_per_source,
+        ?limits,
+        token_audiences = ?args.hold_api.audiences(),
+        "hold API bounds"
+    );
+    let server = holdfast_serve::TlsServer::bind_with(
+        args.api_addr,
+        files,
+        holdfast_serve::TlsOptions {
+            limits: connection_limits,
+            metrics: connections,
+            ..Default::default()
+        },
+    )
+    .await?;
+    certificates.served("hold_api", server.resolver());
+    tracing::info!(addr = %server.local_addr()?, "hold API listening");
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        if let Err(e) = server.serve(router, shutdown).await {
+            tracing::error!(error = %e, "hold API failed");
+        }
+    });
+    Ok(())
+}
+
+/// The tasks every replica runs beside the leader's parts.
+type Tasks = tokio::task::JoinSet<()>;
 
 /// What the leader runs: the snapshot reconciler and, in kueue mode, the readmission gate,
 /// both fed by `trainjobs`, the one TrainJob watch (the watch lives as long as they run);

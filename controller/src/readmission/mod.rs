@@ -141,35 +141,10 @@ impl ReadmissionGate {
             }
         };
         let mut tasks = JoinSet::new();
-
-        // AdmissionChecks: keep ours Active, and know their names.
-        let (checks_changed, checks_changed_rx) = futures::channel::mpsc::unbounded();
-        let check_ar = resources::admission_check();
-        let check_controller = Controller::new_with(
-            Api::<DynamicObject>::all_with(client.clone(), &check_ar),
-            watcher::Config::default().any_semantic(),
-            check_ar,
-        )
-        .with_config(controller::Config::default().concurrency(2));
-        let check_names = checks::CheckNames(check_controller.store());
-        let check_ctx = Arc::new(checks::CheckContext {
-            client: client.clone(),
-            field_manager: config.field_manager.clone(),
-            metrics: self.metrics.clone(),
-            names: check_names.clone(),
-            announced: Mutex::default(),
-            changed: checks_changed,
-            retry: config.retry_min.max(Duration::from_secs(1)),
-        });
-        tasks.spawn(
-            check_controller
-                .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-                .run(checks::reconcile, checks::error_policy, check_ctx)
-                .for_each(|_| futures::future::ready(())),
-        );
+        let (check_names, checks_changed_rx) = self.keep_checks(&mut tasks, &shutdown);
 
         // Workloads, cached and triggering their TrainJob; held ones being deleted poke the
-        // orphan sweep.
+        // orphan sweep, MultiKueue's copies the remote sweep.
         let workload_ar = resources::workload();
         let workload_writer = reflector::store::Writer::new(workload_ar.clone());
         let workloads = workload_writer.as_reader();
@@ -199,20 +174,7 @@ impl ReadmissionGate {
                 let _ = poke_remote.unbounded_send(());
             }
         });
-
-        // Pods of executions: metadata only, for their deletions.
-        let pods_api: Api<PartialObjectMeta<Pod>> = match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let pod_stream = watcher(
-            pods_api,
-            watcher::Config::default()
-                .labels(JOBSET_NAME_LABEL)
-                .any_semantic(),
-        )
-        .default_backoff()
-        .touched_objects();
+        let pod_stream = execution_pods(client, namespace);
 
         // TrainJobs.
         let trainjob_writer = reflector::store::Writer::new(());
@@ -297,6 +259,43 @@ impl ReadmissionGate {
         tracing::info!("readmission gate stopped");
         Ok(())
     }
+
+    /// The AdmissionChecks' controller, run in `tasks`: keeps holdfast's Active and knows the
+    /// checks' names. Returns those names and a stream poked whenever one changes.
+    fn keep_checks(
+        &self,
+        tasks: &mut JoinSet<()>,
+        shutdown: &CancellationToken,
+    ) -> (
+        checks::CheckNames,
+        futures::channel::mpsc::UnboundedReceiver<()>,
+    ) {
+        let (changed, changes) = futures::channel::mpsc::unbounded();
+        let ar = resources::admission_check();
+        let controller = Controller::new_with(
+            Api::<DynamicObject>::all_with(self.client.clone(), &ar),
+            watcher::Config::default().any_semantic(),
+            ar,
+        )
+        .with_config(controller::Config::default().concurrency(2));
+        let names = checks::CheckNames(controller.store());
+        let ctx = Arc::new(checks::CheckContext {
+            client: self.client.clone(),
+            field_manager: self.config.field_manager.clone(),
+            metrics: self.metrics.clone(),
+            names: names.clone(),
+            announced: Mutex::default(),
+            changed,
+            retry: self.config.retry_min.max(Duration::from_secs(1)),
+        });
+        tasks.spawn(
+            controller
+                .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+                .run(checks::reconcile, checks::error_policy, ctx)
+                .for_each(|_| futures::future::ready(())),
+        );
+        (names, changes)
+    }
 }
 
 /// Forgets a store when the gate stops (or its future is dropped).
@@ -324,4 +323,24 @@ fn changes_of(
     futures::stream::unfold(rx, |mut rx| async move {
         rx.changed().await.ok().map(|()| ((), rx))
     })
+}
+
+/// The pods of executions (those carrying JobSet's label), metadata only: their changes and
+/// deletions trigger their TrainJob.
+fn execution_pods(
+    client: &kube::Client,
+    namespace: Option<&str>,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<Pod>, watcher::Error>> + Send + 'static {
+    let api: Api<PartialObjectMeta<Pod>> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    watcher(
+        api,
+        watcher::Config::default()
+            .labels(JOBSET_NAME_LABEL)
+            .any_semantic(),
+    )
+    .default_backoff()
+    .touched_objects()
 }

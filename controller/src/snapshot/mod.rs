@@ -236,7 +236,7 @@ impl Snapshotter {
         let observer = health.clone();
         // The store's own `wait_until_ready` wakes one waiter only, and the Controller is
         // that one: the start-up stock waits on this instead.
-        let (listed_tx, mut listed) = tokio::sync::watch::channel(false);
+        let (listed_tx, listed) = tokio::sync::watch::channel(false);
         let stream = feed
             .reflect(writer)
             .inspect(move |event| {
@@ -272,34 +272,7 @@ impl Snapshotter {
             *r = Some(ctx.clone());
         }
 
-        {
-            let follow = migration::Follow {
-                trainjobs: trainjobs.clone(),
-                configmaps: configmaps.clone(),
-                metrics: metrics.clone(),
-                events: ctx.events.clone(),
-                client: client.clone(),
-                lease: config.migration_event_lease.clone(),
-                started,
-            };
-            let ctx = ctx.clone();
-            tasks.spawn(async move {
-                if listed.wait_for(|l| *l).await.is_ok() && ctx.configmaps_listed().await {
-                    let pending =
-                        migration::log_stock(&follow.trainjobs.state(), &follow.configmaps);
-                    migration::follow(follow, pending).await;
-                }
-            });
-        }
-        tasks.spawn({
-            let (ctx, interval, stop) =
-                (ctx.clone(), config.drift_interval, shutdown.child_token());
-            async move {
-                if ctx.configmaps_listed().await {
-                    drift::keep_gauge(ctx, interval, stop).await;
-                }
-            }
-        });
+        follow_the_stock(&ctx, listed, started, &mut tasks);
 
         tracing::info!(
             namespace = namespace.unwrap_or("(all)"),
@@ -327,6 +300,43 @@ impl Snapshotter {
         tracing::info!("snapshot reconciler stopped");
         Ok(())
     }
+}
+
+/// Once both lists are in (`listed`: the TrainJobs'; the context's: the ConfigMaps'), the
+/// start-up stock is logged and the migration followed to its end, and the drift gauge kept,
+/// each in `tasks`.
+fn follow_the_stock(
+    ctx: &Arc<Context>,
+    mut listed: tokio::sync::watch::Receiver<bool>,
+    started: tokio::time::Instant,
+    tasks: &mut JoinSet<()>,
+) {
+    let follow = migration::Follow {
+        trainjobs: ctx.trainjobs.clone(),
+        configmaps: ctx.configmaps.clone(),
+        metrics: ctx.metrics.clone(),
+        events: ctx.events.clone(),
+        client: ctx.client.clone(),
+        lease: ctx.config.migration_event_lease.clone(),
+        started,
+    };
+    let listing = ctx.clone();
+    tasks.spawn(async move {
+        if listed.wait_for(|l| *l).await.is_ok() && listing.configmaps_listed().await {
+            let pending = migration::log_stock(&follow.trainjobs.state(), &follow.configmaps);
+            migration::follow(follow, pending).await;
+        }
+    });
+    let (drifting, interval, stop) = (
+        ctx.clone(),
+        ctx.config.drift_interval,
+        ctx.shutdown.child_token(),
+    );
+    tasks.spawn(async move {
+        if drifting.configmaps_listed().await {
+            drift::keep_gauge(drifting, interval, stop).await;
+        }
+    });
 }
 
 /// Marks the reconciler stopped when dropped.
