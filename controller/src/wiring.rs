@@ -107,7 +107,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     .with_workers(workers.clone())
     // The snapshot reconciler runs beside the hold API: Open waits for a job's snapshot.
     .with_snapshot_gate();
-    preflight(&executor, preflight_interval, &mut tasks, &shutdown).await;
+    probe_now_and_every(&executor, preflight_interval, &mut tasks, &shutdown).await;
 
     let trainjob_namespace = snapshot_config.namespace.clone();
     let snapshots = Snapshotter::new(
@@ -123,7 +123,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         held.add("TrainJob", move || snapshots.held());
     }
 
-    serve_admin(
+    start_admin_port(
         &args,
         registry,
         ready.clone(),
@@ -148,11 +148,13 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         ));
     }
 
+    // Its bounds: the connections' (the TLS server's) and the calls' (the budget's).
+    let (connection_limits, call_limits) = args.hold_api.limits();
     let router = api::router(ApiState {
         executor: executor.clone(),
         auth: KubeAuth::new(client.clone())
             .with_audiences(args.hold_api.audiences())
-            .with_budget(api::Budget::new(args.hold_api.limits().1, api_limits)),
+            .with_budget(api::Budget::new(call_limits, api_limits)),
         snapshots: Some(snapshots.clone()),
         fences: Some(api::FenceStore {
             client: client.clone(),
@@ -164,6 +166,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     serve_hold_api(
         &args,
         router,
+        (connection_limits, call_limits),
         api_connections,
         &certificates,
         &mut tasks,
@@ -217,7 +220,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
 }
 
 /// The executor's preflight at start-up, logged, and again every `every` in `tasks`.
-async fn preflight(
+async fn probe_now_and_every(
     executor: &HoldExecutor,
     every: Duration,
     tasks: &mut Tasks,
@@ -229,8 +232,8 @@ async fn preflight(
 }
 
 /// Kueue mode, beside the readmission gate: its held Workloads counted, and the hold marks
-/// (inert in plain mode) left by a call that ended between its two writes (`hold::mark`)
-/// swept from the leader's TrainJob cache: a write, so only once armed (it is, here).
+/// left by a call that ended between its two writes (`hold::mark`) swept from the leader's
+/// TrainJob cache. The sweep writes: call this only once armed.
 fn beside_the_gate(
     gate: &ReadmissionGate,
     client: &kube::Client,
@@ -302,8 +305,9 @@ impl Instruments {
 }
 
 /// The certificates' keepers, on every replica: self-managed, the webhook's and the hold API's
-/// certificates (whose reconcile also publishes the hold API's CA for its clients); otherwise
-/// the hold API's CA copied from the webhook configuration the chart names.
+/// certificates (whose reconcile also publishes the hold API's CA for its clients); otherwise,
+/// when `--hold-api-ca-configmap` names where to publish it, the hold API's CA copied from the
+/// webhook configuration `--hold-api-ca-source` names.
 fn keep_certificates(
     args: &Args,
     self_managed: Option<webhook_certs::CertConfig>,
@@ -342,7 +346,7 @@ fn keep_certificates(
 }
 
 /// The admin port (`/livez`, `/readyz`, `/metrics`), bound now and served until `shutdown`.
-async fn serve_admin(
+async fn start_admin_port(
     args: &Args,
     registry: Registry,
     ready: Readiness,
@@ -378,6 +382,7 @@ async fn serve_admin(
 async fn serve_hold_api(
     args: &Args,
     router: axum::Router,
+    (connection_limits, limits): (holdfast_serve::ConnectionLimits, api::ApiLimits),
     connections: ConnectionMetrics,
     certificates: &CertificateExpiry,
     tasks: &mut Tasks,
@@ -399,7 +404,6 @@ async fn serve_hold_api(
             files.key.display()
         );
     }
-    let (connection_limits, limits) = args.hold_api.limits();
     tracing::info!(
         max_connections = connection_limits.max_connections,
         max_connections_per_ip = connection_limits.max_connections_per_source,

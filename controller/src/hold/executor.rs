@@ -483,6 +483,8 @@ impl HoldExecutor {
             let view = match after_read(&call, mode, &read.trainjob, read.workload.as_ref()) {
                 AfterRead::Decide(view) => view,
                 AfterRead::ReadAgain => {
+                    // Waiting for the Workload now, not for the snapshot.
+                    *waiting = None;
                     reqs.pause(
                         self.config
                             .transient_backoff

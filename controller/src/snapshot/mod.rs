@@ -272,7 +272,7 @@ impl Snapshotter {
             *r = Some(ctx.clone());
         }
 
-        follow_the_stock(&ctx, listed, started, &mut tasks);
+        after_the_lists(&ctx, listed, started, &mut tasks);
 
         tracing::info!(
             namespace = namespace.unwrap_or("(all)"),
@@ -302,10 +302,10 @@ impl Snapshotter {
     }
 }
 
-/// Once both lists are in (`listed`: the TrainJobs'; the context's: the ConfigMaps'), the
-/// start-up stock is logged and the migration followed to its end, and the drift gauge kept,
-/// each in `tasks`.
-fn follow_the_stock(
+/// What waits for the lists, each in `tasks`: once both are in (`listed`: the TrainJobs'; the
+/// context's: the ConfigMaps'), the start-up stock logged and the migration followed to its
+/// end; once the ConfigMaps' is, the drift gauge kept.
+fn after_the_lists(
     ctx: &Arc<Context>,
     mut listed: tokio::sync::watch::Receiver<bool>,
     started: tokio::time::Instant,

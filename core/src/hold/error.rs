@@ -106,7 +106,8 @@ impl HoldError {
     }
 
     /// A call that ran out of time while it waited for `why` says so, whichever of its steps
-    /// met the deadline: the wait's reason leads the message, once. Any other answer is kept.
+    /// met the deadline: the wait's reason leads the message, once (a message already naming
+    /// it is kept as it is, so applying this twice changes nothing). Any other answer is kept.
     pub fn while_waiting(self, why: &str) -> Self {
         match self {
             HoldError::Rejected {

@@ -1305,6 +1305,7 @@ async fn kueue_mode_open_waits_for_the_snapshot_and_the_gate_keeps_the_job_until
         error.body().message.contains("no runtime snapshot yet"),
         "{error:?}"
     );
+    assert_eq!(f.exec.metrics().opens_without_snapshot("pending"), 1);
     let job = f.trainjob("job").await;
     assert_eq!(annotation(&job, holdfast_core::names::ANN_OPENED), None);
     // The gate keeps it at the start gate.
@@ -1479,8 +1480,8 @@ async fn a_mark_left_by_a_hold_that_ended_between_its_writes_is_swept_only_once_
     assert_eq!(sweep(Duration::ZERO).await.expect("sweep"), 1);
     assert_eq!(annotation(&f.trainjob("job").await, ANN_HOLD_MARK), None);
 
-    // A hold in force keeps its mark, whatever its call's age: swept once its call's
-    // deadline is behind. (The deadline leaves a loaded apiserver time for the hold's four
+    // A hold in force keeps its mark, whatever its call's age: the sweep, run once the
+    // hold's call's deadline is behind, keeps it. (The deadline leaves a loaded apiserver time for the hold's four
     // requests; 2 s was tight on busy cores.)
     let m = meta(Some(2), Duration::from_secs(10));
     let deadline = m.deadline;
