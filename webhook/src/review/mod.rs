@@ -438,14 +438,12 @@ impl Policy {
                 input,
                 runtime,
             } => {
-                let looked = tokio::time::timeout(within, async {
-                    let _slot = self.lookups.acquire().await;
-                    self.runtimes
-                        .resource_version(input.namespace.as_deref(), &runtime)
-                        .await
-                })
-                .await
-                .ok();
+                let looked = self
+                    .in_a_slot(
+                        self.runtimes
+                            .resource_version(input.namespace.as_deref(), &runtime),
+                    )
+                    .await;
                 let admitted = self.admitted_runtime_version(&input, &runtime, looked);
                 json_ok(&self.mutate_review(&uid, &input, admitted.as_deref()))
             }
@@ -456,20 +454,27 @@ impl Policy {
                             .to_owned(),
                     ),
                     None => Err("the webhook has no way to read Workloads".to_owned()),
-                    Some(holds) => match tokio::time::timeout(within, async {
-                        let _slot = self.lookups.acquire().await;
-                        holds.hold_of(&check.namespace, &check.uid).await
-                    })
-                    .await
-                    {
-                        Ok(found) => found,
-                        Err(_) => Err(format!("no answer within {within:?}")),
-                    },
+                    Some(holds) => self
+                        .in_a_slot(holds.hold_of(&check.namespace, &check.uid))
+                        .await
+                        .unwrap_or_else(|| Err(format!("no answer within {within:?}"))),
                 };
                 let verdict = unsuspend_verdict(&input, found);
                 json_ok(&self.judged(&uid, &input, verdict))
             }
         }
+    }
+
+    /// One lookup, the one way every lookup is made: in one of [`Limits::max_lookups`] slots
+    /// (first come, first served), the wait for the slot and the read together within
+    /// [`Limits::runtime_lookup_timeout`]. `None`: no answer in time.
+    async fn in_a_slot<T>(&self, lookup: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::time::timeout(self.limits.runtime_lookup_timeout, async {
+            let _slot = self.lookups.acquire().await;
+            lookup.await
+        })
+        .await
+        .ok()
     }
 
     /// The verdict of every rule that needs no lookup: the policy, and the queue and requests
