@@ -520,7 +520,8 @@ async fn a_decoy_workload_never_captures_the_hold() {
 
 /// A reverse proxy in front of the apiserver (TLS in and out) that forwards every request
 /// and, for the PUTs chosen by `lose`, forwards them and then answers `504` instead of the
-/// apiserver's answer: a write that landed and whose answer was lost.
+/// apiserver's answer: a write that landed and whose answer was lost. [`Self::start_with`]
+/// chooses by method and path too (and may hold a request back).
 struct LossyProxy {
     url: String,
     puts: Arc<AtomicUsize>,
@@ -530,6 +531,12 @@ struct LossyProxy {
 
 impl LossyProxy {
     async fn start(cp: &ControlPlane, lose: fn(usize) -> Loss) -> LossyProxy {
+        Self::start_with(cp, Arc::new(move |_, _, put| put.map_or(Loss::None, lose))).await
+    }
+
+    /// `decide` is given each request's method, path and, for a PUT, how many PUTs came
+    /// before it.
+    async fn start_with(cp: &ControlPlane, decide: Decide) -> LossyProxy {
         let cert = cp
             .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
             .expect("cert");
@@ -542,19 +549,20 @@ impl LossyProxy {
             .build()
             .expect("client");
         let puts = Arc::new(AtomicUsize::new(0));
-        let state = (upstream, cp.server.clone(), puts.clone(), lose);
+        let state = (upstream, cp.server.clone(), puts.clone(), decide);
         let router = axum::Router::new().fallback(
-            |axum::extract::State((client, server, puts, lose)): axum::extract::State<
+            |axum::extract::State((client, server, puts, decide)): axum::extract::State<
                 ProxyState,
             >,
              req: axum::extract::Request| async move {
                 let (parts, body) = req.into_parts();
                 let body = axum::body::to_bytes(body, 16 << 20).await.expect("body");
-                let loss = if parts.method == http::Method::PUT {
-                    lose(puts.fetch_add(1, Ordering::SeqCst))
-                } else {
-                    Loss::None
-                };
+                let put = (parts.method == http::Method::PUT)
+                    .then(|| puts.fetch_add(1, Ordering::SeqCst));
+                let loss = decide(&parts.method, parts.uri.path(), put);
+                if let Loss::Delay(held) = loss {
+                    tokio::time::sleep(held).await;
+                }
                 if loss == Loss::Refuse {
                     return (
                         http::StatusCode::SERVICE_UNAVAILABLE,
@@ -644,8 +652,11 @@ impl Drop for LossyProxy {
 }
 
 /// What the proxy's handler shares: the upstream client, the apiserver's URL, the count of
-/// PUTs so far, and which of them to lose.
-type ProxyState = (reqwest::Client, String, Arc<AtomicUsize>, fn(usize) -> Loss);
+/// PUTs so far, and which requests to lose.
+type ProxyState = (reqwest::Client, String, Arc<AtomicUsize>, Decide);
+
+/// Which requests the proxy loses: by method, path, and for a PUT the PUTs before it.
+type Decide = Arc<dyn Fn(&http::Method, &str, Option<usize>) -> Loss + Send + Sync>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Loss {
@@ -654,6 +665,8 @@ enum Loss {
     AfterForwarding,
     /// Not forwarded: 503.
     Refuse,
+    /// Held back this long, then forwarded.
+    Delay(Duration),
 }
 
 /// A Release whose update landed but whose answer was lost used to answer `StaleHold`; the
@@ -714,6 +727,66 @@ async fn transient_failures_spend_no_tries_and_never_end_conflict() {
         .await
         .expect_err("never lands");
     assert_eq!(err.kind(), "Unknown", "{err}");
+}
+
+/// Open waits for the runtime snapshot within its deadline. When the deadline passes in a
+/// read after the wait (the proxy holds the TrainJob's second GET back past it), not in the
+/// pause between reads, the answer still names the missing snapshot, and counts the wait.
+#[tokio::test]
+async fn an_open_whose_deadline_passes_in_a_read_after_its_wait_names_the_missing_snapshot() {
+    let cp = ControlPlane::shared();
+    let ns = cp
+        .namespace("seam-open-late-read")
+        .await
+        .expect("namespace");
+    // Managed and suspended; no snapshot reconciler runs here, so none is ever written.
+    hold_support::create_trainjob(cp, &ns, "job", true).await;
+    let path = format!("/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/job");
+    // 0: not armed. Armed at 1, each GET of the job adds one: the first passes, the next is
+    // held back well past the call's deadline.
+    let gets = Arc::new(AtomicUsize::new(0));
+    let proxy = LossyProxy::start_with(cp, {
+        let gets = gets.clone();
+        Arc::new(move |method, p, _| {
+            if method == http::Method::GET
+                && p == path
+                && gets.load(Ordering::SeqCst) > 0
+                && gets.fetch_add(1, Ordering::SeqCst) >= 2
+            {
+                Loss::Delay(Duration::from_secs(10))
+            } else {
+                Loss::None
+            }
+        })
+    })
+    .await;
+    let exec = proxy.executor(cp, Mode::Plain).await.with_snapshot_gate();
+    // The preflight first, so that Open's own requests are its reads.
+    exec.preflight(None).await;
+    gets.store(1, Ordering::SeqCst);
+
+    let err = exec
+        .open(&ns, "job", meta(None, Duration::from_secs(5)))
+        .await
+        .expect_err("no snapshot: Open cannot open");
+    assert!(
+        gets.load(Ordering::SeqCst) >= 3,
+        "the TrainJob was read again after the wait, and held back"
+    );
+    assert_eq!(
+        err.cause(),
+        Some(holdfast_core::hold::RejectCause::DeadlinePassed),
+        "{err}"
+    );
+    let message = err.body().message;
+    assert!(
+        message.contains("no runtime snapshot yet") && message.contains("reading"),
+        "names what it waited for, and where the deadline passed: {message}"
+    );
+    assert_eq!(exec.metrics().opens_without_snapshot("pending"), 1);
+    let job = hold_support::read_trainjob(cp, &ns, "job").await;
+    assert_eq!(annotation(&job, holdfast_core::names::ANN_OPENED), None);
+    assert_eq!(job["spec"]["suspend"], true);
 }
 
 /// A TrainJob that does not exist (or was deleted) is `Rejected/NotFound`, never `Invalid`.
