@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use holdfast_core::{
     hold::{
         AfterRead, Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView, HoldError,
-        Outcome, RejectCause, Status, after_read, apply, decide, switch,
+        Outcome, RejectCause, Status, after_read, apply, decide, looks_for_pods, switch,
     },
     mode::Mode,
     names::QUEUE_NAME_LABEL,
@@ -549,14 +549,9 @@ impl HoldExecutor {
                     }
                 }
             }
-            if let Decision::Write(w) = &decision
-                && (mode == Mode::Plain || self.mode == Mode::Plain)
-                && w.stop == Some(false)
-            {
-                // Only a Release or Open that would let the TrainJob run looks for pods: the
-                // decision is then remade knowing whether any remain. (Neither reads
-                // `after_conflict`; that is Hold's alone.) A kueue-mode hold released in plain
-                // mode looks too: no readmission gate runs here to wait for them.
+            if looks_for_pods(&decision, self.mode, mode) {
+                // The decision is remade knowing whether any remain. (Neither Release nor Open
+                // reads `after_conflict`; that is Hold's alone.)
                 let remaining = pods::names(&self.remaining_pods(reqs, namespace, name).await?);
                 if !remaining.is_empty() {
                     tracing::info!(namespace, name, call = %kind, pods = ?remaining, "refused: pods of an earlier execution remain");

@@ -13,6 +13,19 @@ use crate::{
 /// [`HoldError::Conflict`].
 pub const MAX_TRIES: u32 = 8;
 
+/// The seed's plain-mode Release: "only when no pod of it remains. If the pods are still
+/// there it writes nothing and returns ErrPodsRemain." Whether `decision`, made before the
+/// pods were listed, must wait for them: a write that lets the TrainJob run (a Release or an
+/// Open unsuspending it) does, when the TrainJob runs in plain mode (`configured`) or the
+/// hold lifted is a plain-mode one (`acting`): no readmission gate waits for the pods there.
+/// A Workload activated in kueue mode goes through the gate, which waits for them itself.
+/// Once listed, remaining pods make the call [`decide`]d again with
+/// [`HeldView::pods_remain`] set.
+pub fn looks_for_pods(decision: &Decision, configured: Mode, acting: Mode) -> bool {
+    matches!(decision, Decision::Write(w) if w.stop == Some(false))
+        && (configured == Mode::Plain || acting == Mode::Plain)
+}
+
 /// What to do after one read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {

@@ -34,7 +34,7 @@ pub use call::{
     CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, CallerId, HeldObject,
     MAX_REASON_BYTES, call_bound, first_unprintable, parse_call, printable, unprintable,
 };
-pub use decide::{Attempts, Decision, MAX_TRIES, decide};
+pub use decide::{Attempts, Decision, MAX_TRIES, decide, looks_for_pods};
 pub use error::{ErrorBody, ErrorKind, HoldError, RejectCause};
 pub use outcome::Outcome;
 pub(crate) use state::parse_decimal;

@@ -585,6 +585,45 @@ fn release_with_pods_remaining_writes_nothing() {
     );
 }
 
+/// The executor's half of the rule above: which decisions wait for the pods to be listed.
+#[test]
+fn only_a_write_that_lets_the_trainjob_run_without_the_gate_waits_until_no_pod_of_it_remains() {
+    use Mode::{Kueue, Plain};
+    let write = |stop| {
+        let mut w = Write::new(
+            HeldObject::TrainJob,
+            "1",
+            Outcome::Released { resumed: true },
+        );
+        w.stop = stop;
+        Decision::Write(w)
+    };
+    let done = Decision::Done(Outcome::Released { resumed: false });
+    let fail = Decision::Fail(HoldError::PodsRemain);
+    // (decision, configured mode, the hold's mode, looks for pods)
+    let table = [
+        (write(Some(false)), Plain, Plain, true),
+        // A kueue-mode hold released after a switch to plain mode: no gate runs to wait.
+        (write(Some(false)), Plain, Kueue, true),
+        // A plain-mode hold released after a switch to kueue mode: its TrainJob is unsuspended.
+        (write(Some(false)), Kueue, Plain, true),
+        // A Workload activated in kueue mode: the readmission gate waits for the pods.
+        (write(Some(false)), Kueue, Kueue, false),
+        // Stopping, or leaving it stopped (a Release of a job never opened), never waits.
+        (write(Some(true)), Plain, Plain, false),
+        (write(None), Plain, Plain, false),
+        (done, Plain, Plain, false),
+        (fail, Plain, Plain, false),
+    ];
+    for (decision, configured, acting, looks) in table {
+        assert_eq!(
+            looks_for_pods(&decision, configured, acting),
+            looks,
+            "{decision:?} configured {configured:?}, hold {acting:?}"
+        );
+    }
+}
+
 #[test]
 fn held_before_opened_stays_suspended_after_release() {
     let v = HeldView {
