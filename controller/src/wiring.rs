@@ -56,20 +56,8 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         arming,
     } = args.configs()?;
     let config = args.client.config().await?;
-    let Instruments {
-        registry,
-        kube_requests,
-        metrics,
-        certificates,
-        held,
-        calls,
-        gate: gate_metrics,
-        admin_connections,
-        api_connections,
-        api_limits,
-        events: event_metrics,
-    } = Instruments::register();
-    let client = kube_requests.client(config.clone())?;
+    let instruments = Instruments::register();
+    let client = instruments.kube_requests.client(config.clone())?;
     // One Event publisher for every part: one queue, one pace, one series cache.
     let events = Publisher::start(
         client.clone(),
@@ -78,7 +66,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
             instance: snapshot_config.instance.clone(),
             ..PublisherConfig::default()
         },
-        event_metrics,
+        instruments.events,
     );
     let ready = Readiness::default();
     let reconciler_ready = Readiness::default();
@@ -90,7 +78,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         &args,
         cert_config,
         &client,
-        &certificates,
+        &instruments.certificates,
         &events,
         &mut tasks,
         &shutdown,
@@ -98,11 +86,11 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
 
     let workers = multikueue_workers(&args).await?;
     let executor = HoldExecutor::new(
-        kube_requests.client(without_retry(config))?,
+        instruments.kube_requests.client(without_retry(config))?,
         args.mode,
         executor_config,
     )
-    .with_metrics(calls)
+    .with_metrics(instruments.calls)
     .with_events(events.clone())
     .with_workers(workers.clone())
     // The snapshot reconciler runs beside the hold API: Open waits for a job's snapshot.
@@ -113,21 +101,21 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let snapshots = Snapshotter::new(
         client.clone(),
         snapshot_config,
-        metrics.snapshots.clone(),
+        instruments.metrics.snapshots.clone(),
         reconciler_ready.clone(),
         events.clone(),
     );
     // A hold is on the TrainJob in plain mode only; in kueue mode the gate counts Workloads.
     if args.mode == Mode::Plain {
         let snapshots = snapshots.clone();
-        held.add("TrainJob", move || snapshots.held());
+        instruments.held.add("TrainJob", move || snapshots.held());
     }
 
     start_admin_port(
         &args,
-        registry,
+        instruments.registry,
         ready.clone(),
-        admin_connections,
+        instruments.admin_connections,
         &mut tasks,
         &shutdown,
     )
@@ -154,7 +142,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         executor: executor.clone(),
         auth: KubeAuth::new(client.clone())
             .with_audiences(args.hold_api.audiences())
-            .with_budget(api::Budget::new(call_limits, api_limits)),
+            .with_budget(api::Budget::new(call_limits, instruments.api_limits)),
         snapshots: Some(snapshots.clone()),
         fences: Some(api::FenceStore {
             client: client.clone(),
@@ -167,8 +155,8 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         &args,
         router,
         (connection_limits, call_limits),
-        api_connections,
-        &certificates,
+        instruments.api_connections,
+        &instruments.certificates,
         &mut tasks,
         &shutdown,
     )
@@ -178,7 +166,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
         ready,
         reconciler_ready,
         leading.clone(),
-        metrics.leader.clone(),
+        instruments.metrics.leader.clone(),
         api_up,
         shutdown.clone(),
     ));
@@ -187,9 +175,17 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let gate = (args.mode == Mode::Kueue).then(|| {
         // Both parts watch the TrainJobs of --watch-namespace: one watch serves them.
         debug_assert_eq!(readmission_config.namespace, trainjob_namespace);
-        let gate = ReadmissionGate::new(client.clone(), readmission_config, gate_metrics, events)
-            .with_workers(workers);
-        beside_the_gate(&gate, &client, &executor, &held, &mut tasks, &shutdown);
+        let gate =
+            ReadmissionGate::new(client.clone(), readmission_config, instruments.gate, events)
+                .with_workers(workers);
+        beside_the_gate(
+            &gate,
+            &client,
+            &executor,
+            &instruments.held,
+            &mut tasks,
+            &shutdown,
+        );
         gate
     });
     let tracker = ExecutionTracker::new(client.clone(), execution_config);
@@ -197,7 +193,7 @@ pub async fn serve(args: Args, shutdown: CancellationToken) -> anyhow::Result<()
     let outcome = leader::run_as_leader(
         client.clone(),
         lease,
-        metrics.leader.clone(),
+        instruments.metrics.leader.clone(),
         shutdown.clone(),
         move |token| async move {
             leading.store(true, Ordering::SeqCst);

@@ -85,6 +85,9 @@ struct Observed {
     pods: Vec<String>,
     /// The holder whose hold the call was let override.
     overrode: Option<String>,
+    /// What Open waits for while it pauses (its runtime snapshot): a deadline met in any
+    /// step then is answered naming it.
+    waiting_for: Option<String>,
 }
 
 /// What one read saw: the TrainJob and, in Kueue mode, its Workload.
@@ -319,6 +322,13 @@ impl HoldExecutor {
                 observed,
             )
             .await;
+        let result = match (result, &observed.waiting_for) {
+            (Err(e), Some(why)) if e.cause() == Some(RejectCause::DeadlinePassed) => {
+                self.metrics.open_without_snapshot("pending");
+                Err(e.while_waiting(why))
+            }
+            (result, _) => result,
+        };
         match result {
             // The deadline came while a write of ours may have landed: say so.
             Err(e)
@@ -387,9 +397,7 @@ impl HoldExecutor {
         under_multikueue(trainjob, queue)
     }
 
-    /// The read-decide-write loop of one call. A call that meets its deadline while Open
-    /// waits for the runtime snapshot says it was waiting for it, whichever read or pause
-    /// met the deadline.
+    /// The read-decide-write loop of one call.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
@@ -400,41 +408,6 @@ impl HoldExecutor {
         reqs: &mut CallRequests<'_>,
         attempts: &mut Attempts,
         observed: &mut Observed,
-    ) -> Result<Outcome, HoldError> {
-        let mut waiting = None;
-        let answer = self
-            .attempt_loop(
-                call,
-                caller,
-                namespace,
-                name,
-                reqs,
-                attempts,
-                observed,
-                &mut waiting,
-            )
-            .await;
-        match (answer, waiting) {
-            (Err(e), Some(why)) if e.cause() == Some(RejectCause::DeadlinePassed) => {
-                self.metrics.open_without_snapshot("pending");
-                Err(e.while_waiting(&why))
-            }
-            (answer, _) => answer,
-        }
-    }
-
-    /// [`Self::attempt`]'s loop; `waiting` is what Open waits for when it pauses.
-    #[allow(clippy::too_many_arguments)]
-    async fn attempt_loop(
-        &self,
-        call: &Call,
-        caller: &CallerIdentity,
-        namespace: &str,
-        name: &str,
-        reqs: &mut CallRequests<'_>,
-        attempts: &mut Attempts,
-        observed: &mut Observed,
-        waiting: &mut Option<String>,
     ) -> Result<Outcome, HoldError> {
         let mut call = call.clone();
         let kind = call.kind();
@@ -484,7 +457,7 @@ impl HoldExecutor {
                 AfterRead::Decide(view) => view,
                 AfterRead::ReadAgain => {
                     // Waiting for the Workload now, not for the snapshot.
-                    *waiting = None;
+                    observed.waiting_for = None;
                     reqs.pause(
                         self.config
                             .transient_backoff
@@ -509,10 +482,10 @@ impl HoldExecutor {
                 match gate {
                     OpenGate::Go => {
                         snapshot_seen = true;
-                        *waiting = None;
+                        observed.waiting_for = None;
                     }
                     OpenGate::Wait { why } => {
-                        *waiting = Some(why);
+                        observed.waiting_for = Some(why);
                         let pause = self.config.transient_backoff;
                         reqs.pause(pause.max(Duration::from_millis(200))).await?;
                         continue;
