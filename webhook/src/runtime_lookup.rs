@@ -69,7 +69,8 @@ impl LookupError {
     }
 }
 
-/// Reads the resourceVersion of the runtime a TrainJob names.
+/// Reads the resourceVersion of the runtime a TrainJob names. The future does nothing until
+/// it is polled: the webhook makes it, then waits for a lookup slot (`Policy::in_a_slot`).
 pub trait RuntimeLookup: Send + Sync + 'static {
     /// The runtime's resourceVersion; `Ok(None)` when the cluster serves the kind but has no
     /// such object. `namespace` is the TrainJob's, used when the kind is namespaced.

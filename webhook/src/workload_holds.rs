@@ -21,7 +21,8 @@ use serde_json::Value;
 use holdfast_cluster::HeldWorkloads;
 use holdfast_core::names::JOB_UID_LABEL;
 
-/// Reads the holds on a TrainJob's Workloads.
+/// Reads the holds on a TrainJob's Workloads. The future does nothing until it is polled: the
+/// webhook makes it, then waits for a lookup slot (`Policy::in_a_slot`).
 pub trait WorkloadHolds: Send + Sync {
     /// The hold in force on any Workload TrainJob `uid` in `namespace` owns, or `None`;
     /// an error says why the Workloads could not be read.

@@ -15,12 +15,14 @@ pub const MAX_TRIES: u32 = 8;
 
 /// The seed's plain-mode Release: "only when no pod of it remains. If the pods are still
 /// there it writes nothing and returns ErrPodsRemain." Whether `decision`, made before the
-/// pods were listed, must wait for them: a write that lets the TrainJob run (a Release or an
-/// Open unsuspending it) does, when the TrainJob runs in plain mode (`configured`) or the
-/// hold lifted is a plain-mode one (`acting`): no readmission gate waits for the pods there.
-/// A Workload activated in kueue mode goes through the gate, which waits for them itself.
-/// Once listed, remaining pods make the call [`decide`]d again with
-/// [`HeldView::pods_remain`] set.
+/// pods were listed and carried into the hold's mode (`switch::carried_write`), must have
+/// them listed first: a write that lets the TrainJob run (a Release or an Open unsuspending
+/// it, or a Workload activated while holdfast runs in plain mode, `configured`), where no
+/// readmission gate checks the pods. If any remain, the call is [`decide`]d again with
+/// [`HeldView::pods_remain`] set, and refuses with [`HoldError::PodsRemain`]. In kueue mode
+/// nothing is listed here: a Workload activated goes through the gate, which waits for the
+/// pods, and a plain-mode hold released leaves `spec.suspend` to Kueue and the gate
+/// (`carried_write` drops the unsuspend), so `acting` plain never makes a difference there.
 pub fn looks_for_pods(decision: &Decision, configured: Mode, acting: Mode) -> bool {
     matches!(decision, Decision::Write(w) if w.stop == Some(false))
         && (configured == Mode::Plain || acting == Mode::Plain)

@@ -585,42 +585,44 @@ fn release_with_pods_remaining_writes_nothing() {
     );
 }
 
-/// The executor's half of the rule above: which decisions wait for the pods to be listed.
+/// The executor's half of the rule above: which decisions, carried into the hold's mode as
+/// the executor carries them, have the pods listed first.
 #[test]
-fn only_a_write_that_lets_the_trainjob_run_without_the_gate_waits_until_no_pod_of_it_remains() {
+fn only_a_write_that_lets_the_trainjob_run_without_the_gate_lists_the_pods_first() {
     use Mode::{Kueue, Plain};
-    let write = |stop| {
-        let mut w = Write::new(
-            HeldObject::TrainJob,
-            "1",
-            Outcome::Released { resumed: true },
-        );
+    let write = |target, stop| {
+        let mut w = Write::new(target, "1", Outcome::Released { resumed: true });
         w.stop = stop;
-        Decision::Write(w)
+        w
     };
-    let done = Decision::Done(Outcome::Released { resumed: false });
-    let fail = Decision::Fail(HoldError::PodsRemain);
-    // (decision, configured mode, the hold's mode, looks for pods)
+    let carried = |w, configured, acting| Decision::Write(switch::carried_write(w, configured, acting));
+    // (the write as decided in the hold's mode, configured mode, the hold's mode, lists pods)
     let table = [
-        (write(Some(false)), Plain, Plain, true),
+        (write(HeldObject::TrainJob, Some(false)), Plain, Plain, true),
         // A kueue-mode hold released after a switch to plain mode: no gate runs to wait.
-        (write(Some(false)), Plain, Kueue, true),
-        // A plain-mode hold released after a switch to kueue mode: its TrainJob is unsuspended.
-        (write(Some(false)), Kueue, Plain, true),
+        (write(HeldObject::Workload, Some(false)), Plain, Kueue, true),
+        // A plain-mode hold released after a switch to kueue mode: the unsuspend is left to
+        // Kueue and the gate, which waits for the pods.
+        (write(HeldObject::TrainJob, Some(false)), Kueue, Plain, false),
         // A Workload activated in kueue mode: the readmission gate waits for the pods.
-        (write(Some(false)), Kueue, Kueue, false),
-        // Stopping, or leaving it stopped (a Release of a job never opened), never waits.
-        (write(Some(true)), Plain, Plain, false),
-        (write(None), Plain, Plain, false),
-        (done, Plain, Plain, false),
-        (fail, Plain, Plain, false),
+        (write(HeldObject::Workload, Some(false)), Kueue, Kueue, false),
+        // Stopping, or leaving it stopped (a Release of a job never opened), never lists.
+        (write(HeldObject::TrainJob, Some(true)), Plain, Plain, false),
+        (write(HeldObject::TrainJob, None), Plain, Plain, false),
     ];
-    for (decision, configured, acting, looks) in table {
+    for (w, configured, acting, lists) in table {
+        let decision = carried(w, configured, acting);
         assert_eq!(
             looks_for_pods(&decision, configured, acting),
-            looks,
+            lists,
             "{decision:?} configured {configured:?}, hold {acting:?}"
         );
+    }
+    for decision in [
+        Decision::Done(Outcome::Released { resumed: false }),
+        Decision::Fail(HoldError::PodsRemain),
+    ] {
+        assert!(!looks_for_pods(&decision, Plain, Plain), "{decision:?}");
     }
 }
 

@@ -730,30 +730,35 @@ async fn transient_failures_spend_no_tries_and_never_end_conflict() {
 }
 
 /// Open waits for the runtime snapshot within its deadline. When the deadline passes in a
-/// read after the wait (the proxy holds the TrainJob's second GET back past it), not in the
-/// pause between reads, the answer still names the missing snapshot, and counts the wait.
+/// read after the wait (the proxy holds back every GET of the TrainJob once Open has looked
+/// for its snapshot), not in the pause between reads, the answer still names the missing
+/// snapshot, and counts the wait.
 #[tokio::test]
 async fn an_open_whose_deadline_passes_in_a_read_after_its_wait_names_the_missing_snapshot() {
+    const DEADLINE: Duration = Duration::from_secs(15);
     let cp = ControlPlane::shared();
-    let ns = cp
-        .namespace("seam-open-late-read")
-        .await
-        .expect("namespace");
+    let ns = cp.namespace("seam-open-late-read").await.expect("namespace");
     // Managed and suspended; no snapshot reconciler runs here, so none is ever written.
     hold_support::create_trainjob(cp, &ns, "job", true).await;
-    let path = format!("/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/job");
-    // 0: not armed. Armed at 1, each GET of the job adds one: the first passes, the next is
-    // held back well past the call's deadline.
-    let gets = Arc::new(AtomicUsize::new(0));
+    let job = format!("/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/job");
+    let snapshot = format!(
+        "/api/v1/namespaces/{ns}/configmaps/{}",
+        holdfast_core::names::snapshot_name("job")
+    );
+    // Once Open has read for the snapshot (its wait follows), each GET of the job is held
+    // back past the call's deadline; the GETs before it (and their retries) pass.
+    let (looked, held) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let proxy = LossyProxy::start_with(cp, {
-        let gets = gets.clone();
+        let (looked, held) = (looked.clone(), held.clone());
         Arc::new(move |method, p, _| {
-            if method == http::Method::GET
-                && p == path
-                && gets.load(Ordering::SeqCst) > 0
-                && gets.fetch_add(1, Ordering::SeqCst) >= 2
-            {
-                Loss::Delay(Duration::from_secs(10))
+            if method != http::Method::GET {
+                Loss::None
+            } else if p == snapshot {
+                looked.fetch_add(1, Ordering::SeqCst);
+                Loss::None
+            } else if p == job && looked.load(Ordering::SeqCst) > 0 {
+                held.fetch_add(1, Ordering::SeqCst);
+                Loss::Delay(DEADLINE + Duration::from_secs(5))
             } else {
                 Loss::None
             }
@@ -761,17 +766,17 @@ async fn an_open_whose_deadline_passes_in_a_read_after_its_wait_names_the_missin
     })
     .await;
     let exec = proxy.executor(cp, Mode::Plain).await.with_snapshot_gate();
-    // The preflight first, so that Open's own requests are its reads.
+    // The preflight first (it reads no snapshot), so that Open's own requests are its reads.
     exec.preflight(None).await;
-    gets.store(1, Ordering::SeqCst);
 
     let err = exec
-        .open(&ns, "job", meta(None, Duration::from_secs(5)))
+        .open(&ns, "job", meta(None, DEADLINE))
         .await
         .expect_err("no snapshot: Open cannot open");
-    assert!(
-        gets.load(Ordering::SeqCst) >= 3,
-        "the TrainJob was read again after the wait, and held back"
+    assert_eq!(
+        held.load(Ordering::SeqCst),
+        1,
+        "the TrainJob was read again after the wait, and that read met the deadline"
     );
     assert_eq!(
         err.cause(),
@@ -780,7 +785,7 @@ async fn an_open_whose_deadline_passes_in_a_read_after_its_wait_names_the_missin
     );
     let message = err.body().message;
     assert!(
-        message.contains("no runtime snapshot yet") && message.contains("reading"),
+        message.contains("no runtime snapshot yet") && message.contains("reading TrainJob"),
         "names what it waited for, and where the deadline passed: {message}"
     );
     assert_eq!(exec.metrics().opens_without_snapshot("pending"), 1);

@@ -37,11 +37,11 @@ impl RuntimeLookup for FakeRuntimes {
         namespace: Option<&'a str>,
         runtime: &'a RuntimeRef,
     ) -> BoxFuture<'a, Result<Option<String>, LookupError>> {
-        self.calls
-            .lock()
-            .unwrap()
-            .push((namespace.map(str::to_owned), runtime.clone()));
         Box::pin(async move {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((namespace.map(str::to_owned), runtime.clone()));
             if let Some(w) = self.wait {
                 tokio::time::sleep(w).await;
             }
