@@ -595,7 +595,8 @@ fn only_a_write_that_lets_the_trainjob_run_without_the_gate_lists_the_pods_first
         w.stop = stop;
         w
     };
-    let carried = |w, configured, acting| Decision::Write(switch::carried_write(w, configured, acting));
+    let carried =
+        |w, configured, acting| Decision::Write(switch::carried_write(w, configured, acting));
     // (the write as decided in the hold's mode, configured mode, the hold's mode, lists pods)
     let table = [
         (write(HeldObject::TrainJob, Some(false)), Plain, Plain, true),
@@ -603,9 +604,19 @@ fn only_a_write_that_lets_the_trainjob_run_without_the_gate_lists_the_pods_first
         (write(HeldObject::Workload, Some(false)), Plain, Kueue, true),
         // A plain-mode hold released after a switch to kueue mode: the unsuspend is left to
         // Kueue and the gate, which waits for the pods.
-        (write(HeldObject::TrainJob, Some(false)), Kueue, Plain, false),
+        (
+            write(HeldObject::TrainJob, Some(false)),
+            Kueue,
+            Plain,
+            false,
+        ),
         // A Workload activated in kueue mode: the readmission gate waits for the pods.
-        (write(HeldObject::Workload, Some(false)), Kueue, Kueue, false),
+        (
+            write(HeldObject::Workload, Some(false)),
+            Kueue,
+            Kueue,
+            false,
+        ),
         // Stopping, or leaving it stopped (a Release of a job never opened), never lists.
         (write(HeldObject::TrainJob, Some(true)), Plain, Plain, false),
         (write(HeldObject::TrainJob, None), Plain, Plain, false),

@@ -604,12 +604,19 @@ async fn through_the_manager_a_stale_release_is_refused_and_deactivations_not_ou
         underlying,
     };
 
-    // Two jobs: `job` for the holds, `timed` with a maximum execution time of one second,
-    // which Kueue in the manager deactivates on its own once it has run that long.
+    // Two jobs: `job` for the holds, `timed` with a maximum execution time of five seconds,
+    // which Kueue in the manager deactivates on its own once it has run that long. Not one
+    // second: the worker's copy carries the same limit and starts its clock first (the
+    // manager's Workload is admitted only once the worker has admitted the copy), so it may
+    // run out first; the manager is then evicted for MultiKueue's retry and keeps the time it
+    // was admitted, in whole seconds (`accumulatedPastExecutionTimeSeconds`), and the copy
+    // dispatched next starts from zero. With one second the manager kept 0 s each time, and a
+    // loaded run went round eight times in 60 s without the manager's limit ever being met;
+    // with five, the manager keeps most of it and its limit comes first on a later dispatch.
     f.create_job("job", json!({})).await;
     f.create_job(
         "timed",
-        json!({"kueue.x-k8s.io/max-exec-time-seconds": "1"}),
+        json!({"kueue.x-k8s.io/max-exec-time-seconds": "5"}),
     )
     .await;
     f.open_at_gate("job").await;

@@ -737,7 +737,10 @@ async fn transient_failures_spend_no_tries_and_never_end_conflict() {
 async fn an_open_whose_deadline_passes_in_a_read_after_its_wait_names_the_missing_snapshot() {
     const DEADLINE: Duration = Duration::from_secs(15);
     let cp = ControlPlane::shared();
-    let ns = cp.namespace("seam-open-late-read").await.expect("namespace");
+    let ns = cp
+        .namespace("seam-open-late-read")
+        .await
+        .expect("namespace");
     // Managed and suspended; no snapshot reconciler runs here, so none is ever written.
     hold_support::create_trainjob(cp, &ns, "job", true).await;
     let job = format!("/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/job");
