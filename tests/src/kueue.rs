@@ -236,6 +236,31 @@ fn probe(port: u16, path: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The cluster-scoped objects [`create_queues`] makes for `namespace`: its ResourceFlavor's
+/// name and its ClusterQueue's.
+pub fn queue_names(namespace: &str) -> (String, String) {
+    (format!("flavor-{namespace}"), format!("cq-{namespace}"))
+}
+
+/// Deletes the cluster-scoped objects [`create_queues`] made for `namespace` (its ClusterQueue,
+/// then its ResourceFlavor), in the background: Kueue lets them go once nothing uses them.
+pub async fn delete_queues(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    let (flavor, cq) = queue_names(namespace);
+    for (resource, name) in [
+        (holdfast_cluster::resources::cluster_queue(), cq),
+        (
+            holdfast_cluster::resources::kueue("ResourceFlavor", "resourceflavors"),
+            flavor,
+        ),
+    ] {
+        Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .delete(&name, &kube::api::DeleteParams::background())
+            .await
+            .with_context(|| format!("deleting {name}"))?;
+    }
+    Ok(())
+}
+
 /// A ResourceFlavor, a ClusterQueue with ample CPU and memory quota and, in `namespace`, a
 /// LocalQueue named `queue` pointing at it. `admission_checks` are required by the
 /// ClusterQueue (e.g. holdfast's readmission gate).
@@ -246,8 +271,7 @@ pub async fn create_queues(
     admission_checks: &[&str],
 ) -> anyhow::Result<()> {
     let pp = PatchParams::apply("holdfast-tests").force();
-    let flavor = format!("flavor-{namespace}");
-    let cq = format!("cq-{namespace}");
+    let (flavor, cq) = queue_names(namespace);
     let apply = |ar: ApiResource, ns: Option<&str>, obj: serde_json::Value| {
         let client = client.clone();
         let pp = pp.clone();

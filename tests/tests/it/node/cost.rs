@@ -366,24 +366,11 @@ async fn round(
         r.uninstall().expect("helm uninstall");
     }
     if config.queued() {
-        // The round's cluster-wide queue objects (create_queues names them after the
-        // namespace), so that no later round runs beside a ClusterQueue still gated by an
-        // uninstalled release's check. Kueue lets them go once nothing uses them.
-        for (resource, name) in [
-            (
-                holdfast_cluster::resources::cluster_queue(),
-                format!("cq-{ns}"),
-            ),
-            (
-                holdfast_cluster::resources::kueue("ResourceFlavor", "resourceflavors"),
-                format!("flavor-{ns}"),
-            ),
-        ] {
-            Api::<DynamicObject>::all_with(admin.clone(), &resource)
-                .delete(&name, &DeleteParams::background())
-                .await
-                .unwrap_or_else(|e| panic!("delete {name}: {e}"));
-        }
+        // The round's cluster-wide queue objects, so that no later round runs beside a
+        // ClusterQueue still gated by an uninstalled release's check.
+        holdfast_tests::kueue::delete_queues(admin, &ns)
+            .await
+            .expect("delete the round's queues");
     }
 }
 
@@ -400,17 +387,7 @@ async fn requesting_runtime(
     runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         ["containers"][0]["resources"] =
         serde_json::json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
-    Api::<DynamicObject>::namespaced_with(
-        admin.clone(),
-        ns,
-        &holdfast_cluster::resources::training_runtime(),
-    )
-    .create(
-        &PostParams::default(),
-        &serde_json::from_value(runtime).expect("runtime"),
-    )
-    .await
-    .expect("create runtime");
+    create_runtime(admin, ns, runtime).await;
     Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::trainjob())
 }
 
@@ -471,16 +448,16 @@ async fn a_trainjobs_start_stop_and_resume_cost_with_holdfast_against_trainer_al
 }
 
 /// One pair's table: `with` (holdfast) against `without` (what a user would run instead).
-fn report((without_label, alone): (&str, &Figures), (with_label, plain): (&str, &Figures)) {
+fn report((without_label, without): (&str, &Figures), (with_label, with): (&str, &Figures)) {
     println!();
     println!(
         "{:<34} {:>14} {:>14} {:>10} {:>10}",
         "figure (ms)", without_label, with_label, "ratio p50", "ratio p99"
     );
     for (name, a, p) in [
-        ("create → first pod Running", &alone.start, &plain.start),
-        ("stop → last pod gone", &alone.stop, &plain.stop),
-        ("resume → new pod Running", &alone.resume, &plain.resume),
+        ("create → first pod Running", &without.start, &with.start),
+        ("stop → last pod gone", &without.stop, &with.stop),
+        ("resume → new pod Running", &without.resume, &with.resume),
     ] {
         let (a50, a99, p50, p99) = (
             quantile_ms(a, 0.5),
@@ -500,17 +477,21 @@ fn report((without_label, alone): (&str, &Figures), (with_label, plain): (&str, 
     println!(
         "{:<34} {:>14.1} {:>14.1} {:>10.2}",
         "apiserver requests per job",
-        per_job(alone),
-        per_job(plain),
-        per_job(plain) / per_job(alone)
+        per_job(without),
+        per_job(with),
+        per_job(with) / per_job(without)
     );
-    let mut keys: Vec<&String> = alone.requests.keys().chain(plain.requests.keys()).collect();
+    let mut keys: Vec<&String> = without
+        .requests
+        .keys()
+        .chain(with.requests.keys())
+        .collect();
     keys.sort();
     keys.dedup();
     let per =
         |f: &Figures, k: &str| f.requests.get(k).copied().unwrap_or(0.0) / f.jobs.max(1) as f64;
     keys.sort_by(|a, b| {
-        let d = |k: &str| (per(plain, k) - per(alone, k)).abs();
+        let d = |k: &str| (per(with, k) - per(without, k)).abs();
         d(b).total_cmp(&d(a))
     });
     // The 15 that differ most, then every other line of the objects holdfast writes.
@@ -531,9 +512,9 @@ fn report((without_label, alone): (&str, &Figures), (with_label, plain): (&str, 
     for k in shown {
         println!(
             "  {k:<48} {:>8.1} {:>8.1} {:>+8.1}",
-            per(alone, k),
-            per(plain, k),
-            per(plain, k) - per(alone, k)
+            per(without, k),
+            per(with, k),
+            per(with, k) - per(without, k)
         );
     }
 }

@@ -82,17 +82,7 @@ async fn kueue_hold_evicts_real_pods_and_the_gate_readmits_only_after_the_last_o
         ["template"]["spec"]["containers"][0];
     container["env"][0]["value"] = serde_json::json!("15");
     container["resources"] = serde_json::json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
-    Api::<DynamicObject>::namespaced_with(
-        admin.clone(),
-        &ns,
-        &holdfast_cluster::resources::training_runtime(),
-    )
-    .create(
-        &PostParams::default(),
-        &serde_json::from_value(runtime).expect("runtime"),
-    )
-    .await
-    .expect("create runtime");
+    create_runtime(&admin, &ns, runtime).await;
 
     // Record pods and Workloads from the start.
     let log = Arc::new(Mutex::new(Vec::<(u64, Written)>::new()));

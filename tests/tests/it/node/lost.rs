@@ -80,21 +80,12 @@ impl<'a> Scene<'a> {
             true => Some(cluster.add_node(&pool).await.expect("an extra node")),
             false => None,
         };
-        let rt: DynamicObject = serde_json::from_value(lost_node_runtime(
-            "workload",
-            cluster.workload_image(),
-            &pool,
-            backoff_limit,
-        ))
-        .expect("runtime");
-        Api::<DynamicObject>::namespaced_with(
-            admin.clone(),
+        create_runtime(
+            &admin,
             &ns,
-            &holdfast_cluster::resources::training_runtime(),
+            lost_node_runtime("workload", cluster.workload_image(), &pool, backoff_limit),
         )
-        .create(&PostParams::default(), &rt)
-        .await
-        .expect("create runtime");
+        .await;
         Scene {
             cluster,
             pods: Api::namespaced(admin.clone(), &ns),

@@ -73,6 +73,22 @@ pub(super) fn owner_kind(meta: &kube::api::ObjectMeta) -> Option<(String, String
         .map(|o| (o.kind.clone(), o.name.clone()))
 }
 
+/// Creates `runtime` (a TrainingRuntime as JSON, e.g. [`training_runtime`]'s) in `ns`, as
+/// `admin`.
+pub(super) async fn create_runtime(admin: &kube::Client, ns: &str, runtime: serde_json::Value) {
+    Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        ns,
+        &holdfast_cluster::resources::training_runtime(),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(runtime).expect("runtime"),
+    )
+    .await
+    .expect("create runtime");
+}
+
 /// Creates TrainingRuntime `workload` (the node's workload image) in `ns`, as `admin`; the
 /// TrainJobs of `ns`, as `admin`.
 pub(super) async fn workload_runtime(
@@ -80,18 +96,12 @@ pub(super) async fn workload_runtime(
     admin: &kube::Client,
     ns: &str,
 ) -> Api<DynamicObject> {
-    let runtimes: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
+    create_runtime(
+        admin,
         ns,
-        &holdfast_cluster::resources::training_runtime(),
-    );
-    let rt: DynamicObject =
-        serde_json::from_value(training_runtime("workload", cluster.workload_image()))
-            .expect("runtime");
-    runtimes
-        .create(&PostParams::default(), &rt)
-        .await
-        .expect("create runtime");
+        training_runtime("workload", cluster.workload_image()),
+    )
+    .await;
     Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::trainjob())
 }
 
@@ -107,17 +117,7 @@ pub(super) async fn slow_stop_runtime(
     let mut runtime = training_runtime(name, cluster.workload_image());
     runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         ["containers"][0]["env"][0]["value"] = serde_json::json!(secs.to_string());
-    Api::<DynamicObject>::namespaced_with(
-        admin.clone(),
-        ns,
-        &holdfast_cluster::resources::training_runtime(),
-    )
-    .create(
-        &PostParams::default(),
-        &serde_json::from_value(runtime).expect("runtime"),
-    )
-    .await
-    .expect("create runtime");
+    create_runtime(admin, ns, runtime).await;
 }
 
 /// Waits (a minute at most) until a pod of `jobset`'s is terminating.
