@@ -991,7 +991,7 @@ fn check(case: Case) {
             "must allow ({why}) but got {verdict:?}: {post:#?}"
         );
     }
-    if let Verdict::Deny { field, message } = &verdict {
+    if let Verdict::Deny { field, message, .. } = &verdict {
         assert!(!field.is_empty() && !message.is_empty());
     }
 }

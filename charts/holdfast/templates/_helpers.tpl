@@ -192,22 +192,6 @@ label or finalizer whose key starts with holdfast.dev/. */}}
 ({{ . }} != null && ((has({{ . }}.metadata.annotations) && {{ . }}.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has({{ . }}.metadata.labels) && {{ . }}.metadata.labels.exists(k, k.startsWith('holdfast.dev/'))) || (has({{ . }}.metadata.finalizers) && {{ . }}.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/')))))
 {{- end -}}
 
-{{/* CEL: an UPDATE adds, removes or changes a holdfast.dev/ key of metadata.{.} (a map). */}}
-{{- define "holdfast.cel.mapChanges" -}}
-(has(oldObject.metadata.{{ . }}) && oldObject.metadata.{{ . }}.exists(k, k.startsWith('holdfast.dev/') && !(has(object.metadata.{{ . }}) && k in object.metadata.{{ . }} && object.metadata.{{ . }}[k] == oldObject.metadata.{{ . }}[k]))) || (has(object.metadata.{{ . }}) && object.metadata.{{ . }}.exists(k, k.startsWith('holdfast.dev/') && !(has(oldObject.metadata.{{ . }}) && k in oldObject.metadata.{{ . }})))
-{{- end -}}
-
-{{/* CEL: the request adds, removes or changes holdfast state (a CREATE: carries any). */}}
-{{- define "holdfast.cel.stateChanges" -}}
-(oldObject == null ? {{ include "holdfast.cel.carries" "object" }} : (object == null ? {{ include "holdfast.cel.carries" "oldObject" }} : ({{ include "holdfast.cel.mapChanges" "annotations" }} || {{ include "holdfast.cel.mapChanges" "labels" }} || (has(oldObject.metadata.finalizers) && oldObject.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/') && !(has(object.metadata.finalizers) && f in object.metadata.finalizers))) || (has(object.metadata.finalizers) && object.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/') && !(has(oldObject.metadata.finalizers) && f in oldObject.metadata.finalizers))))))
-{{- end -}}
-
-{{/* CEL: an UPDATE adds, removes or changes key (index . 1) of metadata.(index . 0). */}}
-{{- define "holdfast.cel.keyChanges" -}}
-{{- $f := index . 0 -}}{{- $k := index . 1 -}}
-((has(object.metadata.{{ $f }}) && '{{ $k }}' in object.metadata.{{ $f }}) != (has(oldObject.metadata.{{ $f }}) && '{{ $k }}' in oldObject.metadata.{{ $f }}) || (has(object.metadata.{{ $f }}) && '{{ $k }}' in object.metadata.{{ $f }} && object.metadata.{{ $f }}['{{ $k }}'] != oldObject.metadata.{{ $f }}['{{ $k }}']))
-{{- end -}}
-
 {{/* CEL: the object named by . is suspended (spec.suspend: true; absent = false). */}}
 {{- define "holdfast.cel.suspended" -}}
 (has({{ . }}.spec) && has({{ . }}.spec.suspend) && {{ . }}.spec.suspend == true)
@@ -228,11 +212,6 @@ label or finalizer whose key starts with holdfast.dev/. */}}
 (has({{ $o }}.metadata.labels) && '{{ $k }}' in {{ $o }}.metadata.labels && {{ $o }}.metadata.labels['{{ $k }}'] == '{{ $v }}')
 {{- end -}}
 
-{{/* CEL: the object named by . carries annotation key (index . 1). */}}
-{{- define "holdfast.cel.hasAnnotation" -}}
-(has({{ index . 0 }}.metadata.annotations) && '{{ index . 1 }}' in {{ index . 0 }}.metadata.annotations)
-{{- end -}}
-
 {{/* CEL: the object named by . is labelled holdfast.dev/managed=true. */}}
 {{- define "holdfast.cel.managed" -}}
 {{ include "holdfast.cel.labelIs" (list . "holdfast.dev/managed" "true") }}
@@ -241,11 +220,6 @@ label or finalizer whose key starts with holdfast.dev/. */}}
 {{/* CEL: the queue the object named by . is in: its non-empty queue-name label, or ''. */}}
 {{- define "holdfast.cel.queue" -}}
 ((has({{ . }}.metadata.labels) && 'kueue.x-k8s.io/queue-name' in {{ . }}.metadata.labels) ? {{ . }}.metadata.labels['kueue.x-k8s.io/queue-name'] : '')
-{{- end -}}
-
-{{/* CEL: an annotation key (the variable named by .) only the controller writes. */}}
-{{- define "holdfast.cel.controllerAnnotation" -}}
-({{ . }}.startsWith('holdfast.dev/hold-') || {{ . }} == 'holdfast.dev/opened' || {{ . }} == 'holdfast.dev/attempt' || {{ . }} == 'holdfast.dev/admitted-runtime-resource-version')
 {{- end -}}
 
 {{/* CEL: field (a path below object and oldObject, a map) is the same in both; absent and
@@ -289,82 +263,6 @@ judges by the names the queue covers. */}}
 {{/* A list of user names for a message: sorted, comma-separated, or "none configured". */}}
 {{- define "holdfast.describe" -}}
 {{- if . }}{{ . | uniq | sortAlpha | join ", " }}{{ else }}none configured{{ end -}}
-{{- end -}}
-
-{{/* The match conditions of the snapshot rules (snapshots.validate and the snapshots policy):
-every write of a snapshot ConfigMap but those the requester's identity alone decides. One
-definition for both engines: tests/tests/it/match_conditions.rs proves they send every
-request the policy refuses. */}}
-{{- define "holdfast.conditions.snapshots" -}}
-{{- $user := "request.userInfo.username" -}}
-{{- $creators := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotCreators) -}}
-{{- $deleters := include "holdfast.cel.list" (concat (include "holdfast.controllerUsers" . | fromJsonArray) .Values.identities.snapshotDeleters) -}}
-- name: runtime-snapshot
-  expression: |-
-    (has(request.name) && request.name.endsWith('-runtime-snapshot'))
-    || (object != null && ((has(object.metadata.name) && object.metadata.name.endsWith('-runtime-snapshot')) || (has(object.metadata.labels) && 'holdfast.dev/runtime-snapshot' in object.metadata.labels)))
-    || (oldObject != null && ((has(oldObject.metadata.name) && oldObject.metadata.name.endsWith('-runtime-snapshot')) || (has(oldObject.metadata.labels) && 'holdfast.dev/runtime-snapshot' in oldObject.metadata.labels)))
-- name: not-decided-by-identity
-  expression: |-
-    !(request.operation == 'CREATE' && {{ $user }} in {{ $creators }})
-    && !(request.operation == 'DELETE' && {{ $user }} in {{ $deleters }})
-{{- end -}}
-
-{{/* The match conditions of the TrainJob and Workload rules (jobs.validate and the
-trainjobs and workloads policies): a write of holdfast state, a suspend flip, the queue keys, a Workload's TrainJob
-owner or job-uid, a held Workload; not the controller's or Kueue's writes the rules allow. */}}
-{{- define "holdfast.conditions.jobs" -}}
-{{- $user := "request.userInfo.username" -}}
-{{- $controllers := include "holdfast.cel.list" (include "holdfast.controllerUsers" . | fromJsonArray) -}}
-{{- $kueue := include "holdfast.cel.list" .Values.identities.kueueUsers -}}
-{{- $carriesNew := include "holdfast.cel.carries" "object" -}}
-{{- $carriesOld := include "holdfast.cel.carries" "oldObject" -}}
-{{- $flip := printf "(object != null && oldObject != null && %s != %s)" (include "holdfast.cel.suspended" "object") (include "holdfast.cel.suspended" "oldObject") -}}
-{{- $queueKeys := printf "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && (%s || %s || %s))" (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/queue-name")) (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/prebuilt-workload-name")) (include "holdfast.cel.keyChanges" (list "annotations" "kueue.x-k8s.io/prebuilt-workload-name")) -}}
-{{- $owners := "(request.resource.resource == 'workloads' && object != null && ((has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'TrainJob')) || (oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob'))) && (oldObject == null || !has(object.metadata.ownerReferences) || !has(oldObject.metadata.ownerReferences) || object.metadata.ownerReferences != oldObject.metadata.ownerReferences))" -}}
-{{- $jobUid := printf "(request.resource.resource == 'workloads' && object != null && oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && %s)" (include "holdfast.cel.keyChanges" (list "labels" "kueue.x-k8s.io/job-uid")) -}}
-{{- $heldWorkload := "(request.resource.resource == 'workloads' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
-{{- $heldTrainJob := "(request.resource.resource == 'trainjobs' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)" -}}
-{{- /* Kueue mode: an unsuspend of a TrainJob carrying a hold's mark (its Workload's hold is being placed or is in force); only the unsuspend, so that Kueue's own suspend never waits on holdfast. */ -}}
-{{- $markedUnsuspend := printf "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-mark' in oldObject.metadata.annotations && %s && !%s)" (include "holdfast.cel.suspended" "oldObject") (include "holdfast.cel.suspended" "object") -}}
-{{- /* Kueue mode: an unsuspend of a managed TrainJob (before or by the write) whose stored version has no opened mark: refused whoever sends it, Kueue included, so Kueue's must reach a fail-closed entry too. */ -}}
-{{- $gatedUnsuspend := printf "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && %s && !%s && !%s && (%s || %s))" (include "holdfast.cel.suspended" "oldObject") (include "holdfast.cel.suspended" "object") (include "holdfast.cel.hasAnnotation" (list "oldObject" "holdfast.dev/opened")) (include "holdfast.cel.managed" "oldObject") (include "holdfast.cel.managed" "object") -}}
-{{- $stateChanges := include "holdfast.cel.stateChanges" "" -}}
-{{- $kueueMode := eq .Values.mode "kueue" -}}
-- name: holdfast-state
-  {{- if $kueueMode }}
-  expression: |-
-    {{ $stateChanges }}
-    || {{ $queueKeys }}
-    || {{ $owners }}
-    || {{ $jobUid }}
-    || {{ $flip }}
-    || {{ $heldWorkload }}
-  {{- else }}
-  expression: |-
-    {{ $stateChanges }}
-    || ({{ $flip }} && ({{ $carriesNew }} || {{ $carriesOld }}))
-    || {{ $heldWorkload }}
-  {{- end }}
-- name: not-the-controller
-  {{- if $kueueMode }}
-  expression: |-
-    !({{ $user }} in {{ $controllers }})
-    || {{ $flip }}
-  {{- else }}
-  expression: "!({{ $user }} in {{ $controllers }})"
-  {{- end }}
-{{- if $kueueMode }}
-- name: kueue-only-on-holdfast-state
-  expression: |-
-    !({{ $user }} in {{ $kueue }})
-    || {{ $stateChanges }}
-    || {{ $queueKeys }}
-    || {{ $heldWorkload }}
-    || ({{ $flip }} && {{ $heldTrainJob }})
-    || {{ $markedUnsuspend }}
-    || {{ $gatedUnsuspend }}
-{{- end }}
 {{- end -}}
 
 {{/* Whether to render a Prometheus Operator object of kind (index . 2), given its value

@@ -1,5 +1,6 @@
 //! What the policy is asked (an admission request, reduced) and what it answers.
 
+use super::rules::Rule;
 use serde_json::Value;
 use std::fmt;
 
@@ -153,9 +154,11 @@ impl AdmissionInput {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Allow,
-    /// Refused. `field` is the JSON path (or object) concerned, `message` the full sentence
-    /// for the user: what is protected, who may change it, and who tried.
+    /// Refused by `rule`. `field` is the JSON path (or object) concerned, `message` the full
+    /// sentence for the user: what is protected, who may change it, and who tried; it ends
+    /// with the rule's tag (`[rule <id>]`).
     Deny {
+        rule: Rule,
         field: String,
         message: String,
     },
@@ -166,10 +169,21 @@ impl Verdict {
         matches!(self, Verdict::Allow)
     }
 
-    pub(crate) fn deny(field: impl Into<String>, message: impl Into<String>) -> Self {
+    /// The rule that refused, if any.
+    pub fn rule(&self) -> Option<Rule> {
+        match self {
+            Verdict::Allow => None,
+            Verdict::Deny { rule, .. } => Some(*rule),
+        }
+    }
+
+    pub(crate) fn deny(rule: Rule, field: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut message = message.into();
+        message.push_str(&rule.tag());
         Verdict::Deny {
+            rule,
             field: field.into(),
-            message: message.into(),
+            message,
         }
     }
 }

@@ -50,6 +50,7 @@ mod fields;
 mod mutate;
 mod object;
 pub mod pod_replacement;
+pub mod rules;
 mod validate;
 mod workload_requests;
 
@@ -59,6 +60,7 @@ mod testkit;
 pub use admission::{AdmissionInput, Operation, Resource, UserInfo, Verdict};
 pub use identities::Identities;
 pub use mutate::{Mutation, mutate, runtime_to_record};
+pub use rules::Rule;
 pub use validate::{
     QueueCheck, QueueProblem, UnsuspendCheck, queue_check, queue_verdict, unsuspend_check,
     unsuspend_verdict, validate,

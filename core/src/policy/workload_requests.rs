@@ -24,6 +24,7 @@
 
 use super::fields;
 use super::object::{Doc, Object, POD_SETS};
+use super::rules::Rule;
 use super::{AdmissionInput, Operation, QueueProblem, Resource, Verdict};
 use crate::mode::Mode;
 use serde_json::Value;
@@ -118,6 +119,7 @@ pub fn requests_verdict(
         ),
     };
     Verdict::deny(
+        Rule::WorkloadRequests,
         "spec.podSets",
         format!(
             "spec.podSets of Workload {}: {why} (user {})",
@@ -276,7 +278,7 @@ mod tests {
     fn a_workload_that_would_get_no_flavor_in_a_gated_queue_is_refused_with_how_to_fix_it() {
         let i = create(&bare());
         let check = requests_check(&i, Mode::Kueue).unwrap();
-        let Verdict::Deny { field, message } =
+        let Verdict::Deny { field, message, .. } =
             requests_verdict(&i, &check, None, &covered(&["cpu", "memory"]))
         else {
             panic!("allowed a Workload that Kueue would admit with no flavor");

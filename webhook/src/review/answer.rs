@@ -54,7 +54,9 @@ pub fn mutated(uid: &str, m: Mutation) -> AdmissionResponse {
 pub fn judged(uid: &str, verdict: &Verdict) -> AdmissionResponse {
     match verdict {
         Verdict::Allow => allowed(uid),
-        Verdict::Deny { field, message } => refused(uid, 403, "Forbidden", message, Some(field)),
+        Verdict::Deny { field, message, .. } => {
+            refused(uid, 403, "Forbidden", message, Some(field))
+        }
     }
 }
 
@@ -128,6 +130,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use holdfast_core::policy::Rule;
     use holdfast_core::policy::request::decode_review;
     use json_patch::{AddOperation, PatchOperation};
     use jsonptr::PointerBuf;
@@ -162,6 +165,7 @@ mod tests {
             r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"allowed":true,"patch":"W3sib3AiOiJhZGQiLCJwYXRoIjoiL3NwZWMvc3VzcGVuZCIsInZhbHVlIjp0cnVlfV0=","patchType":"JSONPatch","uid":"u2","warnings":["w1","w2"]}}"#
         );
         let deny = Verdict::Deny {
+            rule: Rule::KueueSuspend,
             field: "spec.suspend".into(),
             message: "no \"x\"".into(),
         };
@@ -203,6 +207,7 @@ mod tests {
     #[test]
     fn kube_reads_the_answer_back() {
         let deny = Verdict::Deny {
+            rule: Rule::StartGateLabel,
             field: "metadata.labels".into(),
             message: "m".into(),
         };

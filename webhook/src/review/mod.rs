@@ -513,7 +513,7 @@ impl Policy {
 
     /// The answer to `/validate`, logged and counted.
     fn judged(&self, uid: &str, input: &AdmissionInput, verdict: Verdict) -> AdmissionResponse {
-        if let Verdict::Deny { field, message } = &verdict {
+        if let Verdict::Deny { field, message, .. } = &verdict {
             tracing::info!(
                 uid,
                 kind = input.resource.kind(),

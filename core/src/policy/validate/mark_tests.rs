@@ -60,7 +60,7 @@ fn an_unsuspend_judged_on_a_marked_trainjob_is_refused_even_for_kueue() {
             allowed,
             "{marks:?} {before:?}->{after:?}: {v:?}"
         );
-        if let Verdict::Deny { field, message } = v {
+        if let Verdict::Deny { field, message, .. } = v {
             assert_eq!(field, "spec.suspend");
             assert!(message.contains(ANN_HOLD_MARK), "{message}");
             assert!(message.contains(KUEUE), "{message}");

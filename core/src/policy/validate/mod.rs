@@ -1,13 +1,16 @@
 //! The validating webhook's verdict.
 //!
-//! The same rules are written in CEL as the chart's ValidatingAdmissionPolicies
-//! (`charts/holdfast/templates/admissionpolicies.yaml`, chart value `validation.engine`): a
-//! rule changed here is changed there too, and
-//! `tests/tests/it/validation_engines.rs` compares the two through the real apiserver on
-//! every request of the match-conditions catalogue (add a case there for a new rule).
+//! Every refusal names its [`Rule`]. The rules the apiserver can judge itself have a CEL
+//! half in [`rules`](super::rules), from which the chart's ValidatingAdmissionPolicies are
+//! generated (chart value `validation.engine`): a rule changed here is changed in its row
+//! too, and `cargo test -p holdfast-core policy::rules` evaluates the CEL beside this code
+//! over the case table in `tests.rs`, comparing the rule that refuses.
+//! `tests/tests/it/validation_engines.rs` compares the two engines through the real
+//! apiserver on every request of the match-conditions catalogue.
 
 use super::fields;
 use super::object::{ANNOTATIONS, BINARY_DATA, DATA, Doc, Field, IMMUTABLE, LABELS, Object, UID};
+use super::rules::Rule;
 use super::{AdmissionInput, Identities, Operation, Resource, Verdict};
 use crate::arming::LABEL_PROBE;
 use crate::mode::Mode;
@@ -78,6 +81,7 @@ use serde_json::Value;
 pub fn validate(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict {
     match input.resource {
         Resource::ConfigMap if is_arming_probe(input, who) => Verdict::deny(
+            Rule::ArmingProbe,
             input.object_ref(),
             format!(
                 "holdfast's webhook answers: ConfigMap {} is the controller's arming probe, a dry run (nothing is written)",
@@ -178,6 +182,7 @@ pub fn queue_verdict(
         "in kueue mode holdfast's readmission AdmissionCheck keeps a TrainJob's executions from overlapping".to_owned()
     };
     Verdict::deny(
+        Rule::QueueGated,
         format!("metadata.labels[{QUEUE_NAME_LABEL}]"),
         format!(
             "metadata.labels[{QUEUE_NAME_LABEL}] of TrainJob {}: {what}, but LocalQueue {}/{} does not lead there: {why}; user {} may not queue this TrainJob there (use a LocalQueue whose ClusterQueue requires the check)",
@@ -252,6 +257,7 @@ pub fn unsuspend_verdict(input: &AdmissionInput, found: Result<Option<String>, S
     match found {
         Ok(None) => Verdict::Allow,
         Ok(Some(hold)) => Verdict::deny(
+            Rule::WorkloadHoldUnsuspend,
             field,
             format!(
                 "spec.suspend of TrainJob {}: its Workload carries hold {hold}; the TrainJob stays suspended until its holder releases it through the hold API, in either mode (a hold placed in kueue mode is honoured after a switch to plain mode); user {} may not unsuspend it now (Kueue acting on a stale view: retry after the Workload is evicted)",
@@ -260,6 +266,7 @@ pub fn unsuspend_verdict(input: &AdmissionInput, found: Result<Option<String>, S
             ),
         ),
         Err(why) => Verdict::deny(
+            Rule::WorkloadLookupFailed,
             field,
             format!(
                 "spec.suspend of TrainJob {}: the webhook could not read its Workloads to see whether a hold is in force ({why}); refused, retry",
@@ -271,6 +278,7 @@ pub fn unsuspend_verdict(input: &AdmissionInput, found: Result<Option<String>, S
 
 fn malformed(input: &AdmissionInput, side: &str, doc: Doc<'_>, what: &str) -> Verdict {
     Verdict::deny(
+        Rule::Malformed,
         side,
         format!(
             "malformed admission request: {side} is {}; {what}, so the {} by user {} is refused",
@@ -344,6 +352,7 @@ fn snapshot(input: &AdmissionInput, who: &Identities) -> Verdict {
     match op {
         Operation::Create if who.may_create_snapshot(user) => Verdict::Allow,
         Operation::Create => Verdict::deny(
+            Rule::SnapshotCreate,
             what.clone(),
             format!(
                 "{what} is a runtime snapshot ({evidence}); snapshots are created only by {}; user {user} may not create it",
@@ -358,6 +367,7 @@ fn snapshot(input: &AdmissionInput, who: &Identities) -> Verdict {
             Verdict::Allow
         }
         Operation::Delete => Verdict::deny(
+            Rule::SnapshotDelete,
             what.clone(),
             format!(
                 "{what} is a runtime snapshot ({evidence}); it is deleted only by {} (with the TrainJob that owns it); user {user} may not delete it",
@@ -387,6 +397,7 @@ fn snapshot_update(
     let deleter = who.is_snapshot_deleter(user);
     if !controller && !deleter {
         return Verdict::deny(
+            Rule::SnapshotUpdate,
             what,
             format!(
                 "{what} is a runtime snapshot ({evidence}); a snapshot is written only by {} and never rewritten; user {user} may not update it",
@@ -413,6 +424,7 @@ fn snapshot_update(
             .find(|&f| fields::present(n, f) != fields::present(o, f))
         {
             return Verdict::deny(
+                Rule::SnapshotContent,
                 key.to_string(),
                 format!(
                     "{key} of {what}: a runtime snapshot ({evidence}) is never rewritten, not even by the holdfast controller (user {user}); delete the snapshot instead"
@@ -428,6 +440,7 @@ fn snapshot_update(
     match changed {
         None => Verdict::Allow,
         Some(field) => Verdict::deny(
+            Rule::SnapshotDeleterUpdate,
             field.clone(),
             format!(
                 "{field} of {what}: a runtime snapshot ({evidence}) is written only by {}; user {user}, a snapshot deleter, may only change its ownerReferences and finalizers",
@@ -467,6 +480,11 @@ fn deny_annotation(
     new: Option<&Value>,
 ) -> Verdict {
     let user = &input.user.username;
+    let rule = if input.operation == Operation::Create {
+        Rule::ControllerAnnotationAdded
+    } else {
+        Rule::ControllerAnnotationChanged
+    };
     let action = match (old, new) {
         (None, _) => "add it".to_owned(),
         (Some(_), None) => "remove it".to_owned(),
@@ -474,6 +492,7 @@ fn deny_annotation(
     };
     let field = annotation_field(key);
     Verdict::deny(
+        rule,
         field.clone(),
         format!(
             "{field} of {} {} is written only by {}; user {user} may not {action}",
@@ -486,6 +505,7 @@ fn deny_annotation(
 
 fn deny_hold_finalizer(input: &AdmissionInput, who: &Identities, action: &str) -> Verdict {
     Verdict::deny(
+        Rule::HoldFinalizer,
         "metadata.finalizers",
         format!(
             "metadata.finalizers[{HOLD_FINALIZER}] of {} {} keeps its hold while it is deleted and is written only by {}; user {} may not {action} it",
@@ -501,6 +521,7 @@ fn deny_hold_finalizer(input: &AdmissionInput, who: &Identities, action: &str) -
 /// past its start gate. `what` says what the request does.
 fn deny_unqueued_managed(input: &AdmissionInput, what: &str) -> Verdict {
     Verdict::deny(
+        Rule::KueueManagedQueued,
         label_field(QUEUE_NAME_LABEL),
         format!(
             "{} of TrainJob {}: in kueue mode a TrainJob labelled {LABEL_MANAGED}=true starts only through Kueue admission and holdfast's readmission gate, so it must carry the label {QUEUE_NAME_LABEL} naming a LocalQueue whose ClusterQueue requires holdfast's readmission AdmissionCheck; user {} may not {what} (add {QUEUE_NAME_LABEL}: <local-queue>, or drop {LABEL_MANAGED})",
@@ -534,6 +555,7 @@ fn lost_trainjob_owner(old: Object<'_>, new: Object<'_>) -> bool {
 
 fn deny_lost_trainjob_owner(input: &AdmissionInput, who: &Identities) -> Verdict {
     Verdict::deny(
+        Rule::WorkloadOwnerKept,
         "metadata.ownerReferences",
         format!(
             "metadata.ownerReferences of Workload {}: its TrainJob ownerReference makes it the TrainJob's Workload, the one holdfast holds the TrainJob through; only {} (and the garbage collector, for an orphaning delete) may remove or change it; user {} may not",
@@ -546,6 +568,7 @@ fn deny_lost_trainjob_owner(input: &AdmissionInput, who: &Identities) -> Verdict
 
 fn deny_trainjob_owner(input: &AdmissionInput, who: &Identities) -> Verdict {
     Verdict::deny(
+        Rule::WorkloadOwnerAdded,
         "metadata.ownerReferences",
         format!(
             "metadata.ownerReferences of Workload {}: a Workload owned by a TrainJob is created by {} alone (holdfast holds the TrainJob through it); user {} may not make a Workload a TrainJob's",
@@ -593,6 +616,7 @@ fn held_kind_create(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     }
     match mode {
         Mode::Plain if fields::managed(obj) && !fields::suspended(obj) => Verdict::deny(
+            Rule::PlainManagedCreatedSuspended,
             "spec.suspend",
             format!(
                 "spec.suspend of TrainJob {}: a TrainJob labelled {LABEL_MANAGED}=true is created at its closed start gate (spec.suspend: true), which only {} opens; user {user} may not create it unsuspended",
@@ -656,6 +680,7 @@ fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     }
     if kueue_owns_suspend && fields::suspended(o) != fields::suspended(n) {
         return Verdict::deny(
+            Rule::KueueSuspend,
             "spec.suspend",
             format!(
                 "spec.suspend of TrainJob {} is Kueue's in kueue mode, whatever labels the TrainJob carries, and changed only by {}; user {user} may not change it from {} to {} (holds are lifted with Release, start gates opened with Open)",
@@ -723,6 +748,7 @@ fn deny_unsuspend_of_plain_hold(
     o: Object<'_>,
 ) -> Verdict {
     Verdict::deny(
+        Rule::KueuePlainHoldUnsuspend,
         "spec.suspend",
         format!(
             "spec.suspend of TrainJob {}: it carries hold {} ({ANN_HOLD_INSTANCE}), placed in plain mode before holdfast switched to kueue mode; it stays suspended until its holder releases it through the hold API, which only {} carries out; user {} may not unsuspend it, Kueue included",
@@ -762,6 +788,7 @@ fn unsuspends_at_closed_gate(o: Object<'_>, n: Object<'_>) -> bool {
 
 fn deny_kueue_unsuspend_at_closed_gate(input: &AdmissionInput, who: &Identities) -> Verdict {
     Verdict::deny(
+        Rule::KueueGateUnsuspend,
         "spec.suspend",
         format!(
             "spec.suspend of TrainJob {}: it is labelled {LABEL_MANAGED}=true and its start gate is closed (no {ANN_OPENED}); it stays suspended until {} opens it, through Open; user {} may not unsuspend it, Kueue included (Kueue admitted it on a readmission check that was Ready before the label was added: it unsuspends the job once Open has written the mark)",
@@ -779,6 +806,7 @@ fn deny_unsuspend_of_marked(input: &AdmissionInput, o: Object<'_>) -> Verdict {
         other => format!("{other:?}"),
     };
     Verdict::deny(
+        Rule::KueueMarkedUnsuspend,
         "spec.suspend",
         format!(
             "spec.suspend of TrainJob {}: it is marked for hold {mark} ({ANN_HOLD_MARK}), placed on its Workload; it stays suspended until its holder releases the hold through the hold API; user {} may not unsuspend it now, Kueue included (Kueue acting on a view from before the hold: it evicts the Workload, and admits it again after the release)",
@@ -801,6 +829,7 @@ fn start_gate_label(
     }
     let field = label_field(LABEL_MANAGED);
     Some(Verdict::deny(
+        Rule::StartGateLabel,
         field.clone(),
         format!(
             "{field} of TrainJob {}: its start gate is closed (no {ANN_OPENED}) and only {} opens it, through Open; user {} may not remove the label before the gate is opened (delete the TrainJob instead)",
@@ -831,6 +860,7 @@ fn kueue_workload_update(
         && fields::label(o, JOB_UID_LABEL) != fields::label(n, JOB_UID_LABEL)
     {
         return Verdict::deny(
+            Rule::WorkloadJobUid,
             format!("metadata.labels[{JOB_UID_LABEL}]"),
             format!(
                 "metadata.labels[{JOB_UID_LABEL}] of Workload {}: on a TrainJob's Workload it is how holdfast and Kueue find the Workload, and only {} sets it; user {} may not change or remove it",
@@ -845,6 +875,7 @@ fn kueue_workload_update(
     }
     if fields::active(o) != fields::active(n) {
         return Verdict::deny(
+            Rule::WorkloadHeldActive,
             "spec.active",
             format!(
                 "spec.active of Workload {} carries hold {} ({ANN_HOLD_INSTANCE}); only {} flips it, by releasing the hold; user {user} may not change it from {} to {}",
@@ -858,6 +889,7 @@ fn kueue_workload_update(
     }
     if fields::workload_queue(o) != fields::workload_queue(n) {
         return Verdict::deny(
+            Rule::WorkloadHeldQueue,
             "spec.queueName",
             format!(
                 "spec.queueName of Workload {} carries hold {} ({ANN_HOLD_INSTANCE}): a held Workload stays in its queue, whose ClusterQueue requires holdfast's readmission gate, until {} releases it; user {user} may not move it",
@@ -898,6 +930,7 @@ fn kueue_trainjob_update(
             None => format!("remove it (it is {queue:?})"),
         };
         return Verdict::deny(
+            Rule::KueueQueueStays,
             field.clone(),
             format!(
                 "{field} of TrainJob {}: {why}, and Kueue ignores a job without a queue name, which would let it run without Kueue admission and holdfast's readmission gate; only {} may change it now; user {user} may not {to}",
@@ -909,6 +942,7 @@ fn kueue_trainjob_update(
     if fields::prebuilt_workload(o) != fields::prebuilt_workload(n) && (stopped || gate_closed) {
         let field = label_field(PREBUILT_WORKLOAD_LABEL);
         return Verdict::deny(
+            Rule::KueuePrebuiltStays,
             field.clone(),
             format!(
                 "{field} (label or annotation) of TrainJob {}: it names the Workload Kueue adopts for the job, and the TrainJob is suspended or at its closed start gate, so a new one would replace the Workload holdfast holds; user {user} may not change it now",
@@ -933,6 +967,7 @@ fn plain_trainjob_update(
     let unsuspends = fields::suspended(o) && !fields::suspended(n);
     if unsuspends && fields::held(o) {
         return Verdict::deny(
+            Rule::PlainHeldUnsuspend,
             "spec.suspend",
             format!(
                 "spec.suspend of TrainJob {}: it is held (hold {}, {ANN_HOLD_INSTANCE}); only {} unsuspends it, by releasing the hold; user {user} may not",
@@ -945,6 +980,7 @@ fn plain_trainjob_update(
     let at_gate = !fields::opened(o);
     if unsuspends && at_gate && (fields::managed(o) || fields::managed(n)) {
         return Verdict::deny(
+            Rule::PlainGateUnsuspend,
             "spec.suspend",
             format!(
                 "spec.suspend of TrainJob {}: it is labelled {LABEL_MANAGED}=true and its start gate is closed (no {ANN_OPENED}); only {} opens it, through Open; user {user} may not unsuspend it",
@@ -961,4 +997,4 @@ mod mark_tests;
 #[cfg(test)]
 mod start_gate_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

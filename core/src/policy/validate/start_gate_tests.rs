@@ -75,7 +75,7 @@ fn kueue_does_not_unsuspend_a_managed_trainjob_whose_start_gate_is_closed() {
             allowed,
             "{before:?}->{after:?} {annotations:?} {suspended}->{suspends_after}: {v:?}"
         );
-        if let Verdict::Deny { field, message } = v {
+        if let Verdict::Deny { field, message, .. } = v {
             assert_eq!(field, "spec.suspend");
             assert!(
                 message.contains(ANN_OPENED) && message.contains("Kueue included"),

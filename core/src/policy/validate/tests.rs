@@ -4,8 +4,8 @@ use super::validate;
 use crate::mode::Mode;
 use crate::names::{
     ANN_ADMITTED_RUNTIME_RESOURCE_VERSION as ADMITTED, ANN_ATTEMPT, ANN_HOLD_HOLDER,
-    ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED, HOLD_FINALIZER,
-    LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL as PREBUILT,
+    ANN_HOLD_INSTANCE, ANN_HOLD_MARK, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED,
+    HOLD_FINALIZER, LABEL_MANAGED, LABEL_RUNTIME_SNAPSHOT, PREBUILT_WORKLOAD_LABEL as PREBUILT,
 };
 use crate::policy::testkit::*;
 use crate::policy::{Operation, QUEUE_NAME_LABEL, Resource, Verdict};
@@ -24,15 +24,15 @@ const QUEUED: (&str, &str) = (QUEUE_NAME_LABEL, "team-queue");
 
 /// One row: a request, run as every identity in `EVERYONE` in each of `modes`; allowed
 /// exactly for the identities in `allowed`.
-struct Case {
-    name: &'static str,
-    modes: &'static [Mode],
-    resource: Resource,
-    op: Operation,
-    subresource: Option<&'static str>,
-    old: Option<Value>,
-    new: Option<Value>,
-    allowed: &'static [&'static str],
+pub(crate) struct Case {
+    pub(crate) name: &'static str,
+    pub(crate) modes: &'static [Mode],
+    pub(crate) resource: Resource,
+    pub(crate) op: Operation,
+    pub(crate) subresource: Option<&'static str>,
+    pub(crate) old: Option<Value>,
+    pub(crate) new: Option<Value>,
+    pub(crate) allowed: &'static [&'static str],
 }
 
 fn case(
@@ -87,7 +87,7 @@ fn active(v: &Value, a: Option<bool>) -> Value {
 }
 
 #[rustfmt::skip]
-fn table() -> Vec<Case> {
+pub(crate) fn table() -> Vec<Case> {
     use Operation::*;
     use Resource::{ConfigMap as CM, TrainJob as TJ, Workload as WL};
     let snap = cm(SNAP, &[SNAP_LABEL]);
@@ -157,6 +157,8 @@ fn table() -> Vec<Case> {
         case("delete a held TrainJob", BOTH, TJ, Delete, Some(held_job.clone()), None, &EVERYONE),
         case("create a TrainJob that is a number", BOTH, TJ, Create, None, Some(json!(3)), &[CONTROLLER]),
         case("update a TrainJob without oldObject (plain)", PLAIN, TJ, Update, None, Some(job.clone()), &[CONTROLLER]),
+        case("kueue: unsuspend a TrainJob marked for a hold on its Workload (Kueue included)", KUEUE_MODE, TJ, Update, Some(tj(&[(ANN_HOLD_MARK, "instance=4 deadline=2026-12-05T00:10:00Z")], &[QUEUED], Some(true))), Some(tj(&[(ANN_HOLD_MARK, "instance=4 deadline=2026-12-05T00:10:00Z")], &[QUEUED], Some(false))), NOBODY),
+        case("kueue: suspend a TrainJob marked for a hold (Kueue's own suspend)", KUEUE_MODE, TJ, Update, Some(tj(&[(ANN_HOLD_MARK, "instance=4 deadline=2026-12-05T00:10:00Z")], &[QUEUED], Some(false))), Some(tj(&[(ANN_HOLD_MARK, "instance=4 deadline=2026-12-05T00:10:00Z")], &[QUEUED], Some(true))), &[KUEUE]),
         case("update a TrainJob without oldObject (kueue: even the controller's suspend cannot be checked)", KUEUE_MODE, TJ, Update, None, Some(job.clone()), NOBODY),
         case("update a TrainJob whose object is an array", PLAIN, TJ, Update, Some(job.clone()), Some(json!([job.clone()])), &[CONTROLLER]),
         // --- controller annotations on Workloads
@@ -280,7 +282,7 @@ fn every_rule_for_every_identity_in_both_modes() {
                         if want { "allow" } else { "deny" }
                     ));
                 }
-                if let Verdict::Deny { field, message } = &verdict {
+                if let Verdict::Deny { field, message, .. } = &verdict {
                     assert!(!field.is_empty(), "{}: empty field", c.name);
                     assert!(
                         message.contains(user),
@@ -313,7 +315,7 @@ fn verdict(
 
 fn denied(v: &Verdict) -> (String, String) {
     match v {
-        Verdict::Deny { field, message } => (field.clone(), message.clone()),
+        Verdict::Deny { field, message, .. } => (field.clone(), message.clone()),
         Verdict::Allow => panic!("expected a denial"),
     }
 }
@@ -561,7 +563,7 @@ fn deny_message_names_field_and_who_may_change_it() {
         message,
         "metadata.annotations[holdfast.dev/hold-instance] of TrainJob team-a/mnist is written only by \
          the holdfast controller (system:serviceaccount:holdfast-system:holdfast-controller); \
-         user alice may not change it from \"3\" to \"4\""
+         user alice may not change it from \"3\" to \"4\" [rule controller-annotation-changed]"
     );
 }
 
