@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use holdfast_core::{
     hold::{
-        AfterRead, Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView, HoldError,
-        Outcome, RejectCause, Status, after_read, apply, decide, looks_for_pods, switch,
+        AfterRead, AfterWrite, Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView,
+        HoldError, Outcome, RejectCause, Status, WriteAnswer, after_read, after_write, apply,
+        decide, looks_for_pods, marks_first, switch,
     },
     mode::Mode,
     names::QUEUE_NAME_LABEL,
@@ -94,6 +95,14 @@ struct Observed {
 struct Read {
     trainjob: Value,
     workload: Option<Value>,
+}
+
+/// Open's wait for its runtime snapshot: whether this call has seen it, and what the gate
+/// learnt of the TrainJob's runtime meanwhile.
+#[derive(Default)]
+struct SnapshotWait {
+    seen: bool,
+    snapshottable: Option<holdfast_core::snapshot::Snapshottable>,
 }
 
 impl HoldExecutor {
@@ -397,7 +406,9 @@ impl HoldExecutor {
         under_multikueue(trainjob, queue)
     }
 
-    /// The read-decide-write loop of one call.
+    /// The read-decide-write loop of one call: read, refuse what no gate would keep, decide
+    /// (`holdfast_core::hold`), and send the one write decided, until the call is answered.
+    /// Every choice is core's; this sends the requests and carries their answers back.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
@@ -412,133 +423,36 @@ impl HoldExecutor {
         let mut call = call.clone();
         let kind = call.kind();
         let mut pause = self.config.transient_backoff;
-        let (mut snapshot_seen, mut snapshottable) = (false, None);
+        let mut snapshot = SnapshotWait::default();
         loop {
             let read = self.read(reqs, namespace, name).await?;
-            if self.events.is_some() {
-                observed.trainjob = crate::trainjob::reference(&read.trainjob);
-                observed.workload = read
-                    .workload
-                    .as_ref()
-                    .and_then(|w| w.pointer("/metadata/name"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                observed.pods.clear();
-            }
-            if let Some(under) = self.under_multikueue(&read.trainjob, read.workload.as_ref()) {
-                let coverage = crate::multikueue::coverage_of(
-                    &self.client,
-                    self.queues.as_ref(),
-                    &self.workers,
-                    &under,
-                )
-                .await;
-                if !coverage.covered() {
-                    return Err(HoldError::unsupported(under.refusal(kind, &coverage)));
-                }
-            }
-            if let (Some(queues), Some(workload)) = (&self.queues, &read.workload)
-                && let Some(why) = queues.gate_for(workload).refusal_for(kind)
-            {
-                return Err(HoldError::unsupported(format!(
-                    "{kind} needs holdfast's readmission gate, which this TrainJob's Workload would not pass: {why} (a hold may still be placed: stopping is always safe)"
-                )));
-            }
-            // A hold of the other mode, left in force across a mode switch, is honoured: the
-            // call acts in that hold's mode until it is released (`holdfast_core::hold::switch`).
-            let mode = switch::acting_mode(self.mode, &read.trainjob, read.workload.as_ref());
-            if mode != self.mode {
-                tracing::info!(
-                    namespace, name, call = %kind, configured = %self.mode, hold_mode = %mode,
-                    "a hold placed in the other mode is in force: the call acts on it"
-                );
-            }
+            self.observe(observed, &read);
+            self.refuse_ungated(kind, &read).await?;
+            let mode = self.acting_mode(kind, namespace, name, &read);
             let view = match after_read(&call, mode, &read.trainjob, read.workload.as_ref()) {
                 AfterRead::Decide(view) => view,
                 AfterRead::ReadAgain => {
                     // Waiting for the Workload now, not for the snapshot.
                     observed.waiting_for = None;
-                    reqs.pause(
-                        self.config
-                            .transient_backoff
-                            .max(Duration::from_millis(200)),
-                    )
-                    .await?;
+                    reqs.pause(self.waiting_pause()).await?;
                     continue;
                 }
                 AfterRead::Answer(e) => return Err(e),
             };
-            // The start gate opens a managed TrainJob only once its runtime snapshot exists.
-            if self.snapshot_gate && kind == CallKind::Open && !snapshot_seen {
-                let gate = super::snapshot_gate::gate(
-                    &self.client,
-                    reqs,
-                    namespace,
-                    name,
-                    &read.trainjob,
-                    &mut snapshottable,
-                )
-                .await?;
-                match gate {
-                    OpenGate::Go => {
-                        snapshot_seen = true;
-                        observed.waiting_for = None;
-                    }
-                    OpenGate::Wait { why } => {
-                        observed.waiting_for = Some(why);
-                        let pause = self.config.transient_backoff;
-                        reqs.pause(pause.max(Duration::from_millis(200))).await?;
-                        continue;
-                    }
-                    OpenGate::Refuse { why, reason } => {
-                        self.metrics.open_without_snapshot(why);
-                        return Err(HoldError::unsupported(reason));
-                    }
-                }
-            }
-            // A write decided for the hold in force, carried into that hold's mode.
-            let carried = |decision| match decision {
-                Decision::Write(w) => Decision::Write(switch::carried_write(w, self.mode, mode)),
-                other => other,
-            };
-            let mut decision = carried(attempts.decide(&call, &view));
-            // Another holder's hold: the caller's override is asked now, and only now; granted,
-            // the call is decided again on the same read, and stays an override's.
-            if let Decision::Fail(e) = &decision
-                && e.is_not_holder()
+            if kind == CallKind::Open
+                && !self
+                    .snapshot_taken(reqs, namespace, name, &read, &mut snapshot, observed)
+                    .await?
             {
-                match caller.may_override().await {
-                    Ok(()) => {
-                        observed.overrode = view.hold.holder().map(str::to_owned);
-                        call = call.overriding();
-                        decision = carried(attempts.decide_again(&call, &view));
-                    }
-                    Err(why) => {
-                        decision = Decision::Fail(HoldError::not_holder(format!(
-                            "{}; {}",
-                            e.body().message,
-                            holdfast_core::hold::printable(&why)
-                        )));
-                    }
-                }
+                reqs.pause(self.waiting_pause()).await?;
+                continue;
             }
-            if looks_for_pods(&decision, self.mode, mode) {
-                // The decision is remade knowing whether any remain. (Neither Release nor Open
-                // reads `after_conflict`; that is Hold's alone.)
-                let remaining = pods::names(&self.remaining_pods(reqs, namespace, name).await?);
-                if !remaining.is_empty() {
-                    tracing::info!(namespace, name, call = %kind, pods = ?remaining, "refused: pods of an earlier execution remain");
-                    observed.pods.clone_from(&remaining);
-                    decision = carried(decide(
-                        &call,
-                        &HeldView {
-                            pods_remain: true,
-                            ..view
-                        },
-                        None,
-                    ));
-                }
-            }
+            let decision = self
+                .decide(&mut call, caller, attempts, &view, mode, observed)
+                .await;
+            let decision = self
+                .knowing_the_pods(&call, decision, view, mode, reqs, namespace, name, observed)
+                .await?;
             let write = match decision {
                 Decision::Done(outcome) => {
                     self.unmark_if_released(&call, mode, outcome, reqs, namespace, name)
@@ -561,21 +475,18 @@ impl HoldExecutor {
                 .and_then(Value::as_str)
                 .unwrap_or(name)
                 .to_owned();
-            // Kueue mode: the TrainJob is marked before its Workload is held (`mark`).
-            if let (Call::Hold { instance, .. }, HeldObject::Workload, Mode::Kueue) =
-                (&call, write.target, self.mode)
-            {
+            if let Some(instance) = marks_first(&call, write.target, self.mode) {
                 let bound = self.call_bound();
-                match super::mark::before_hold(
+                let marking = super::mark::before_hold(
                     reqs,
                     namespace,
                     name,
                     &read.trainjob,
-                    *instance,
+                    instance,
                     bound,
                 )
-                .await?
-                {
+                .await?;
+                match marking {
                     Marking::Done => {}
                     Marking::Conflict => {
                         attempts.conflicted()?;
@@ -599,22 +510,20 @@ impl HoldExecutor {
                 })
                 .await;
             }
-            match reqs
+            let sent = reqs
                 .replace(&ar, namespace, &object_name, &object, false)
-                .await
-            {
-                Ok(_) => {
+                .await;
+            let answer = sent
+                .as_ref()
+                .map_or_else(RequestError::write_answer, |_| WriteAnswer::Landed);
+            match (after_write(answer), sent) {
+                (AfterWrite::Done, _) => {
                     self.unmark_if_released(&call, mode, write.outcome, reqs, namespace, name)
                         .await;
                     return Ok(write.outcome);
                 }
-                // A 409: the object changed since the read. A 404: it is gone (a Workload
-                // deleted and replaced between the read and the write). Either way read
-                // again and decide again; it spends one of the eight tries.
-                Err(e) if e.is_conflict() || e.code() == Some(404) => attempts.conflicted()?,
-                // The write's outcome is unknown: it may have landed. Read again (spending
-                // no try): the read shows whether it did, and the call answers what is true.
-                Err(e) if e.is_transient() => {
+                (AfterWrite::ReadAgain, _) => attempts.conflicted()?,
+                (AfterWrite::PauseAndReadAgain, Err(e)) => {
                     tracing::debug!(error = %e, "write's answer lost; reading again");
                     attempts.unanswered(write.outcome);
                     reqs.pause(pause)
@@ -622,16 +531,191 @@ impl HoldExecutor {
                         .map_err(|d| reads::last_error(d, &e))?;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                Err(RequestError::TimedOut) => {
+                (AfterWrite::DeadlinePassed, _) => {
                     attempts.unanswered(write.outcome);
                     return Err(HoldError::deadline_passed(format!(
                         "updating {object_name}: {}",
                         RequestError::TimedOut
                     )));
                 }
-                Err(e) => return Err(e.into_hold_error(&format!("updating {object_name}"))),
+                (AfterWrite::Fail | AfterWrite::PauseAndReadAgain, sent) => {
+                    let e = sent.err().unwrap_or(RequestError::TimedOut);
+                    return Err(e.into_hold_error(&format!("updating {object_name}")));
+                }
             }
         }
+    }
+
+    /// What the call saw, for its Events (only when it publishes them).
+    fn observe(&self, observed: &mut Observed, read: &Read) {
+        if self.events.is_none() {
+            return;
+        }
+        observed.trainjob = crate::trainjob::reference(&read.trainjob);
+        observed.workload = read
+            .workload
+            .as_ref()
+            .and_then(|w| w.pointer("/metadata/name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        observed.pods.clear();
+    }
+
+    /// Refuses a call no readmission gate would keep: a MultiKueue queue whose workers are not
+    /// all configured, or (Release and Open) a Workload whose queue does not require the gate.
+    async fn refuse_ungated(&self, kind: CallKind, read: &Read) -> Result<(), HoldError> {
+        if let Some(under) = self.under_multikueue(&read.trainjob, read.workload.as_ref()) {
+            let coverage = crate::multikueue::coverage_of(
+                &self.client,
+                self.queues.as_ref(),
+                &self.workers,
+                &under,
+            )
+            .await;
+            if !coverage.covered() {
+                return Err(HoldError::unsupported(under.refusal(kind, &coverage)));
+            }
+        }
+        if let (Some(queues), Some(workload)) = (&self.queues, &read.workload)
+            && let Some(why) = queues.gate_for(workload).refusal_for(kind)
+        {
+            return Err(HoldError::unsupported(format!(
+                "{kind} needs holdfast's readmission gate, which this TrainJob's Workload would not pass: {why} (a hold may still be placed: stopping is always safe)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The mode the call acts in: a hold of the other mode, left in force across a mode
+    /// switch, is honoured in its own mode until released (`holdfast_core::hold::switch`).
+    fn acting_mode(&self, kind: CallKind, namespace: &str, name: &str, read: &Read) -> Mode {
+        let mode = switch::acting_mode(self.mode, &read.trainjob, read.workload.as_ref());
+        if mode != self.mode {
+            tracing::info!(
+                namespace, name, call = %kind, configured = %self.mode, hold_mode = %mode,
+                "a hold placed in the other mode is in force: the call acts on it"
+            );
+        }
+        mode
+    }
+
+    /// How long a call waiting for something to appear (its Workload, its snapshot) pauses.
+    fn waiting_pause(&self) -> Duration {
+        self.config
+            .transient_backoff
+            .max(Duration::from_millis(200))
+    }
+
+    /// Open: whether the TrainJob's runtime snapshot exists, when the start gate waits for it
+    /// (checked once per call; `false`: pause and read again).
+    async fn snapshot_taken(
+        &self,
+        reqs: &mut CallRequests<'_>,
+        namespace: &str,
+        name: &str,
+        read: &Read,
+        wait: &mut SnapshotWait,
+        observed: &mut Observed,
+    ) -> Result<bool, HoldError> {
+        if !self.snapshot_gate || wait.seen {
+            return Ok(true);
+        }
+        let gate = super::snapshot_gate::gate(
+            &self.client,
+            reqs,
+            namespace,
+            name,
+            &read.trainjob,
+            &mut wait.snapshottable,
+        )
+        .await?;
+        match gate {
+            OpenGate::Go => {
+                wait.seen = true;
+                observed.waiting_for = None;
+                Ok(true)
+            }
+            OpenGate::Wait { why } => {
+                observed.waiting_for = Some(why);
+                Ok(false)
+            }
+            OpenGate::Refuse { why, reason } => {
+                self.metrics.open_without_snapshot(why);
+                Err(HoldError::unsupported(reason))
+            }
+        }
+    }
+
+    /// The call decided on `view`, its write carried into the acting mode. Another holder's
+    /// hold: the caller's override is asked now, and only now; granted, the call is decided
+    /// again on the same read, and stays an override's.
+    async fn decide(
+        &self,
+        call: &mut Call,
+        caller: &CallerIdentity,
+        attempts: &mut Attempts,
+        view: &HeldView,
+        mode: Mode,
+        observed: &mut Observed,
+    ) -> Decision {
+        let decision = self.carried(attempts.decide(call, view), mode);
+        let Decision::Fail(e) = &decision else {
+            return decision;
+        };
+        if !e.is_not_holder() {
+            return decision;
+        }
+        match caller.may_override().await {
+            Ok(()) => {
+                observed.overrode = view.hold.holder().map(str::to_owned);
+                *call = call.clone().overriding();
+                self.carried(attempts.decide_again(call, view), mode)
+            }
+            Err(why) => Decision::Fail(HoldError::not_holder(format!(
+                "{}; {}",
+                e.body().message,
+                holdfast_core::hold::printable(&why)
+            ))),
+        }
+    }
+
+    /// A write decided for the hold in force, carried into that hold's mode.
+    fn carried(&self, decision: Decision, acting: Mode) -> Decision {
+        match decision {
+            Decision::Write(w) => Decision::Write(switch::carried_write(w, self.mode, acting)),
+            other => other,
+        }
+    }
+
+    /// The decision remade knowing whether pods of an earlier execution remain, where it
+    /// looks for them (`looks_for_pods`). Neither Release nor Open reads `after_conflict`:
+    /// that is Hold's alone.
+    #[allow(clippy::too_many_arguments)]
+    async fn knowing_the_pods(
+        &self,
+        call: &Call,
+        decision: Decision,
+        view: HeldView,
+        mode: Mode,
+        reqs: &mut CallRequests<'_>,
+        namespace: &str,
+        name: &str,
+        observed: &mut Observed,
+    ) -> Result<Decision, HoldError> {
+        if !looks_for_pods(&decision, self.mode, mode) {
+            return Ok(decision);
+        }
+        let remaining = pods::names(&self.remaining_pods(reqs, namespace, name).await?);
+        if remaining.is_empty() {
+            return Ok(decision);
+        }
+        tracing::info!(namespace, name, call = %call.kind(), pods = ?remaining, "refused: pods of an earlier execution remain");
+        observed.pods.clone_from(&remaining);
+        let view = HeldView {
+            pods_remain: true,
+            ..view
+        };
+        Ok(self.carried(decide(call, &view, None), mode))
     }
 
     /// Kueue mode: a Release that lifted a hold on the Workload (`acting` mode) removes the

@@ -20,7 +20,7 @@ use std::{
 };
 
 use holdfast_core::{
-    hold::{CallMeta, HoldError},
+    hold::{CallMeta, HoldError, WriteAnswer},
     rfc3339,
 };
 use http::{HeaderValue, Uri, header::USER_AGENT};
@@ -80,6 +80,17 @@ impl RequestError {
     /// A 409: the write's precondition failed (or the object changed under it).
     pub fn is_conflict(&self) -> bool {
         self.code() == Some(409)
+    }
+
+    /// How a write failing with this error was answered, for `holdfast_core::hold::after_write`.
+    pub fn write_answer(&self) -> WriteAnswer {
+        match self {
+            e if e.is_conflict() => WriteAnswer::Conflict,
+            e if e.code() == Some(404) => WriteAnswer::Gone,
+            e if e.is_transient() => WriteAnswer::Lost,
+            RequestError::TimedOut => WriteAnswer::PastDeadline,
+            _ => WriteAnswer::Refused,
+        }
     }
 
     /// The request may succeed if made again: the apiserver was unreachable, overloaded or

@@ -10,6 +10,7 @@
 //! mark and A always live on the TrainJob, so in Kueue mode Hold and Release write the
 //! Workload and Open writes the TrainJob ([`Call::target`]).
 
+mod after_write;
 mod answer;
 mod call;
 pub mod classify;
@@ -29,6 +30,7 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
+pub use after_write::{AfterWrite, WriteAnswer, after_write, marks_first};
 pub use answer::{CallAnswer, StatusAnswer, Success};
 pub use call::{
     CALL_BOUND_MIN_MARGIN, Call, CallKind, CallMeta, CallRequest, CallerId, HeldObject,

@@ -319,7 +319,8 @@ async fn the_admission_policies_and_the_webhook_decide_every_request_alike() {
         for (i, case) in cases.iter().enumerate() {
             *counts.entry(format!("{mode} requests")).or_default() += 1;
             let input = case.input(case.mutated(mode, true));
-            let expected = validate(&input, &who(), mode).is_allowed();
+            let rust = validate(&input, &who(), mode);
+            let expected = rust.is_allowed();
             match &alone[i] {
                 Ok(v) if v.allowed() == expected => {
                     if let Verdict::ByPolicy(message) = v {
@@ -329,6 +330,14 @@ async fn the_admission_policies_and_the_webhook_decide_every_request_alike() {
                         if !message.contains(case.user) {
                             failures.push(format!(
                                 "[{mode}] the policy's message does not name the user: {message}"
+                            ));
+                        }
+                        // The apiserver reports the first refusing validation: the rule
+                        // the webhook refuses by.
+                        let want = rust.rule().map(|r| r.tag());
+                        if want.as_deref().is_none_or(|tag| !message.ends_with(tag)) {
+                            failures.push(format!(
+                                "[{mode}] the policy refused by another rule than the webhook's {want:?}: {message}"
                             ));
                         }
                     }
