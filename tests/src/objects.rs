@@ -47,12 +47,92 @@ pub fn cluster_training_runtime(name: &str, image: &str) -> serde_json::Value {
 
 /// A TrainJob that references ClusterTrainingRuntime `runtime`.
 pub fn trainjob(name: &str, runtime: &str) -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {"runtimeRef": {"name": runtime}}
-    })
+    TrainJob::named(name).runtime(runtime).json()
+}
+
+/// A TrainJob to create, written as the scenario says it:
+/// `TrainJob::named("job").runtime(rt).managed().queued("main").suspended(true)`.
+#[derive(Clone, Debug)]
+pub struct TrainJob {
+    name: String,
+    runtime: String,
+    labels: serde_json::Map<String, serde_json::Value>,
+    annotations: serde_json::Map<String, serde_json::Value>,
+    suspend: Option<bool>,
+}
+
+impl TrainJob {
+    /// A TrainJob `name` of ClusterTrainingRuntime `torch-distributed`, with no labels, no
+    /// annotations and no `spec.suspend`.
+    pub fn named(name: &str) -> Self {
+        TrainJob {
+            name: name.to_owned(),
+            runtime: "torch-distributed".to_owned(),
+            labels: serde_json::Map::new(),
+            annotations: serde_json::Map::new(),
+            suspend: None,
+        }
+    }
+
+    /// It references ClusterTrainingRuntime `runtime`.
+    pub fn runtime(mut self, runtime: impl AsRef<str>) -> Self {
+        runtime.as_ref().clone_into(&mut self.runtime);
+        self
+    }
+
+    /// It is labelled `holdfast.dev/managed: "true"`: it waits at its start gate.
+    pub fn managed(self) -> Self {
+        self.label(holdfast_core::names::LABEL_MANAGED, "true")
+    }
+
+    /// It is queued in LocalQueue `queue` (`kueue.x-k8s.io/queue-name`).
+    pub fn queued(self, queue: &str) -> Self {
+        self.label(holdfast_core::names::QUEUE_NAME_LABEL, queue)
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// Its `spec.suspend`.
+    pub fn suspended(mut self, suspend: bool) -> Self {
+        self.suspend = Some(suspend);
+        self
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let mut metadata = serde_json::json!({"name": self.name});
+        if !self.labels.is_empty() {
+            metadata["labels"] = self.labels.clone().into();
+        }
+        if !self.annotations.is_empty() {
+            metadata["annotations"] = self.annotations.clone().into();
+        }
+        let mut spec = serde_json::json!({"runtimeRef": {"name": self.runtime}});
+        if let Some(suspend) = self.suspend {
+            spec["suspend"] = suspend.into();
+        }
+        serde_json::json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": metadata,
+            "spec": spec,
+        })
+    }
+
+    /// As the object a kube `Api<DynamicObject>` creates.
+    pub fn object(&self) -> DynamicObject {
+        match serde_json::from_value(self.json()) {
+            Ok(o) => o,
+            Err(e) => panic!("a TrainJob is a DynamicObject: {e}"),
+        }
+    }
 }
 
 /// Sets the container image of a ClusterTrainingRuntime built by [`cluster_training_runtime`]

@@ -242,3 +242,49 @@ pub async fn wait_until_may_call(
     )
     .await;
 }
+
+/// Waits until `client`'s user may `verb` `resource` (of `group`, `subresource` if given) in
+/// `namespace`: the authorizer's cache catches up with a binding just created only after a
+/// moment, and a request sent before then is refused. Panics after 60 s.
+pub async fn await_grant(
+    client: &kube::Client,
+    group: &str,
+    resource: &str,
+    subresource: Option<&str>,
+    verb: &str,
+    namespace: &str,
+) {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource: subresource.map(Into::into),
+                verb: Some(verb.into()),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let start = std::time::Instant::now();
+    loop {
+        let answer = match reviews.create(&PostParams::default(), &review).await {
+            Ok(a) => a,
+            Err(e) => panic!("review: {e}"),
+        };
+        if answer.status.is_some_and(|s| s.allowed) {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the grant to {verb} {resource} in {namespace} never took effect"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

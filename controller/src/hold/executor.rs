@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use holdfast_core::{
     hold::{
         AfterRead, AfterWrite, Attempts, Call, CallKind, CallMeta, Decision, HeldObject, HeldView,
-        HoldError, Outcome, RejectCause, Status, WriteAnswer, after_read, after_write, apply,
-        decide, looks_for_pods, marks_first, switch,
+        HoldError, Outcome, RejectCause, Status, after_read, after_write, apply, decide,
+        looks_for_pods, marks_first, switch,
     },
     mode::Mode,
     names::QUEUE_NAME_LABEL,
@@ -510,20 +510,20 @@ impl HoldExecutor {
                 })
                 .await;
             }
-            let sent = reqs
+            let e = match reqs
                 .replace(&ar, namespace, &object_name, &object, false)
-                .await;
-            let answer = sent
-                .as_ref()
-                .map_or_else(RequestError::write_answer, |_| WriteAnswer::Landed);
-            match (after_write(answer), sent) {
-                (AfterWrite::Done, _) => {
+                .await
+            {
+                Ok(_) => {
                     self.unmark_if_released(&call, mode, write.outcome, reqs, namespace, name)
                         .await;
                     return Ok(write.outcome);
                 }
-                (AfterWrite::ReadAgain, _) => attempts.conflicted()?,
-                (AfterWrite::PauseAndReadAgain, Err(e)) => {
+                Err(e) => e,
+            };
+            match after_write(e.write_answer()) {
+                AfterWrite::ReadAgain => attempts.conflicted()?,
+                AfterWrite::PauseAndReadAgain => {
                     tracing::debug!(error = %e, "write's answer lost; reading again");
                     attempts.unanswered(write.outcome);
                     reqs.pause(pause)
@@ -531,15 +531,14 @@ impl HoldExecutor {
                         .map_err(|d| reads::last_error(d, &e))?;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                (AfterWrite::DeadlinePassed, _) => {
+                AfterWrite::DeadlinePassed => {
                     attempts.unanswered(write.outcome);
                     return Err(HoldError::deadline_passed(format!(
                         "updating {object_name}: {}",
                         RequestError::TimedOut
                     )));
                 }
-                (AfterWrite::Fail | AfterWrite::PauseAndReadAgain, sent) => {
-                    let e = sent.err().unwrap_or(RequestError::TimedOut);
+                AfterWrite::Fail => {
                     return Err(e.into_hold_error(&format!("updating {object_name}")));
                 }
             }

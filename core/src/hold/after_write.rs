@@ -19,12 +19,11 @@ pub fn marks_first(call: &Call, target: HeldObject, configured: Mode) -> Option<
     }
 }
 
-/// How the apiserver answered a call's preconditioned write (or the mark before it), as far as
-/// the call cares.
+/// How the apiserver answered a call's preconditioned write that did not land, as far as the
+/// call cares. (The mark before a Hold's write sorts its own answers: the controller's
+/// `hold::mark`.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteAnswer {
-    /// The write landed.
-    Landed,
     /// 409: the object changed since the read.
     Conflict,
     /// 404: the object is gone (a Workload deleted and replaced between the read and the
@@ -43,8 +42,6 @@ pub enum WriteAnswer {
 /// What the call does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AfterWrite {
-    /// Answer the write's outcome (or, for the mark, go on to the write).
-    Done,
     /// Read again and decide again, spending one of the call's tries.
     ReadAgain,
     /// Pause, then read again, spending no try: the read shows whether the write landed. A
@@ -61,7 +58,6 @@ pub enum AfterWrite {
 /// write whose answer was lost is settled by reading, not by writing again.
 pub fn after_write(answer: WriteAnswer) -> AfterWrite {
     match answer {
-        WriteAnswer::Landed => AfterWrite::Done,
         WriteAnswer::Conflict | WriteAnswer::Gone => AfterWrite::ReadAgain,
         WriteAnswer::Lost => AfterWrite::PauseAndReadAgain,
         WriteAnswer::PastDeadline => AfterWrite::DeadlinePassed,
@@ -115,7 +111,6 @@ mod tests {
     #[test]
     fn a_stale_write_is_decided_again_on_a_fresh_read_and_a_lost_answer_settled_by_reading() {
         let rows = [
-            (WriteAnswer::Landed, AfterWrite::Done),
             (WriteAnswer::Conflict, AfterWrite::ReadAgain),
             (WriteAnswer::Gone, AfterWrite::ReadAgain),
             (WriteAnswer::Lost, AfterWrite::PauseAndReadAgain),

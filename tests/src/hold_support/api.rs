@@ -7,9 +7,6 @@ use crate::{ControlPlane, Identity};
 use holdfast_controller::api::{ApiState, FenceStore, KubeAuth, Unprotected, router};
 use holdfast_controller::hold::HoldExecutor;
 use holdfast_serve::TlsServer;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::Value;
@@ -155,36 +152,15 @@ pub async fn grant_alice(cp: &ControlPlane, ns: &str, subresources: &[&str], ver
         .expect("role binding");
     // The authorizer's cache catches up with the new binding: await it.
     let alice = cp.client(Identity::User).await.expect("alice");
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some("holdfast.dev".into()),
-                resource: Some("trainjobs".into()),
-                subresource: Some(subresources[0].into()),
-                verb: Some(verbs[0].into()),
-                namespace: Some(ns.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let reviews: Api<SelfSubjectAccessReview> = Api::all(alice);
-    let start = std::time::Instant::now();
-    loop {
-        let answer = reviews
-            .create(&PostParams::default(), &review)
-            .await
-            .expect("review");
-        if answer.status.is_some_and(|s| s.allowed) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the grant never took effect"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::rbac::await_grant(
+        &alice,
+        "holdfast.dev",
+        "trainjobs",
+        Some(subresources[0]),
+        verbs[0],
+        ns,
+    )
+    .await;
 }
 
 /// The reviews holdfast's controller asked the apiserver for: `(TokenReviews,

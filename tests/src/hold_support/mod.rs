@@ -88,13 +88,10 @@ pub async fn ensure_runtime(admin: &kube::Client) {
 pub async fn create_trainjob(cp: &ControlPlane, ns: &str, name: &str, suspended: bool) -> Value {
     let admin = cp.client(Identity::Admin).await.expect("admin");
     ensure_runtime(&admin).await;
-    let tj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "labels": {"holdfast.dev/managed": "true"}},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, "suspend": suspended}
-    }))
-    .expect("trainjob json");
+    let tj = crate::objects::TrainJob::named(name)
+        .managed()
+        .suspended(suspended)
+        .object();
     let created = trainjobs(&admin, ns)
         .create(&PostParams::default(), &tj)
         .await

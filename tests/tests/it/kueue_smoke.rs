@@ -1,5 +1,6 @@
 //! Tier 2 proof: the real Kueue controller manages a TrainJob on the local control plane.
 
+use holdfast_tests::objects::TrainJob;
 use holdfast_tests::{ControlPlane, Identity, kueue};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use std::time::Duration;
@@ -32,12 +33,10 @@ async fn kueue_creates_admits_and_unsuspends_a_queued_trainjob() {
     .create(&PostParams::default(), &rt)
     .await
     .expect("create runtime");
-    let tj: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "job", "labels": {"kueue.x-k8s.io/queue-name": "main"}},
-        "spec": {"runtimeRef": {"name": runtime}}
-    }))
-    .expect("trainjob");
+    let tj = TrainJob::named("job")
+        .runtime(runtime)
+        .queued("main")
+        .object();
     let tjs = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,

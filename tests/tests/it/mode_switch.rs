@@ -7,6 +7,7 @@
 //! (as a cluster admin and as Kueue), then releases it through the new mode's hold API: a
 //! stale instance is refused, the hold's own instance lifts it, and the job runs again.
 
+use holdfast_tests::objects::TrainJob;
 use std::time::Duration;
 
 use holdfast_controller::hold::HoldExecutor;
@@ -88,12 +89,11 @@ async fn a_plain_mode_hold_still_stops_the_job_after_switching_to_kueue_mode_and
     let plain = Webhook::serve_in(&f, Mode::Plain).await;
     let exec = plain_executor(cp).await;
     let jobs = f.trainjobs(&f.admin);
-    let tj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "job", "labels": {"holdfast.dev/managed": "true"}},
-        "spec": {"runtimeRef": {"name": f.runtime}, "suspend": true}
-    }))
-    .expect("trainjob");
+    let tj = TrainJob::named("job")
+        .runtime(&f.runtime)
+        .managed()
+        .suspended(true)
+        .object();
     jobs.create(&PostParams::default(), &tj)
         .await
         .expect("create TrainJob");

@@ -14,6 +14,7 @@
 
 use holdfast_tests::hold_support;
 use holdfast_tests::kueue_support;
+use holdfast_tests::objects::TrainJob;
 use holdfast_tests::registration::{Engine, refused_by_policy};
 
 use hold_support::{annotation, meta};
@@ -101,14 +102,11 @@ async fn small_queue_and_priorities(f: &Fixture) -> (String, String) {
 
 /// A TrainJob an editor creates in [`SMALL`] with `priority`: no holdfast label.
 fn unrelated_job(f: &Fixture, name: &str, priority: &str) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": name, "labels": {
-            "kueue.x-k8s.io/queue-name": SMALL,
-            "kueue.x-k8s.io/priority-class": priority}},
-        "spec": {"runtimeRef": {"name": f.runtime}}
-    }))
-    .expect("trainjob")
+    TrainJob::named(name)
+        .runtime(&f.runtime)
+        .queued(SMALL)
+        .label("kueue.x-k8s.io/priority-class", priority)
+        .object()
 }
 
 /// A refusal because the webhook could not be called (not the policy's 403) — or, under

@@ -13,6 +13,7 @@ use holdfast_tests::hold_support::{annotation, meta, settled_audit};
 use holdfast_tests::kueue_support::{
     self, CHECK, Fixture, MINUTE, QUEUE, SETTLE, Setup, check, condition,
 };
+use holdfast_tests::objects::TrainJob;
 use holdfast_tests::readmission_policy::{self, bare_workload};
 use holdfast_tests::{Identity, kueue};
 
@@ -179,7 +180,19 @@ async fn alice_is_batch_admin(f: &Fixture) -> kube::Client {
         .create(&PostParams::default(), &binding)
         .await
         .expect("binding");
-    f.cp.client(Identity::User).await.expect("alice")
+    let alice = f.cp.client(Identity::User).await.expect("alice");
+    for verb in ["create", "delete"] {
+        holdfast_tests::rbac::await_grant(
+            &alice,
+            "kueue.x-k8s.io",
+            "localqueues",
+            None,
+            verb,
+            &f.ns,
+        )
+        .await;
+    }
+    alice
 }
 
 /// Deletes LocalQueue [`QUEUE`] as `client` and creates it again pointing at `cluster_queue`.
@@ -408,12 +421,7 @@ async fn an_admitted_workload_is_not_made_a_trainjobs_past_the_gate() {
         .expect("create");
     admitted(&f, "prebuilt").await;
     // A TrainJob (unqueued: Kueue leaves it alone) to adopt it.
-    let tj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "adopter"},
-        "spec": {"runtimeRef": {"name": f.runtime}}
-    }))
-    .expect("trainjob");
+    let tj = TrainJob::named("adopter").runtime(&f.runtime).object();
     let tj = f
         .trainjobs(&f.admin)
         .create(&PostParams::default(), &tj)

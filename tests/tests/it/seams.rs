@@ -10,6 +10,7 @@
 
 use holdfast_tests::hold_support;
 use holdfast_tests::kueue_support;
+use holdfast_tests::objects::TrainJob;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -199,12 +200,13 @@ async fn a_managed_trainjob_without_a_queue_is_refused_and_a_running_one_never_r
     let webhook = Webhook::serve(&f).await;
     let alice = f.cp.client(Identity::User).await.expect("alice");
     let job = |name: &str, labels: Value| -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"runtimeRef": {"name": f.runtime}}
-        }))
-        .expect("trainjob")
+        let labels = labels.as_object().cloned().unwrap_or_default();
+        labels
+            .iter()
+            .fold(TrainJob::named(name).runtime(&f.runtime), |tj, (k, v)| {
+                tj.label(k, v.as_str().unwrap_or_default())
+            })
+            .object()
     };
     let message = refused(
         f.trainjobs(&alice)
@@ -329,12 +331,11 @@ async fn a_queue_without_the_readmission_check_refuses_release_and_open_not_hold
     .await;
     // And a managed job cannot be created into that queue at all.
     let alice = f.cp.client(Identity::User).await.expect("alice");
-    let tj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "late", "labels": {"holdfast.dev/managed": "true", QUEUE_NAME_LABEL: QUEUE}},
-        "spec": {"runtimeRef": {"name": f.runtime}}
-    }))
-    .expect("trainjob");
+    let tj = TrainJob::named("late")
+        .runtime(&f.runtime)
+        .managed()
+        .queued(QUEUE)
+        .object();
     let message = refused(
         f.trainjobs(&alice)
             .create(&PostParams::default(), &tj)

@@ -247,6 +247,10 @@ pub(crate) fn table() -> Vec<Case> {
         case("plain: create a managed TrainJob unsuspended", PLAIN, TJ, Create, None, Some(suspend(&gated, Some(false))), &[CONTROLLER]),
         case("plain: create a managed TrainJob without spec.suspend", PLAIN, TJ, Create, None, Some(suspend(&gated, None)), &[CONTROLLER]),
         case("plain: a Workload held in kueue mode stays inactive", PLAIN, WL, Update, Some(held_wl.clone()), Some(active(&held_wl, Some(true))), &[CONTROLLER]),
+        case("plain: a Workload held in kueue mode stays in its queue", PLAIN, WL, Update, Some(held_wl.clone()), Some(with(&held_wl, |v| v["spec"]["queueName"] = json!("elsewhere"))), &[CONTROLLER]),
+        case("plain: a Workload held in kueue mode is made a TrainJob's only by Kueue", PLAIN, WL, Update, Some(held_wl.clone()), Some(with(&held_wl, |v| v["metadata"]["ownerReferences"] = owned_wl["metadata"]["ownerReferences"].clone())), &[CONTROLLER, KUEUE]),
+        case("plain: a held Workload keeps its TrainJob owner (the GC orphans)", PLAIN, WL, Update, Some(with(&held_wl, |v| v["metadata"]["ownerReferences"] = owned_wl["metadata"]["ownerReferences"].clone())), Some(held_wl.clone()), &[CONTROLLER, KUEUE, GC, NS]),
+        case("plain: a held Workload of a TrainJob keeps its job-uid label", PLAIN, WL, Update, Some(with(&held_wl, |v| { v["metadata"]["ownerReferences"] = owned_wl["metadata"]["ownerReferences"].clone(); v["metadata"]["labels"] = json!({"kueue.x-k8s.io/job-uid": "u-1"}); })), Some(with(&held_wl, |v| { v["metadata"]["ownerReferences"] = owned_wl["metadata"]["ownerReferences"].clone(); v["metadata"]["labels"] = json!({"kueue.x-k8s.io/job-uid": "u-2"}); })), &[CONTROLLER, KUEUE]),
         case("plain: garbage spec.suspend reads as false", PLAIN, TJ, Update, Some(held_job.clone()), Some(with(&held_job, |v| v["spec"]["suspend"] = json!("true"))), &[CONTROLLER]),
         // --- everything else
         case("a Pod", BOTH, Resource::Other { group: "".into(), resource: "pods".into(), }, Create, None, Some(json!({"metadata": {"annotations": {ANN_HOLD_INSTANCE: "1"}}})), &EVERYONE),
