@@ -8,7 +8,7 @@
 
 use super::{Modes, Policy, Rule, UNHELD_IN_PLAIN_MODE, conditions, validations, variables};
 use crate::mode::Mode;
-use crate::policy::testkit::{CONTROLLER, EVERYONE, GC, KUEUE, NS, TRAINER, input, who};
+use crate::policy::testkit::{CONTROLLER, EVERYONE, GC, KUEUE, NS, TRAINER, who};
 use crate::policy::validate::tests::table;
 use crate::policy::{AdmissionInput, Operation, Resource, validate};
 use cel::{Context, Program, Value as Cel};
@@ -190,14 +190,7 @@ fn the_cel_rules_refuse_by_the_same_rule_as_the_rust_rules_on_every_case() {
     for c in table() {
         for mode in [Mode::Plain, Mode::Kueue] {
             for user in EVERYONE {
-                let mut i = input(
-                    c.resource.clone(),
-                    c.op,
-                    user,
-                    c.old.as_ref(),
-                    c.new.as_ref(),
-                );
-                i.subresource = c.subresource.map(str::to_owned);
+                let i = c.input(user);
                 if !sent_by_an_apiserver(&i) {
                     continue;
                 }

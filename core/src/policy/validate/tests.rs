@@ -35,6 +35,21 @@ pub(crate) struct Case {
     pub(crate) allowed: &'static [&'static str],
 }
 
+impl Case {
+    /// The case's request, sent by `user`.
+    pub(crate) fn input(&self, user: &str) -> crate::policy::AdmissionInput {
+        let mut i = input(
+            self.resource.clone(),
+            self.op,
+            user,
+            self.old.as_ref(),
+            self.new.as_ref(),
+        );
+        i.subresource = self.subresource.map(str::to_owned);
+        i
+    }
+}
+
 fn case(
     name: &'static str,
     modes: &'static [Mode],
@@ -268,15 +283,7 @@ fn every_rule_for_every_identity_in_both_modes() {
     for c in table() {
         for &mode in c.modes {
             for user in EVERYONE {
-                let mut i = input(
-                    c.resource.clone(),
-                    c.op,
-                    user,
-                    c.old.as_ref(),
-                    c.new.as_ref(),
-                );
-                i.subresource = c.subresource.map(str::to_owned);
-                let verdict = validate(&i, &who, mode);
+                let verdict = validate(&c.input(user), &who, mode);
                 let want = c.allowed.contains(&user);
                 checked += 1;
                 if verdict.is_allowed() != want {
