@@ -3,10 +3,8 @@
 //! (the match conditions both engines share). They are Helm templates still: the identities
 //! and the mode are the chart's values.
 
-use super::{
-    Condition, Modes, Policy, UNHELD_IN_PLAIN_MODE, Validation, Variable, conditions, validations,
-    variables,
-};
+use super::conditions::{Condition, conditions};
+use super::{Modes, Policy, UNHELD_IN_PLAIN_MODE, Validation, Variable, validations, variables};
 use std::fmt::Write as _;
 
 /// The chart's path of the policies' template, from the repository's root.

@@ -20,12 +20,10 @@
 //! `{{ $kueue }}`.
 
 pub mod chart;
-mod conditions;
+pub mod conditions;
 
 #[cfg(test)]
 mod parity_tests;
-
-pub use conditions::{Condition, conditions};
 
 use std::fmt;
 

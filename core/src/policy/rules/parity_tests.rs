@@ -6,7 +6,8 @@
 //! own CEL environment makes of the same text.
 #![allow(clippy::unwrap_used)]
 
-use super::{Modes, Policy, Rule, UNHELD_IN_PLAIN_MODE, conditions, validations, variables};
+use super::conditions::conditions;
+use super::{Modes, Policy, Rule, UNHELD_IN_PLAIN_MODE, validations, variables};
 use crate::mode::Mode;
 use crate::policy::testkit::{CONTROLLER, EVERYONE, GC, KUEUE, NS, TRAINER, who};
 use crate::policy::validate::tests::table;
