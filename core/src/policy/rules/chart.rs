@@ -4,7 +4,7 @@
 //! and the mode are the chart's values.
 
 use super::conditions::{Condition, conditions};
-use super::{Modes, Policy, UNHELD_IN_PLAIN_MODE, Validation, Variable, validations, variables};
+use super::{Modes, Policy, Validation, Variable, unheld_in_plain_mode, validations, variables};
 use std::fmt::Write as _;
 
 /// The chart's path of the policies' template, from the repository's root.
@@ -41,7 +41,8 @@ ends with the rule's id, as the webhook's do.\n\
 {{{{- $creatorsDesc := printf \"%s and the snapshot creators (%s)\" $ctlDesc (include \"holdfast.describe\" .Values.identities.snapshotCreators) -}}}}\n\
 {{{{- $deletersDesc := printf \"%s and the snapshot deleters (%s)\" $ctlDesc (include \"holdfast.describe\" .Values.identities.snapshotDeleters) -}}}}\n\
 {{{{- $kueueMode := eq .Values.mode \"kueue\" -}}}}\n\
-{{{{- $unheldInPlainMode := ternary \"\" \"{UNHELD_IN_PLAIN_MODE}\" $kueueMode -}}}}\n"
+{{{{- $unheldInPlainMode := ternary \"\" \"{}\" $kueueMode -}}}}\n",
+        unheld_in_plain_mode()
     );
     let rows = validations();
     for (i, policy) in Policy::ALL.into_iter().enumerate() {
@@ -66,15 +67,10 @@ fn policy_document(out: &mut String, policy: Policy, rows: &[Validation]) {
     } else {
         p
     };
+    head(out, "ValidatingAdmissionPolicy", p);
     let _ = write!(
         out,
-        "apiVersion: admissionregistration.k8s.io/v1\n\
-kind: ValidatingAdmissionPolicy\n\
-metadata:\n\
-\x20 name: {{{{ $name }}}}-{p}\n\
-\x20 labels:\n\
-\x20   {{{{- include \"holdfast.componentLabels\" (list . \"webhook\") | nindent 4 }}}}\n\
-spec:\n\
+        "spec:\n\
 \x20 failurePolicy: Fail\n\
 \x20 matchConstraints:\n\
 \x20   namespaceSelector:\n\
@@ -118,18 +114,27 @@ spec:\n\
     if open.is_some_and(|m| m != Modes::Both) {
         out.push_str("    {{- end }}\n");
     }
+    out.push_str("---\n");
+    head(out, "ValidatingAdmissionPolicyBinding", p);
     let _ = write!(
         out,
-        "---\n\
-apiVersion: admissionregistration.k8s.io/v1\n\
-kind: ValidatingAdmissionPolicyBinding\n\
-metadata:\n\
-\x20 name: {{{{ $name }}}}-{p}\n\
-\x20 labels:\n\
-\x20   {{{{- include \"holdfast.componentLabels\" (list . \"webhook\") | nindent 4 }}}}\n\
-spec:\n\
+        "spec:\n\
 \x20 policyName: {{{{ $name }}}}-{p}\n\
 \x20 validationActions: [Deny]\n"
+    );
+}
+
+/// An object's head: its apiVersion, `kind`, and metadata (named `<fullname>-<suffix>`, with
+/// the webhook component's labels).
+fn head(out: &mut String, kind: &str, suffix: &str) {
+    let _ = write!(
+        out,
+        "apiVersion: admissionregistration.k8s.io/v1\n\
+kind: {kind}\n\
+metadata:\n\
+\x20 name: {{{{ $name }}}}-{suffix}\n\
+\x20 labels:\n\
+\x20   {{{{- include \"holdfast.componentLabels\" (list . \"webhook\") | nindent 4 }}}}\n"
     );
 }
 

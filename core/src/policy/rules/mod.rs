@@ -15,7 +15,7 @@
 //! Placeholders in the CEL text are the chart's (values it renders from `identities`):
 //! `{{ $controllers }}`, `{{ $kueueUsers }}`, `{{ $deletersProper }}` (CEL lists),
 //! `{{ $ctlDesc }}`, `{{ $kueueDesc }}`, `{{ $creatorsDesc }}`, `{{ $deletersDesc }}` (words
-//! for messages), `{{ $unheldInPlainMode }}` ([`UNHELD_IN_PLAIN_MODE`] in plain mode, nothing
+//! for messages), `{{ $unheldInPlainMode }}` ([`unheld_in_plain_mode`] in plain mode, nothing
 //! in kueue mode), and in the match conditions `{{ $creators }}`, `{{ $deleters }}`,
 //! `{{ $kueue }}`.
 
@@ -204,7 +204,13 @@ pub(crate) const USER: &str = "request.userInfo.username";
 const REF: &str = "(has(request.namespace) ? request.namespace : '') + '/' + (has(request.name) && request.name != '' ? request.name : (object != null && has(object.metadata.name) ? object.metadata.name : (oldObject != null && has(oldObject.metadata.name) ? oldObject.metadata.name : '<unnamed>')))";
 
 /// Plain mode: the Workload rules judge only a Workload carrying a hold (left from kueue mode).
-pub const UNHELD_IN_PLAIN_MODE: &str = "!(request.operation == 'UPDATE' && oldObject != null && (has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)) || ";
+/// Rendered in place of `{{ $unheldInPlainMode }}` in plain mode.
+pub fn unheld_in_plain_mode() -> String {
+    format!(
+        "!(request.operation == 'UPDATE' && oldObject != null && {}) || ",
+        has_annotation("oldObject", "holdfast.dev/hold-instance")
+    )
+}
 
 /// `o` (object or oldObject) is suspended (`spec.suspend: true`; absent = false).
 pub(crate) fn suspended(o: &str) -> String {

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::conditions::conditions;
-use super::{Modes, Policy, Rule, UNHELD_IN_PLAIN_MODE, validations, variables};
+use super::{Modes, Policy, Rule, Validation, unheld_in_plain_mode, validations, variables};
 use crate::mode::Mode;
 use crate::policy::testkit::{CONTROLLER, EVERYONE, GC, KUEUE, NS, TRAINER, who};
 use crate::policy::validate::tests::table;
@@ -36,9 +36,9 @@ fn list(users: &[&str]) -> String {
 /// The chart's placeholders as the test identities (`testkit::who`) render them.
 fn render(text: &str, mode: Mode) -> String {
     let unheld = if mode == Mode::Plain {
-        UNHELD_IN_PLAIN_MODE
+        unheld_in_plain_mode()
     } else {
-        ""
+        String::new()
     };
     [
         ("{{ $controllers }}", list(&[CONTROLLER])),
@@ -51,7 +51,7 @@ fn render(text: &str, mode: Mode) -> String {
         ("{{ $kueueDesc }}", "Kueue".to_owned()),
         ("{{ $creatorsDesc }}", "the creators".to_owned()),
         ("{{ $deletersDesc }}", "the deleters".to_owned()),
-        ("{{ $unheldInPlainMode }}", unheld.to_owned()),
+        ("{{ $unheldInPlainMode }}", unheld),
     ]
     .iter()
     .fold(text.to_owned(), |t, (k, v)| t.replace(k, v))
@@ -93,27 +93,33 @@ fn sent_by_an_apiserver(i: &AdmissionInput) -> bool {
     }
 }
 
+/// Each text compiled once per mode, as the chart renders it there.
+#[derive(Default)]
+struct Programs(HashMap<(bool, String), Arc<Program>>);
+
+impl Programs {
+    fn eval(&mut self, text: &str, mode: Mode, ctx: &Context<'_, '_>) -> Result<Cel, String> {
+        let program = self
+            .0
+            .entry((mode == Mode::Plain, text.to_owned()))
+            .or_insert_with(|| {
+                let text = render(text, mode);
+                Arc::new(
+                    Program::compile(&text)
+                        .unwrap_or_else(|e| panic!("CEL does not parse: {e}\n{text}")),
+                )
+            });
+        program.execute(ctx).map_err(|e| format!("{e}"))
+    }
+}
+
+/// The rows and their programs.
 struct Compiled {
-    cache: HashMap<String, Arc<Program>>,
+    rows: Vec<Validation>,
+    programs: Programs,
 }
 
 impl Compiled {
-    fn program(&mut self, text: &str) -> Arc<Program> {
-        self.cache
-            .entry(text.to_owned())
-            .or_insert_with(|| {
-                Arc::new(
-                    Program::compile(text)
-                        .unwrap_or_else(|e| panic!("CEL does not parse: {e}\n{text}")),
-                )
-            })
-            .clone()
-    }
-
-    fn eval(&mut self, text: &str, ctx: &Context<'_, '_>) -> Result<Cel, String> {
-        self.program(text).execute(ctx).map_err(|e| format!("{e}"))
-    }
-
     fn judge(&mut self, i: &AdmissionInput, mode: Mode) -> (Engine, Option<String>) {
         let Some(policy) = policy_of(i) else {
             return (Engine::Skipped, None);
@@ -137,7 +143,7 @@ impl Compiled {
         ctx.add_variable("oldObject", i.old_object.clone().unwrap_or(Value::Null))
             .unwrap();
         for c in conditions(policy).iter().filter(|c| in_mode(c.modes, mode)) {
-            match self.eval(&render(&c.expression, mode), &ctx) {
+            match self.programs.eval(&c.expression, mode, &ctx) {
                 Ok(Cel::Bool(true)) => {}
                 Ok(Cel::Bool(false)) => return (Engine::Skipped, None),
                 other => {
@@ -152,19 +158,20 @@ impl Compiled {
         let mut vars: HashMap<String, Cel> = HashMap::new();
         for v in variables(policy) {
             ctx.add_variable_from_value("variables", vars.clone());
-            if let Ok(value) = self.eval(&render(&v.expression, mode), &ctx) {
+            if let Ok(value) = self.programs.eval(&v.expression, mode, &ctx) {
                 vars.insert(v.name.to_owned(), value);
             }
         }
         ctx.add_variable_from_value("variables", vars);
-        for r in validations()
-            .into_iter()
+        for r in self
+            .rows
+            .iter()
             .filter(|r| r.policy == policy && in_mode(r.modes, mode))
         {
-            match self.eval(&render(&r.expression, mode), &ctx) {
+            match self.programs.eval(&r.expression, mode, &ctx) {
                 Ok(Cel::Bool(true)) => {}
                 Ok(Cel::Bool(false)) => {
-                    let message = match self.eval(&render(&r.message, mode), &ctx) {
+                    let message = match self.programs.eval(&r.message, mode, &ctx) {
                         Ok(Cel::String(s)) => s.to_string(),
                         other => format!("<message failed: {other:?}>"),
                     };
@@ -181,7 +188,8 @@ impl Compiled {
 fn the_cel_rules_refuse_by_the_same_rule_as_the_rust_rules_on_every_case() {
     let who = who();
     let mut engine = Compiled {
-        cache: HashMap::new(),
+        rows: validations(),
+        programs: Programs::default(),
     };
     let mut failures = Vec::new();
     let mut compared = 0;
