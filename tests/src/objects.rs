@@ -95,6 +95,18 @@ impl TrainJob {
         self
     }
 
+    /// Every label of `labels`, a JSON object of strings (as tests write them with `json!`);
+    /// panics on anything else.
+    pub fn labels(self, labels: &serde_json::Value) -> Self {
+        let Some(map) = labels.as_object() else {
+            panic!("labels are a JSON object: {labels}");
+        };
+        map.iter().fold(self, |tj, (k, v)| match v.as_str() {
+            Some(v) => tj.label(k, v),
+            None => panic!("label {k} is not a string: {v}"),
+        })
+    }
+
     pub fn annotation(mut self, key: &str, value: &str) -> Self {
         self.annotations.insert(key.to_owned(), value.into());
         self

@@ -244,16 +244,12 @@ impl Fixture {
     /// Creates a managed, queued TrainJob (Kueue's webhook suspends it at creation), with
     /// `labels` besides.
     pub async fn create_job(&self, name: &str, labels: Value) -> Value {
-        let mut all = json!({"holdfast.dev/managed": "true", "kueue.x-k8s.io/queue-name": QUEUE});
-        if let (Some(a), Some(extra)) = (all.as_object_mut(), labels.as_object()) {
-            a.extend(extra.clone());
-        }
-        let tj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": name, "labels": all},
-            "spec": {"runtimeRef": {"name": self.runtime}}
-        }))
-        .expect("trainjob");
+        let tj = crate::objects::TrainJob::named(name)
+            .runtime(&self.runtime)
+            .managed()
+            .queued(QUEUE)
+            .labels(&labels)
+            .object();
         let created = self
             .trainjobs(&self.admin)
             .create(&PostParams::default(), &tj)

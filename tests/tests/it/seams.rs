@@ -200,12 +200,9 @@ async fn a_managed_trainjob_without_a_queue_is_refused_and_a_running_one_never_r
     let webhook = Webhook::serve(&f).await;
     let alice = f.cp.client(Identity::User).await.expect("alice");
     let job = |name: &str, labels: Value| -> DynamicObject {
-        let labels = labels.as_object().cloned().unwrap_or_default();
-        labels
-            .iter()
-            .fold(TrainJob::named(name).runtime(&f.runtime), |tj, (k, v)| {
-                tj.label(k, v.as_str().unwrap_or_default())
-            })
+        TrainJob::named(name)
+            .runtime(&f.runtime)
+            .labels(&labels)
             .object()
     };
     let message = refused(
