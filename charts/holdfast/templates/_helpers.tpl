@@ -186,17 +186,6 @@ clientConfig:
 [{{ join ", " $out }}]
 {{- end -}}
 
-{{/* CEL: the object named by . (object or oldObject) carries holdfast state: an annotation,
-label or finalizer whose key starts with holdfast.dev/. */}}
-{{- define "holdfast.cel.carries" -}}
-({{ . }} != null && ((has({{ . }}.metadata.annotations) && {{ . }}.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has({{ . }}.metadata.labels) && {{ . }}.metadata.labels.exists(k, k.startsWith('holdfast.dev/'))) || (has({{ . }}.metadata.finalizers) && {{ . }}.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/')))))
-{{- end -}}
-
-{{/* CEL: the object named by . is suspended (spec.suspend: true; absent = false). */}}
-{{- define "holdfast.cel.suspended" -}}
-(has({{ . }}.spec) && has({{ . }}.spec.suspend) && {{ . }}.spec.suspend == true)
-{{- end -}}
-
 {{/* The validation engine (validation.engine): webhook, policy or both. */}}
 {{- define "holdfast.engine" -}}
 {{- $e := .Values.validation.engine | default "webhook" -}}
@@ -204,33 +193,6 @@ label or finalizer whose key starts with holdfast.dev/. */}}
 {{- fail (printf "validation.engine: %q is none of webhook, policy, both" $e) -}}
 {{- end -}}
 {{- $e -}}
-{{- end -}}
-
-{{/* CEL: the object named by . carries label key (index . 1) with value (index . 2). */}}
-{{- define "holdfast.cel.labelIs" -}}
-{{- $o := index . 0 -}}{{- $k := index . 1 -}}{{- $v := index . 2 -}}
-(has({{ $o }}.metadata.labels) && '{{ $k }}' in {{ $o }}.metadata.labels && {{ $o }}.metadata.labels['{{ $k }}'] == '{{ $v }}')
-{{- end -}}
-
-{{/* CEL: the object named by . is labelled holdfast.dev/managed=true. */}}
-{{- define "holdfast.cel.managed" -}}
-{{ include "holdfast.cel.labelIs" (list . "holdfast.dev/managed" "true") }}
-{{- end -}}
-
-{{/* CEL: the queue the object named by . is in: its non-empty queue-name label, or ''. */}}
-{{- define "holdfast.cel.queue" -}}
-((has({{ . }}.metadata.labels) && 'kueue.x-k8s.io/queue-name' in {{ . }}.metadata.labels) ? {{ . }}.metadata.labels['kueue.x-k8s.io/queue-name'] : '')
-{{- end -}}
-
-{{/* CEL: field (a path below object and oldObject, a map) is the same in both; absent and
-empty are the same (the apiserver omits empty maps). */}}
-{{- define "holdfast.cel.sameMap" -}}
-((has(object.{{ . }}) ? object.{{ . }}.size() : 0) == (has(oldObject.{{ . }}) ? oldObject.{{ . }}.size() : 0) && (!has(oldObject.{{ . }}) || oldObject.{{ . }}.all(k, has(object.{{ . }}) && k in object.{{ . }} && object.{{ . }}[k] == oldObject.{{ . }}[k])))
-{{- end -}}
-
-{{/* CEL: the TrainJob ownerReferences of the object named by . (a list, maybe empty). */}}
-{{- define "holdfast.cel.trainjobOwners" -}}
-(has({{ . }}.metadata.ownerReferences) ? {{ . }}.metadata.ownerReferences.filter(r, r.kind == 'TrainJob' && (r.apiVersion == 'trainer.kubeflow.org' || r.apiVersion.startsWith('trainer.kubeflow.org/'))) : [])
 {{- end -}}
 
 {{/* CEL: the replicated Job of a JobSet (the variable named by .) has a Job template spec. */}}

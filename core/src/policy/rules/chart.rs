@@ -3,6 +3,7 @@
 //! (the match conditions both engines share). They are Helm templates still: the identities
 //! and the mode are the chart's values.
 
+use super::cel::{carries, managed, queue, same_map, suspended, trainjob_owners};
 use super::conditions::{Condition, conditions};
 use super::{Modes, Policy, Validation, Variable, unheld_in_plain_mode, validations, variables};
 use std::fmt::Write as _;
@@ -11,6 +12,8 @@ use std::fmt::Write as _;
 pub const POLICIES_PATH: &str = "charts/holdfast/templates/admissionpolicies.yaml";
 /// The chart's path of the match conditions' template, from the repository's root.
 pub const CONDITIONS_PATH: &str = "charts/holdfast/templates/_rule_conditions.tpl";
+/// The chart's path of the CEL building blocks' template, from the repository's root.
+pub const CEL_PATH: &str = "charts/holdfast/templates/_cel.tpl";
 
 const GENERATED: &str = "Generated from core/src/policy/rules (cargo test -p holdfast-core policy::rules::chart;\nHOLDFAST_BLESS=1 rewrites it): change the rules there, not here.";
 
@@ -252,6 +255,54 @@ fn condition_items(out: &mut String, items: &[Condition]) {
     }
 }
 
+/// `templates/_cel.tpl`: the CEL building blocks the chart's hand-written CEL uses (the
+/// execution-finalizer, readmission-gate and controller policies, and the webhook entries'
+/// lookup conditions), as `holdfast.cel.*` helpers rendered from [`cel`](super::cel) with the
+/// helper's argument (`{{ . }}`) in place of the object, so that each block has one source.
+pub fn cel_template() -> String {
+    let arg = "{{ . }}";
+    let helpers: [(&str, &str, String); 6] = [
+        (
+            "carries",
+            "the object named by . (object or oldObject) carries holdfast state: an annotation,\nlabel or finalizer whose key starts with holdfast.dev/.",
+            carries(arg),
+        ),
+        (
+            "suspended",
+            "the object named by . is suspended (spec.suspend: true; absent = false).",
+            suspended(arg),
+        ),
+        (
+            "managed",
+            "the object named by . is labelled holdfast.dev/managed=true.",
+            managed(arg),
+        ),
+        (
+            "queue",
+            "the queue the object named by . is in: its queue-name label, or ''.",
+            queue(arg),
+        ),
+        (
+            "sameMap",
+            "field (a path below object and oldObject, a map) is the same in both; absent and\nempty are the same (the apiserver omits empty maps).",
+            same_map(arg),
+        ),
+        (
+            "trainjobOwners",
+            "the TrainJob ownerReferences of the object named by . (a list, maybe empty).",
+            trainjob_owners(arg),
+        ),
+    ];
+    let mut out = format!("{{{{- /*\n{GENERATED}\n*/ -}}}}\n");
+    for (name, what, text) in helpers {
+        let _ = write!(
+            out,
+            "\n{{{{/* CEL: {what} */}}}}\n{{{{- define \"holdfast.cel.{name}\" -}}}}\n{text}\n{{{{- end -}}}}\n"
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -285,5 +336,10 @@ mod tests {
     #[test]
     fn the_chart_match_conditions_are_generated_from_the_rules() {
         check(CONDITIONS_PATH, &conditions_template());
+    }
+
+    #[test]
+    fn the_chart_cel_building_blocks_are_generated_from_the_rules() {
+        check(CEL_PATH, &cel_template());
     }
 }

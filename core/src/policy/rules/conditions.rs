@@ -4,7 +4,8 @@
 //! `tests/tests/it/match_conditions.rs` proves through the apiserver that they send every
 //! request the rules refuse.
 
-use super::{Modes, Policy, USER, has_annotation, key_changes, managed, suspended};
+use super::cel::{USER, carries, has_annotation, key_changes, managed, suspended};
+use super::rule::{Modes, Policy};
 
 /// One match condition: the request is judged only if every condition of its policy holds.
 #[derive(Clone, Debug)]
@@ -12,14 +13,6 @@ pub struct Condition {
     pub name: &'static str,
     pub modes: Modes,
     pub expression: String,
-}
-
-/// `o` (object or oldObject) carries holdfast state: an annotation, label or finalizer whose
-/// key starts with `holdfast.dev/`.
-pub(crate) fn carries(o: &str) -> String {
-    format!(
-        "({o} != null && ((has({o}.metadata.annotations) && {o}.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has({o}.metadata.labels) && {o}.metadata.labels.exists(k, k.startsWith('holdfast.dev/'))) || (has({o}.metadata.finalizers) && {o}.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/')))))"
-    )
 }
 
 /// An UPDATE adds, removes or changes a `holdfast.dev/` key of `metadata.<f>` (a map).
