@@ -75,13 +75,17 @@ fn job_conditions() -> Vec<Condition> {
         "(request.resource.resource == 'workloads' && object != null && oldObject != null && has(oldObject.metadata.ownerReferences) && oldObject.metadata.ownerReferences.exists(r, r.kind == 'TrainJob') && {})",
         key_changes("labels", "kueue.x-k8s.io/job-uid")
     );
-    let held_workload = "(request.resource.resource == 'workloads' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)";
-    let held_trainjob = "(request.resource.resource == 'trainjobs' && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-instance' in oldObject.metadata.annotations)";
+    let held_old = has_annotation("oldObject", "holdfast.dev/hold-instance");
+    let held_workload =
+        format!("(request.resource.resource == 'workloads' && oldObject != null && {held_old})");
+    let held_trainjob =
+        format!("(request.resource.resource == 'trainjobs' && oldObject != null && {held_old})");
     // Kueue mode: an unsuspend of a TrainJob carrying a hold's mark (its Workload's hold is
     // being placed or is in force); only the unsuspend, so that Kueue's own suspend never
     // waits on holdfast.
     let marked_unsuspend = format!(
-        "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && has(oldObject.metadata.annotations) && 'holdfast.dev/hold-mark' in oldObject.metadata.annotations && {so} && !{sn})"
+        "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && {} && {so} && !{sn})",
+        has_annotation("oldObject", "holdfast.dev/hold-mark")
     );
     // Kueue mode: an unsuspend of a managed TrainJob (before or by the write) whose stored
     // version has no opened mark: refused whoever sends it, Kueue included, so Kueue's must
