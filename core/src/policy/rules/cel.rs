@@ -92,3 +92,17 @@ pub(crate) fn carries(o: &str) -> String {
         "({o} != null && ((has({o}.metadata.annotations) && {o}.metadata.annotations.exists(k, k.startsWith('holdfast.dev/'))) || (has({o}.metadata.labels) && {o}.metadata.labels.exists(k, k.startsWith('holdfast.dev/'))) || (has({o}.metadata.finalizers) && {o}.metadata.finalizers.exists(f, f.startsWith('holdfast.dev/')))))"
     )
 }
+
+/// An UPDATE unsuspends a TrainJob labelled managed (before or by the update) whose stored
+/// version has no opened mark: at its closed start gate. Without outer parentheses: `!(…)` or
+/// `… && …` around it.
+pub(crate) fn closed_gate_unsuspend() -> String {
+    format!(
+        "{} && !{} && !{} && ({} || {})",
+        suspended("oldObject"),
+        suspended("object"),
+        has_annotation("oldObject", "holdfast.dev/opened"),
+        managed("oldObject"),
+        managed("object")
+    )
+}

@@ -1,7 +1,8 @@
 //! The chart's policy files, rendered from the rows: `templates/admissionpolicies.yaml` (the
-//! three ValidatingAdmissionPolicies and their bindings) and `templates/_rule_conditions.tpl`
-//! (the match conditions both engines share). They are Helm templates still: the identities
-//! and the mode are the chart's values.
+//! three ValidatingAdmissionPolicies and their bindings), `templates/_rule_conditions.tpl`
+//! (the match conditions both engines share) and `templates/_cel.tpl` (the CEL building
+//! blocks the chart's hand-written CEL shares with the rows). They are Helm templates still:
+//! the identities and the mode are the chart's values.
 
 use super::cel::{carries, managed, queue, same_map, suspended, trainjob_owners};
 use super::conditions::{Condition, conditions};

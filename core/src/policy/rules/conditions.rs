@@ -4,7 +4,7 @@
 //! `tests/tests/it/match_conditions.rs` proves through the apiserver that they send every
 //! request the rules refuse.
 
-use super::cel::{USER, carries, has_annotation, key_changes, managed, suspended};
+use super::cel::{USER, carries, closed_gate_unsuspend, has_annotation, key_changes, suspended};
 use super::rule::{Modes, Policy};
 
 /// One match condition: the request is judged only if every condition of its policy holds.
@@ -91,10 +91,8 @@ fn job_conditions() -> Vec<Condition> {
     // version has no opened mark: refused whoever sends it, Kueue included, so Kueue's must
     // reach a fail-closed entry too.
     let gated_unsuspend = format!(
-        "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && {so} && !{sn} && !{} && ({} || {}))",
-        has_annotation("oldObject", "holdfast.dev/opened"),
-        managed("oldObject"),
-        managed("object")
+        "(request.resource.resource == 'trainjobs' && object != null && oldObject != null && {})",
+        closed_gate_unsuspend()
     );
     let state = state_changes();
     vec![

@@ -90,6 +90,9 @@ pub(crate) fn annotation_added(
     who: &Identities,
     obj: Object<'_>,
 ) -> Option<Verdict> {
+    if who.is_controller(&input.user.username) {
+        return None;
+    }
     let trainjob = input.resource == Resource::TrainJob;
     fields::controller_annotations(obj)
         .into_iter()
@@ -118,6 +121,9 @@ pub(crate) fn annotation_changed(
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
+    if who.is_controller(&input.user.username) {
+        return None;
+    }
     let old = fields::controller_annotations(o);
     let new = fields::controller_annotations(n);
     old.keys()
@@ -159,7 +165,8 @@ pub(crate) fn hold_finalizer_added(
     who: &Identities,
     obj: Object<'_>,
 ) -> Option<Verdict> {
-    fields::has_hold_finalizer(obj).then(|| deny_hold_finalizer(input, who, "add"))
+    (!who.is_controller(&input.user.username) && fields::has_hold_finalizer(obj))
+        .then(|| deny_hold_finalizer(input, who, "add"))
 }
 
 /// An UPDATE by anyone but the controller that adds or removes the hold finalizer. It keeps a
@@ -172,7 +179,7 @@ pub(crate) fn hold_finalizer_changed(
     n: Object<'_>,
 ) -> Option<Verdict> {
     let had = fields::has_hold_finalizer(o);
-    (had != fields::has_hold_finalizer(n))
+    (!who.is_controller(&input.user.username) && had != fields::has_hold_finalizer(n))
         .then(|| deny_hold_finalizer(input, who, if had { "remove" } else { "add" }))
 }
 

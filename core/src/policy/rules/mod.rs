@@ -6,8 +6,9 @@
 //!   (what TrainJobs and Workloads share), [`trainjobs`], [`workloads`];
 //! - [`conditions`]: which requests either engine judges at all (the match conditions).
 //!
-//! [`validate`](super::validate) calls the Rust halves in the order the rows are listed here,
-//! and answers the rules that need a lookup. The chart's `templates/admissionpolicies.yaml`
+//! Each file calls its Rust halves in the order its `rows()` lists them, and
+//! [`validate`](super::validate) calls the files' in the order [`validations`] lists the rows
+//! (the held kinds' shared rules first); it also answers the rules that need a lookup. The chart's `templates/admissionpolicies.yaml`
 //! and `templates/_rule_conditions.tpl` are generated from the rows, and `templates/_cel.tpl`
 //! from the building blocks the chart's hand-written CEL shares with them ([`chart`]; a test
 //! diffs each, `HOLDFAST_BLESS=1` rewrites them), and a test evaluates the CEL with a CEL
@@ -15,7 +16,8 @@
 //! (`parity_tests`). The apiserver oracle (`tests/tests/it/validation_engines.rs`) stays the
 //! final word.
 //!
-//! A rule changed is changed in its file, in both halves; `cargo test -p holdfast-core
+//! A rule changed (what it refuses, whom it exempts, what it says) is changed in its file, in
+//! both halves; `cargo test -p holdfast-core
 //! policy::rules` says within seconds whether the two still agree, rule by rule.
 //!
 //! Placeholders in the CEL text are the chart's (values it renders from `identities`):
@@ -39,7 +41,7 @@ pub(crate) mod workloads;
 mod parity_tests;
 
 pub use cel::unheld_in_plain_mode;
-pub(crate) use refusal::malformed;
+pub(crate) use refusal::{malformed, malformed_update};
 pub use rule::{Modes, Policy, Rule, Validation, Variable};
 
 use cel::USER;

@@ -20,6 +20,27 @@ pub(crate) fn malformed(input: &AdmissionInput, side: &str, doc: Doc<'_>, what: 
     )
 }
 
+/// The refusal of an UPDATE whose object or stored object (the first missing) the rule needs
+/// and cannot read, to check what it changes in `what`.
+pub(crate) fn malformed_update(
+    input: &AdmissionInput,
+    new: Doc<'_>,
+    old: Doc<'_>,
+    what: &str,
+) -> Verdict {
+    let (side, doc) = if new.object().is_none() {
+        ("object", new)
+    } else {
+        ("oldObject", old)
+    };
+    malformed(
+        input,
+        side,
+        doc,
+        &format!("cannot check what this update changes in {what}"),
+    )
+}
+
 /// `metadata.annotations[key]`, as a refusal names it.
 pub(crate) fn annotation_field(key: &str) -> String {
     format!("metadata.annotations[{key}]")

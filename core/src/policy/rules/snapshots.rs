@@ -2,11 +2,13 @@
 //! CEL row (what the `…-snapshots` ValidatingAdmissionPolicy decides), side by side.
 
 use super::cel::{REF, USER, label_is, same_map};
-use super::refusal::malformed;
+use super::refusal::{malformed, malformed_update};
 use super::rule::{Modes, Policy, Rule, Validation, Variable, row};
 use crate::names::{LABEL_RUNTIME_SNAPSHOT, SNAPSHOT_SUFFIX};
 use crate::policy::fields;
-use crate::policy::object::{ANNOTATIONS, BINARY_DATA, DATA, Doc, Field, IMMUTABLE, LABELS};
+use crate::policy::object::{
+    ANNOTATIONS, BINARY_DATA, DATA, Doc, Field, IMMUTABLE, LABELS, Object,
+};
 use crate::policy::{AdmissionInput, Identities, Operation, Verdict};
 
 /// Why a ConfigMap counts as a snapshot.
@@ -68,7 +70,14 @@ pub(super) fn rows() -> Vec<Validation> {
     ]
 }
 
-/// A ConfigMap's verdict: the snapshot rules, for the ConfigMaps that are snapshots.
+/// What a refusal says of a snapshot: the ConfigMap, and why it is a snapshot.
+struct Seen {
+    what: String,
+    evidence: String,
+}
+
+/// A ConfigMap's verdict: the snapshot rules, for the ConfigMaps that are snapshots, in the
+/// order of the rows.
 pub(crate) fn judge(input: &AdmissionInput, who: &Identities) -> Verdict {
     let op = input.operation;
     if op == Operation::Connect {
@@ -104,34 +113,36 @@ pub(crate) fn judge(input: &AdmissionInput, who: &Identities) -> Verdict {
         );
     };
 
-    match op {
-        Operation::Create if who.may_create_snapshot(user) => Verdict::Allow,
-        Operation::Create => Verdict::deny(
-            Rule::SnapshotCreate,
-            what.clone(),
-            format!(
-                "{what} is a runtime snapshot ({evidence}); snapshots are created only by {}; user {user} may not create it",
-                who.describe_creators()
-            ),
-        ),
-        Operation::Delete if who.may_delete_snapshot(user) => Verdict::Allow,
-        // A snapshot no TrainJob controls any more (its owner was deleted with
-        // `--cascade=orphan`) protects nothing; refusing its deletion would hold the
-        // TrainJob's name forever. RBAC still decides who may delete it.
-        Operation::Delete if old.object().is_some_and(|o| !fields::has_controller(o)) => {
-            Verdict::Allow
-        }
-        Operation::Delete => Verdict::deny(
-            Rule::SnapshotDelete,
-            what.clone(),
-            format!(
-                "{what} is a runtime snapshot ({evidence}); it is deleted only by {} (with the TrainJob that owns it); user {user} may not delete it",
-                who.describe_deleters()
-            ),
-        ),
-        Operation::Update => snapshot_update(input, who, new, old, &what, &evidence),
-        Operation::Connect => Verdict::Allow,
+    let seen = Seen { what, evidence };
+    let refused = match op {
+        Operation::Create => create(input, who, &seen),
+        Operation::Delete => delete(input, who, old, &seen),
+        Operation::Update => update(input, who, &seen).or_else(|| {
+            let (Some(n), Some(o)) = (new.object(), old.object()) else {
+                return Some(malformed_update(input, new, old, &seen.what));
+            };
+            content(input, who, o, n, &seen).or_else(|| deleter_update(input, who, o, n, &seen))
+        }),
+        Operation::Connect => None,
+    };
+    refused.unwrap_or(Verdict::Allow)
+}
+
+/// A CREATE by anyone but the controller and the snapshot creators.
+fn create(input: &AdmissionInput, who: &Identities, seen: &Seen) -> Option<Verdict> {
+    let user = input.user.username.as_str();
+    if who.may_create_snapshot(user) {
+        return None;
     }
+    let Seen { what, evidence } = seen;
+    Some(Verdict::deny(
+        Rule::SnapshotCreate,
+        what.clone(),
+        format!(
+            "{what} is a runtime snapshot ({evidence}); snapshots are created only by {}; user {user} may not create it",
+            who.describe_creators()
+        ),
+    ))
 }
 
 fn create_row() -> Validation {
@@ -148,6 +159,26 @@ fn create_row() -> Validation {
     )
 }
 
+/// A DELETE by anyone but the controller and the snapshot deleters, of a snapshot a TrainJob
+/// controls. One no TrainJob controls any more (its owner was deleted with
+/// `--cascade=orphan`) protects nothing; refusing its deletion would hold the TrainJob's name
+/// forever. RBAC still decides who may delete it.
+fn delete(input: &AdmissionInput, who: &Identities, old: Doc<'_>, seen: &Seen) -> Option<Verdict> {
+    let user = input.user.username.as_str();
+    if who.may_delete_snapshot(user) || old.object().is_some_and(|o| !fields::has_controller(o)) {
+        return None;
+    }
+    let Seen { what, evidence } = seen;
+    Some(Verdict::deny(
+        Rule::SnapshotDelete,
+        what.clone(),
+        format!(
+            "{what} is a runtime snapshot ({evidence}); it is deleted only by {} (with the TrainJob that owns it); user {user} may not delete it",
+            who.describe_deleters()
+        ),
+    ))
+}
+
 fn delete_row() -> Validation {
     let s = Policy::Snapshots;
     row(
@@ -162,75 +193,21 @@ fn delete_row() -> Validation {
         )
 }
 
-/// Snapshot fields the controller never changes.
-const SNAPSHOT_CONTENT: [Field; 2] = [DATA, BINARY_DATA];
-/// Snapshot fields the deleters never change.
-const SNAPSHOT_KEPT_BY_DELETERS: [Field; 5] = [DATA, BINARY_DATA, IMMUTABLE, LABELS, ANNOTATIONS];
-
-fn snapshot_update(
-    input: &AdmissionInput,
-    who: &Identities,
-    new: Doc<'_>,
-    old: Doc<'_>,
-    what: &str,
-    evidence: &str,
-) -> Verdict {
+/// An UPDATE by anyone but the controller and the snapshot deleters.
+fn update(input: &AdmissionInput, who: &Identities, seen: &Seen) -> Option<Verdict> {
     let user = input.user.username.as_str();
-    let controller = who.is_controller(user);
-    let deleter = who.is_snapshot_deleter(user);
-    if !controller && !deleter {
-        return Verdict::deny(
-            Rule::SnapshotUpdate,
-            what,
-            format!(
-                "{what} is a runtime snapshot ({evidence}); a snapshot is written only by {} and never rewritten; user {user} may not update it",
-                who.describe_controller()
-            ),
-        );
+    if who.is_controller(user) || who.is_snapshot_deleter(user) {
+        return None;
     }
-    let (Some(n), Some(o)) = (new.object(), old.object()) else {
-        let (side, doc) = if new.object().is_none() {
-            ("object", new)
-        } else {
-            ("oldObject", old)
-        };
-        return malformed(
-            input,
-            side,
-            doc,
-            &format!("cannot check what this update changes in {what}"),
-        );
-    };
-    if controller {
-        if let Some(key) = SNAPSHOT_CONTENT
-            .into_iter()
-            .find(|&f| fields::present(n, f) != fields::present(o, f))
-        {
-            return Verdict::deny(
-                Rule::SnapshotContent,
-                key.to_string(),
-                format!(
-                    "{key} of {what}: a runtime snapshot ({evidence}) is never rewritten, not even by the holdfast controller (user {user}); delete the snapshot instead"
-                ),
-            );
-        }
-        return Verdict::Allow;
-    }
-    let changed = SNAPSHOT_KEPT_BY_DELETERS
-        .into_iter()
-        .find(|&f| fields::present(n, f) != fields::present(o, f))
-        .map(|f| f.to_string());
-    match changed {
-        None => Verdict::Allow,
-        Some(field) => Verdict::deny(
-            Rule::SnapshotDeleterUpdate,
-            field.clone(),
-            format!(
-                "{field} of {what}: a runtime snapshot ({evidence}) is written only by {}; user {user}, a snapshot deleter, may only change its ownerReferences and finalizers",
-                who.describe_controller()
-            ),
+    let Seen { what, evidence } = seen;
+    Some(Verdict::deny(
+        Rule::SnapshotUpdate,
+        what.clone(),
+        format!(
+            "{what} is a runtime snapshot ({evidence}); a snapshot is written only by {} and never rewritten; user {user} may not update it",
+            who.describe_controller()
         ),
-    }
+    ))
 }
 
 fn update_row() -> Validation {
@@ -245,6 +222,34 @@ fn update_row() -> Validation {
                 "variables.what + ' is a runtime snapshot (' + variables.evidence + '); a snapshot is written only by {{{{ $ctlDesc }}}} and never rewritten; user ' + {USER} + ' may not update it'"
             ),
         )
+}
+
+/// Snapshot fields the controller never changes.
+const SNAPSHOT_CONTENT: [Field; 2] = [DATA, BINARY_DATA];
+
+/// The controller's UPDATE: it changes a snapshot's metadata and `immutable`, never its data.
+fn content(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: Object<'_>,
+    n: Object<'_>,
+    seen: &Seen,
+) -> Option<Verdict> {
+    let user = input.user.username.as_str();
+    if !who.is_controller(user) {
+        return None;
+    }
+    let key = SNAPSHOT_CONTENT
+        .into_iter()
+        .find(|&f| fields::present(n, f) != fields::present(o, f))?;
+    let Seen { what, evidence } = seen;
+    Some(Verdict::deny(
+        Rule::SnapshotContent,
+        key.to_string(),
+        format!(
+            "{key} of {what}: a runtime snapshot ({evidence}) is never rewritten, not even by the holdfast controller (user {user}); delete the snapshot instead"
+        ),
+    ))
 }
 
 fn content_row() -> Validation {
@@ -262,6 +267,38 @@ fn content_row() -> Validation {
             "({data} ? 'binaryData' : 'data') + ' of ' + variables.what + ': a runtime snapshot (' + variables.evidence + ') is never rewritten, not even by the holdfast controller (user ' + {USER} + '); delete the snapshot instead'"
         ),
     )
+}
+
+/// Snapshot fields the deleters never change.
+const SNAPSHOT_KEPT_BY_DELETERS: [Field; 5] = [DATA, BINARY_DATA, IMMUTABLE, LABELS, ANNOTATIONS];
+
+/// A snapshot deleter's UPDATE (not the controller's): the garbage collector orphans
+/// dependents and removes its deletion finalizers with updates, so it may change the
+/// ownerReferences and finalizers, and nothing else.
+fn deleter_update(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: Object<'_>,
+    n: Object<'_>,
+    seen: &Seen,
+) -> Option<Verdict> {
+    let user = input.user.username.as_str();
+    if who.is_controller(user) || !who.is_snapshot_deleter(user) {
+        return None;
+    }
+    let field = SNAPSHOT_KEPT_BY_DELETERS
+        .into_iter()
+        .find(|&f| fields::present(n, f) != fields::present(o, f))?
+        .to_string();
+    let Seen { what, evidence } = seen;
+    Some(Verdict::deny(
+        Rule::SnapshotDeleterUpdate,
+        field.clone(),
+        format!(
+            "{field} of {what}: a runtime snapshot ({evidence}) is written only by {}; user {user}, a snapshot deleter, may only change its ownerReferences and finalizers",
+            who.describe_controller()
+        ),
+    ))
 }
 
 fn deleter_update_row() -> Validation {

@@ -1,9 +1,13 @@
 //! The TrainJob rules: who may unsuspend a TrainJob and move its queue, in each mode, and its
-//! start gate's label. Each rule's Rust half (what the webhook decides) and its CEL row (the
-//! `…-trainjobs` policy) side by side; [`validate`](crate::policy::validate) calls the Rust
-//! halves in the order the rows are listed.
+//! start gate's label. Each rule's Rust half (what the webhook decides, who is exempt
+//! included) is followed by its CEL row (the `…-trainjobs` policy); the mode a rule applies
+//! in is its row's `modes`, and [`validate`](crate::policy::validate) calls the Rust halves
+//! of the request's mode, in the order of the rows.
 
-use super::cel::{USER, has_annotation, key_changes, managed, old_annotation, queue, suspended};
+use super::cel::{
+    USER, closed_gate_unsuspend, has_annotation, key_changes, managed, old_annotation, queue,
+    suspended,
+};
 use super::refusal::label_field;
 use super::rule::{Modes, Policy, Rule, Validation, Variable, row};
 use crate::names::{
@@ -12,7 +16,7 @@ use crate::names::{
 };
 use crate::policy::fields;
 use crate::policy::object::Object;
-use crate::policy::{AdmissionInput, Identities, Verdict};
+use crate::policy::{AdmissionInput, Identities, Operation, Verdict};
 use serde_json::Value;
 
 /// The policy's variable after the common ones: the stored TrainJob is at its closed start
@@ -45,21 +49,77 @@ pub(super) fn rows() -> Vec<Validation> {
     ]
 }
 
+/// Kueue mode, a TrainJob's UPDATE, after the held kinds' shared rules: its rules in the
+/// order of the rows.
+pub(crate) fn kueue_update(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: Object<'_>,
+    n: Object<'_>,
+) -> Option<Verdict> {
+    kueue_suspend(input, who, o, n)
+        .or_else(|| kueue_marked_unsuspend(input, who, o, n))
+        .or_else(|| kueue_gate_unsuspend(input, who, o, n))
+        .or_else(|| start_gate_label(input, who, o, n))
+        .or_else(|| kueue_queue_stays(input, who, o, n))
+        .or_else(|| kueue_prebuilt_stays(input, who, o, n))
+        .or_else(|| kueue_managed_queued(input, who, Some(o), n))
+}
+
+/// Plain mode, a TrainJob's UPDATE, after the held kinds' shared rules: its rules in the
+/// order of the rows.
+pub(crate) fn plain_update(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: Object<'_>,
+    n: Object<'_>,
+) -> Option<Verdict> {
+    start_gate_label(input, who, o, n)
+        .or_else(|| plain_held_unsuspend(input, who, o, n))
+        .or_else(|| plain_gate_unsuspend(input, who, o, n))
+}
+
+/// A TrainJob's CREATE, after the held kinds' shared rules.
+pub(crate) fn create(
+    input: &AdmissionInput,
+    who: &Identities,
+    kueue_mode: bool,
+    obj: Object<'_>,
+) -> Option<Verdict> {
+    if kueue_mode {
+        kueue_managed_queued(input, who, None, obj)
+    } else {
+        plain_managed_created_suspended(input, who, obj)
+    }
+}
+
+/// Whether an UPDATE unsuspends the TrainJob.
+fn unsuspends(o: Object<'_>, n: Object<'_>) -> bool {
+    fields::suspended(o) && !fields::suspended(n)
+}
+
+/// Whether an UPDATE unsuspends a TrainJob labelled managed (before or by this update) whose
+/// stored version has no opened mark: at its closed start gate.
+fn unsuspends_at_closed_gate(o: Object<'_>, n: Object<'_>) -> bool {
+    unsuspends(o, n) && !fields::opened(o) && (fields::managed(o) || fields::managed(n))
+}
+
 // ---------------------------------------------------------------------------------------------
 // kueue mode
 
-/// Kueue mode, an UPDATE by anyone: a TrainJob that carries a hold of its own
-/// (`holdfast.dev/hold-instance` on the TrainJob: one placed in plain mode, before a switch to
-/// kueue mode) is unsuspended by nobody, Kueue included, until its holder releases it through
-/// the hold API. Kueue would otherwise admit it (its Workload carries no hold) and start it
-/// past the hold. The hold is on the object itself: no lookup.
+/// Kueue mode, an UPDATE by anyone, Kueue and the controller included: a TrainJob that
+/// carries a hold of its own (`holdfast.dev/hold-instance` on the TrainJob: one placed in
+/// plain mode, before a switch to kueue mode) is unsuspended by nobody until its holder
+/// releases it through the hold API. Kueue would otherwise admit it (its Workload carries no
+/// hold) and start it past the hold. The hold is on the object itself: no lookup. Checked
+/// among the held kinds' shared rules, before the hold finalizer.
 pub(crate) fn kueue_plain_hold_unsuspend(
     input: &AdmissionInput,
     who: &Identities,
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if !(fields::held(o) && fields::suspended(o) && !fields::suspended(n)) {
+    if !(fields::held(o) && unsuspends(o, n)) {
         return None;
     }
     Some(Verdict::deny(
@@ -96,13 +156,13 @@ pub(super) fn kueue_plain_hold_unsuspend_row() -> Validation {
 
 /// Kueue mode, an UPDATE by anyone but Kueue, the controller included: `spec.suspend` of a
 /// TrainJob is Kueue's.
-pub(crate) fn kueue_suspend(
+fn kueue_suspend(
     input: &AdmissionInput,
     who: &Identities,
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if fields::suspended(o) == fields::suspended(n) {
+    if who.is_kueue(&input.user.username) || fields::suspended(o) == fields::suspended(n) {
         return None;
     }
     Some(Verdict::deny(
@@ -134,21 +194,23 @@ fn kueue_suspend_row() -> Validation {
     )
 }
 
-/// Kueue mode, an UPDATE by anyone but the controller: a TrainJob whose stored version carries
-/// the hold mark ([`ANN_HOLD_MARK`]: a hold is being placed on its Workload, or is in force
-/// there) is unsuspended by nobody, Kueue included (the controller never writes
+/// Kueue mode, an UPDATE by anyone but the controller, Kueue included: a TrainJob whose
+/// stored version carries the hold mark ([`ANN_HOLD_MARK`]: a hold is being placed on its
+/// Workload, or is in force there) is unsuspended by nobody (the controller never writes
 /// `spec.suspend` here). The mark is read from `oldObject`, the stored version this update
 /// would replace: the apiserver stores the update only on that version and judges it again on
 /// a conflict, so an unsuspend judged before the mark was written cannot be stored after it
 /// (`hold::mark`). No lookup. In plain mode (after a switch) the Workload lookup of
 /// [`unsuspend_check`](crate::policy::unsuspend_check) honours the hold itself, and a mark is
 /// inert.
-pub(crate) fn kueue_marked_unsuspend(
+fn kueue_marked_unsuspend(
     input: &AdmissionInput,
+    who: &Identities,
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if !(fields::has_annotation(o, ANN_HOLD_MARK) && fields::suspended(o) && !fields::suspended(n))
+    if who.is_controller(&input.user.username)
+        || !(fields::has_annotation(o, ANN_HOLD_MARK) && unsuspends(o, n))
     {
         return None;
     }
@@ -187,29 +249,20 @@ fn kueue_marked_unsuspend_row() -> Validation {
     )
 }
 
-/// Whether an UPDATE unsuspends a TrainJob labelled managed (before or by this update) whose
-/// stored version has no opened mark: at its closed start gate.
-fn unsuspends_at_closed_gate(o: Object<'_>, n: Object<'_>) -> bool {
-    fields::suspended(o)
-        && !fields::suspended(n)
-        && !fields::opened(o)
-        && (fields::managed(o) || fields::managed(n))
-}
-
-/// Kueue mode, an UPDATE by anyone but the controller: a TrainJob at its closed start gate is
-/// unsuspended by nobody, Kueue included. The readmission gate keeps such a job's check
+/// Kueue mode, an UPDATE by anyone but the controller, Kueue included: a TrainJob at its
+/// closed start gate is unsuspended by nobody. The readmission gate keeps such a job's check
 /// `Pending`, but a check it had turned `Ready` while the job was still unmanaged stays
 /// `Ready` once the label is added, and Kueue, admitting on it, unsuspends a job that never
 /// passed Open (found by the adversary's long run). No lookup: the stored version decides, as
 /// for the mark. Kueue retries the refused unsuspend; it goes through once Open has written
 /// the mark.
-pub(crate) fn kueue_gate_unsuspend(
+fn kueue_gate_unsuspend(
     input: &AdmissionInput,
     who: &Identities,
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if !unsuspends_at_closed_gate(o, n) {
+    if who.is_controller(&input.user.username) || !unsuspends_at_closed_gate(o, n) {
         return None;
     }
     Some(Verdict::deny(
@@ -226,16 +279,14 @@ pub(crate) fn kueue_gate_unsuspend(
 
 fn kueue_gate_unsuspend_row() -> Validation {
     let t = Policy::TrainJobs;
-    let (so, sn) = (suspended("oldObject"), suspended("object"));
-    let (mo, mn) = (managed("oldObject"), managed("object"));
-    let opened_old = has_annotation("oldObject", "holdfast.dev/opened");
     row(
         Rule::KueueGateUnsuspend,
         t,
         Modes::Kueue,
         "A managed TrainJob whose stored version has no opened mark is unsuspended by nobody, Kueue included: a readmission check turned Ready while the job was unmanaged stays Ready once the label is added, and Kueue admits on it.",
         format!(
-            "variables.controller\n|| request.operation != 'UPDATE'\n|| !({so} && !{sn} && !{opened_old} && ({mo} || {mn}))"
+            "variables.controller\n|| request.operation != 'UPDATE'\n|| !({})",
+            closed_gate_unsuspend()
         ),
         &format!(
             "'spec.suspend of ' + variables.what + ': it is labelled holdfast.dev/managed=true and its start gate is closed (no holdfast.dev/opened); it stays suspended until {{{{ $ctlDesc }}}} opens it, through Open; user ' + {USER} + ' may not unsuspend it, Kueue included (Kueue admitted it on a readmission check that was Ready before the label was added: it unsuspends the job once Open has written the mark)'"
@@ -246,15 +297,18 @@ fn kueue_gate_unsuspend_row() -> Validation {
 // ---------------------------------------------------------------------------------------------
 // Both modes
 
-/// Both modes: while a managed TrainJob's start gate is closed (no `opened` mark), nobody but
-/// the controller drops its `managed` label — that would open the gate without Open.
-pub(crate) fn start_gate_label(
+/// Both modes, an UPDATE by anyone but the controller, Kueue included: while a managed
+/// TrainJob's start gate is closed (no `opened` mark), nobody drops its `managed` label —
+/// that would open the gate without Open.
+fn start_gate_label(
     input: &AdmissionInput,
     who: &Identities,
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if !(fields::managed(o) && !fields::opened(o) && !fields::managed(n)) {
+    if who.is_controller(&input.user.username)
+        || !(fields::managed(o) && !fields::opened(o) && !fields::managed(n))
+    {
         return None;
     }
     let field = label_field(LABEL_MANAGED);
@@ -288,61 +342,51 @@ fn start_gate_label_row() -> Validation {
 }
 
 // ---------------------------------------------------------------------------------------------
-// kueue mode, by anyone but Kueue and the controller
+// kueue mode: the queue
 
-/// Kueue mode, a TrainJob, by anyone but Kueue and the controller: its queue stays while it
-/// is suspended or at its closed start gate (Kueue lets a suspended job change queues and
-/// then ignores a job without one, which would let it run past its hold or gate), and a
-/// managed TrainJob must be queued.
-pub(crate) fn kueue_update(
+/// Whether the stored TrainJob is suspended or at its closed start gate: stopped, so that
+/// its queue and prebuilt Workload stay.
+fn stopped_or_gated(o: Object<'_>) -> bool {
+    fields::suspended(o) || (fields::managed(o) && !fields::opened(o))
+}
+
+/// Kueue mode, an UPDATE by anyone but Kueue and the controller: a suspended or gated
+/// TrainJob keeps its queue. Kueue lets a suspended job change queues and then ignores a job
+/// without one, which would let it run past its hold or gate.
+fn kueue_queue_stays(
     input: &AdmissionInput,
     who: &Identities,
     o: Object<'_>,
     n: Object<'_>,
-) -> Verdict {
+) -> Option<Verdict> {
     let user = input.user.username.as_str();
-    let gate_closed = fields::managed(o) && !fields::opened(o);
-    let stopped = fields::suspended(o);
-    if let Some(queue) = fields::queue_name(o)
-        && fields::queue_name(n) != Some(queue)
-        && (stopped || gate_closed)
+    let queue = fields::queue_name(o)?;
+    if who.is_controller(user)
+        || who.is_kueue(user)
+        || fields::queue_name(n) == Some(queue)
+        || !stopped_or_gated(o)
     {
-        let field = label_field(QUEUE_NAME_LABEL);
-        let why = if stopped {
-            "it is suspended (held, preempted or waiting for admission)"
-        } else {
-            "its start gate is closed"
-        };
-        let to = match fields::queue_name(n) {
-            Some(q) => format!("change it from {queue:?} to {q:?}"),
-            None => format!("remove it (it is {queue:?})"),
-        };
-        return Verdict::deny(
-            Rule::KueueQueueStays,
-            field.clone(),
-            format!(
-                "{field} of TrainJob {}: {why}, and Kueue ignores a job without a queue name, which would let it run without Kueue admission and holdfast's readmission gate; only {} may change it now; user {user} may not {to}",
-                input.object_ref(),
-                who.describe_kueue()
-            ),
-        );
+        return None;
     }
-    if fields::prebuilt_workload(o) != fields::prebuilt_workload(n) && (stopped || gate_closed) {
-        let field = label_field(PREBUILT_WORKLOAD_LABEL);
-        return Verdict::deny(
-            Rule::KueuePrebuiltStays,
-            field.clone(),
-            format!(
-                "{field} (label or annotation) of TrainJob {}: it names the Workload Kueue adopts for the job, and the TrainJob is suspended or at its closed start gate, so a new one would replace the Workload holdfast holds; user {user} may not change it now",
-                input.object_ref()
-            ),
-        );
-    }
-    let unqueued_managed = |v: Object<'_>| fields::managed(v) && !fields::queued(v);
-    if unqueued_managed(n) && !unqueued_managed(o) {
-        return deny_unqueued_managed(input, "leave it unqueued");
-    }
-    Verdict::Allow
+    let field = label_field(QUEUE_NAME_LABEL);
+    let why = if fields::suspended(o) {
+        "it is suspended (held, preempted or waiting for admission)"
+    } else {
+        "its start gate is closed"
+    };
+    let to = match fields::queue_name(n) {
+        Some(q) => format!("change it from {queue:?} to {q:?}"),
+        None => format!("remove it (it is {queue:?})"),
+    };
+    Some(Verdict::deny(
+        Rule::KueueQueueStays,
+        field.clone(),
+        format!(
+            "{field} of TrainJob {}: {why}, and Kueue ignores a job without a queue name, which would let it run without Kueue admission and holdfast's readmission gate; only {} may change it now; user {user} may not {to}",
+            input.object_ref(),
+            who.describe_kueue()
+        ),
+    ))
 }
 
 fn kueue_queue_stays_row() -> Validation {
@@ -361,6 +405,34 @@ fn kueue_queue_stays_row() -> Validation {
             "'metadata.labels[kueue.x-k8s.io/queue-name] of ' + variables.what + ': ' + ({so} ? 'it is suspended (held, preempted or waiting for admission)' : 'its start gate is closed') + ', and Kueue ignores a job without a queue name, which would let it run without Kueue admission and holdfast\\'s readmission gate; only {{{{ $kueueDesc }}}} may change it now; user ' + {USER} + ' may not ' + ({qn} == '' ? 'remove it (it is \"' + {qo} + '\")' : 'change it from \"' + {qo} + '\" to \"' + {qn} + '\"')"
         ),
     )
+}
+
+/// Kueue mode, an UPDATE by anyone but Kueue and the controller: a suspended or gated
+/// TrainJob keeps its prebuilt Workload's name (label or annotation), which names the
+/// Workload Kueue adopts for it.
+fn kueue_prebuilt_stays(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: Object<'_>,
+    n: Object<'_>,
+) -> Option<Verdict> {
+    let user = input.user.username.as_str();
+    if who.is_controller(user)
+        || who.is_kueue(user)
+        || fields::prebuilt_workload(o) == fields::prebuilt_workload(n)
+        || !stopped_or_gated(o)
+    {
+        return None;
+    }
+    let field = label_field(PREBUILT_WORKLOAD_LABEL);
+    Some(Verdict::deny(
+        Rule::KueuePrebuiltStays,
+        field.clone(),
+        format!(
+            "{field} (label or annotation) of TrainJob {}: it names the Workload Kueue adopts for the job, and the TrainJob is suspended or at its closed start gate, so a new one would replace the Workload holdfast holds; user {user} may not change it now",
+            input.object_ref()
+        ),
+    ))
 }
 
 fn kueue_prebuilt_stays_row() -> Validation {
@@ -382,18 +454,31 @@ fn kueue_prebuilt_stays_row() -> Validation {
     )
 }
 
-/// Kueue mode, a CREATE by anyone but the controller: a managed TrainJob must be queued.
-pub(crate) fn kueue_managed_created_queued(input: &AdmissionInput, obj: Object<'_>) -> Verdict {
-    if fields::managed(obj) && !fields::queued(obj) {
-        return deny_unqueued_managed(input, "create it without one");
+/// Kueue mode, a CREATE (`o`: none) by anyone but the controller, or an UPDATE by anyone but
+/// Kueue and the controller: a managed TrainJob must be queued, or Kueue ignores it and it
+/// runs at once, past its start gate. An UPDATE is refused only when it makes the job managed
+/// and unqueued.
+fn kueue_managed_queued(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: Option<Object<'_>>,
+    n: Object<'_>,
+) -> Option<Verdict> {
+    let user = input.user.username.as_str();
+    let unqueued_managed = |v: Object<'_>| fields::managed(v) && !fields::queued(v);
+    if who.is_controller(user)
+        || (who.is_kueue(user) && o.is_some())
+        || !unqueued_managed(n)
+        || o.is_some_and(unqueued_managed)
+    {
+        return None;
     }
-    Verdict::Allow
-}
-
-/// Kueue mode: a managed TrainJob must be queued, or Kueue ignores it and it runs at once,
-/// past its start gate. `what` says what the request does.
-fn deny_unqueued_managed(input: &AdmissionInput, what: &str) -> Verdict {
-    Verdict::deny(
+    let what = if input.operation == Operation::Create {
+        "create it without one"
+    } else {
+        "leave it unqueued"
+    };
+    Some(Verdict::deny(
         Rule::KueueManagedQueued,
         label_field(QUEUE_NAME_LABEL),
         format!(
@@ -402,7 +487,7 @@ fn deny_unqueued_managed(input: &AdmissionInput, what: &str) -> Verdict {
             input.object_ref(),
             input.user.username
         ),
-    )
+    ))
 }
 
 fn kueue_managed_queued_row() -> Validation {
@@ -429,15 +514,15 @@ fn kueue_managed_queued_row() -> Validation {
 /// Plain mode, a CREATE by anyone but the controller: a managed TrainJob is created at its
 /// closed start gate, suspended (the mutating side suspends it, so this only refuses when
 /// that side did not run).
-pub(crate) fn plain_managed_created_suspended(
+fn plain_managed_created_suspended(
     input: &AdmissionInput,
     who: &Identities,
     obj: Object<'_>,
-) -> Verdict {
-    if !fields::managed(obj) || fields::suspended(obj) {
-        return Verdict::Allow;
+) -> Option<Verdict> {
+    if who.is_controller(&input.user.username) || !fields::managed(obj) || fields::suspended(obj) {
+        return None;
     }
-    Verdict::deny(
+    Some(Verdict::deny(
         Rule::PlainManagedCreatedSuspended,
         "spec.suspend",
         format!(
@@ -446,7 +531,7 @@ pub(crate) fn plain_managed_created_suspended(
             who.describe_controller(),
             input.user.username
         ),
-    )
+    ))
 }
 
 fn plain_managed_created_suspended_row() -> Validation {
@@ -465,41 +550,28 @@ fn plain_managed_created_suspended_row() -> Validation {
     )
 }
 
-/// Plain mode, an UPDATE by anyone but the controller: a held TrainJob, or a managed one at its
-/// closed start gate, stays suspended.
-pub(crate) fn plain_update(
+/// Plain mode, an UPDATE by anyone but the controller: a held TrainJob stays suspended until
+/// its hold is released.
+fn plain_held_unsuspend(
     input: &AdmissionInput,
     who: &Identities,
     o: Object<'_>,
     n: Object<'_>,
-) -> Verdict {
-    let user = input.user.username.as_str();
-    let unsuspends = fields::suspended(o) && !fields::suspended(n);
-    if unsuspends && fields::held(o) {
-        return Verdict::deny(
-            Rule::PlainHeldUnsuspend,
-            "spec.suspend",
-            format!(
-                "spec.suspend of TrainJob {}: it is held (hold {}, {ANN_HOLD_INSTANCE}); only {} unsuspends it, by releasing the hold; user {user} may not",
-                input.object_ref(),
-                fields::hold_instance(o),
-                who.describe_controller()
-            ),
-        );
+) -> Option<Verdict> {
+    if who.is_controller(&input.user.username) || !(unsuspends(o, n) && fields::held(o)) {
+        return None;
     }
-    let at_gate = !fields::opened(o);
-    if unsuspends && at_gate && (fields::managed(o) || fields::managed(n)) {
-        return Verdict::deny(
-            Rule::PlainGateUnsuspend,
-            "spec.suspend",
-            format!(
-                "spec.suspend of TrainJob {}: it is labelled {LABEL_MANAGED}=true and its start gate is closed (no {ANN_OPENED}); only {} opens it, through Open; user {user} may not unsuspend it",
-                input.object_ref(),
-                who.describe_controller()
-            ),
-        );
-    }
-    Verdict::Allow
+    Some(Verdict::deny(
+        Rule::PlainHeldUnsuspend,
+        "spec.suspend",
+        format!(
+            "spec.suspend of TrainJob {}: it is held (hold {}, {ANN_HOLD_INSTANCE}); only {} unsuspends it, by releasing the hold; user {} may not",
+            input.object_ref(),
+            fields::hold_instance(o),
+            who.describe_controller(),
+            input.user.username
+        ),
+    ))
 }
 
 fn plain_held_unsuspend_row() -> Validation {
@@ -521,18 +593,39 @@ fn plain_held_unsuspend_row() -> Validation {
     )
 }
 
+/// Plain mode, an UPDATE by anyone but the controller: a managed TrainJob at its closed start
+/// gate stays suspended until Open opens it.
+fn plain_gate_unsuspend(
+    input: &AdmissionInput,
+    who: &Identities,
+    o: Object<'_>,
+    n: Object<'_>,
+) -> Option<Verdict> {
+    if who.is_controller(&input.user.username) || !unsuspends_at_closed_gate(o, n) {
+        return None;
+    }
+    Some(Verdict::deny(
+        Rule::PlainGateUnsuspend,
+        "spec.suspend",
+        format!(
+            "spec.suspend of TrainJob {}: it is labelled {LABEL_MANAGED}=true and its start gate is closed (no {ANN_OPENED}); only {} opens it, through Open; user {} may not unsuspend it",
+            input.object_ref(),
+            who.describe_controller(),
+            input.user.username
+        ),
+    ))
+}
+
 fn plain_gate_unsuspend_row() -> Validation {
     let t = Policy::TrainJobs;
-    let (so, sn) = (suspended("oldObject"), suspended("object"));
-    let (mo, mn) = (managed("oldObject"), managed("object"));
-    let opened_old = has_annotation("oldObject", "holdfast.dev/opened");
     row(
         Rule::PlainGateUnsuspend,
         t,
         Modes::Plain,
         "",
         format!(
-            "variables.controller\n|| request.operation != 'UPDATE'\n|| !({so} && !{sn} && !{opened_old} && ({mo} || {mn}))"
+            "variables.controller\n|| request.operation != 'UPDATE'\n|| !({})",
+            closed_gate_unsuspend()
         ),
         &format!(
             "'spec.suspend of ' + variables.what + ': it is labelled holdfast.dev/managed=true and its start gate is closed (no holdfast.dev/opened); only {{{{ $ctlDesc }}}} opens it, through Open; user ' + {USER} + ' may not unsuspend it'"

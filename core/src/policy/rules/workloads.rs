@@ -4,6 +4,7 @@
 //! in plain mode only one that carries a hold (placed in kueue mode, before a switch).
 
 use super::cel::{USER, has_annotation, key_changes, old_annotation, trainjob_owners};
+use super::refusal::label_field;
 use super::rule::{Modes, Policy, Rule, Validation, Variable, row};
 use crate::names::{ANN_HOLD_INSTANCE, JOB_UID_LABEL};
 use crate::policy::fields;
@@ -38,26 +39,26 @@ pub(super) fn rows() -> Vec<Validation> {
     ]
 }
 
-/// An UPDATE by anyone but the controller, in the order of the rows.
+/// A Workload's UPDATE, after the held kinds' shared rules: its rules in the order of the
+/// rows.
 pub(crate) fn update(
     input: &AdmissionInput,
     who: &Identities,
     o: Object<'_>,
     n: Object<'_>,
-) -> Verdict {
+) -> Option<Verdict> {
     owner_added(input, who, Some(o), n)
         .or_else(|| owner_kept(input, who, o, n))
         .or_else(|| job_uid(input, who, o, n))
         .or_else(|| held_active(input, who, o, n))
         .or_else(|| held_queue(input, who, o, n))
-        .unwrap_or(Verdict::Allow)
 }
 
 /// The CEL of a TrainJob ownerReference `r` the other side carries as `s`.
 const SAME_OWNER: &str =
     "s.uid == r.uid && (has(s.controller) && s.controller) == (has(r.controller) && r.controller)";
 
-/// A CREATE or UPDATE by anyone but Kueue (and the controller) that puts a TrainJob
+/// A CREATE (`o`: none) or UPDATE by anyone but Kueue and the controller that puts a TrainJob
 /// ownerReference on a Workload the stored Workload does not already carry: only Kueue creates
 /// a TrainJob's Workload, and a decoy owned by the TrainJob could capture its holds.
 pub(crate) fn owner_added(
@@ -66,7 +67,8 @@ pub(crate) fn owner_added(
     o: Option<Object<'_>>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if who.is_kueue(&input.user.username) {
+    let user = input.user.username.as_str();
+    if who.is_controller(user) || who.is_kueue(user) {
         return None;
     }
     let before = o.map(fields::trainjob_owners).unwrap_or_default();
@@ -105,7 +107,8 @@ fn owner_added_row() -> Validation {
     )
 }
 
-/// An UPDATE that drops or changes a TrainJob ownerReference the stored Workload carries: a
+/// An UPDATE by anyone but Kueue, the snapshot deleters and the controller that drops or
+/// changes a TrainJob ownerReference the stored Workload carries: a
 /// Workload no longer owned by its TrainJob is not its Workload (SPEC), so a hold call would
 /// find none while the job runs on it. Kueue and the garbage collector (orphaning deletes)
 /// may; nobody else.
@@ -116,7 +119,7 @@ fn owner_kept(
     n: Object<'_>,
 ) -> Option<Verdict> {
     let user = input.user.username.as_str();
-    if who.is_kueue(user) || who.is_snapshot_deleter(user) {
+    if who.is_controller(user) || who.is_kueue(user) || who.is_snapshot_deleter(user) {
         return None;
     }
     let after = fields::trainjob_owners(n);
@@ -155,7 +158,7 @@ fn owner_kept_row() -> Validation {
     )
 }
 
-/// An UPDATE by anyone but Kueue of a TrainJob's Workload's job-uid label: how holdfast and
+/// An UPDATE by anyone but Kueue and the controller of a TrainJob's Workload's job-uid label: how holdfast and
 /// Kueue find the Workload.
 fn job_uid(
     input: &AdmissionInput,
@@ -163,7 +166,9 @@ fn job_uid(
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if who.is_kueue(&input.user.username)
+    let user = input.user.username.as_str();
+    if who.is_controller(user)
+        || who.is_kueue(user)
         || fields::trainjob_owners(o).is_empty()
         || fields::label(o, JOB_UID_LABEL) == fields::label(n, JOB_UID_LABEL)
     {
@@ -171,9 +176,10 @@ fn job_uid(
     }
     Some(Verdict::deny(
         Rule::WorkloadJobUid,
-        format!("metadata.labels[{JOB_UID_LABEL}]"),
+        label_field(JOB_UID_LABEL),
         format!(
-            "metadata.labels[{JOB_UID_LABEL}] of Workload {}: on a TrainJob's Workload it is how holdfast and Kueue find the Workload, and only {} sets it; user {} may not change or remove it",
+            "{} of Workload {}: on a TrainJob's Workload it is how holdfast and Kueue find the Workload, and only {} sets it; user {} may not change or remove it",
+            label_field(JOB_UID_LABEL),
             input.object_ref(),
             who.describe_kueue(),
             input.user.username
@@ -211,7 +217,10 @@ fn held_active(
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if !fields::held(o) || fields::active(o) == fields::active(n) {
+    if who.is_controller(&input.user.username)
+        || !fields::held(o)
+        || fields::active(o) == fields::active(n)
+    {
         return None;
     }
     Some(Verdict::deny(
@@ -259,7 +268,10 @@ fn held_queue(
     o: Object<'_>,
     n: Object<'_>,
 ) -> Option<Verdict> {
-    if !fields::held(o) || fields::workload_queue(o) == fields::workload_queue(n) {
+    if who.is_controller(&input.user.username)
+        || !fields::held(o)
+        || fields::workload_queue(o) == fields::workload_queue(n)
+    {
         return None;
     }
     Some(Verdict::deny(

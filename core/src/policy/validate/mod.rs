@@ -11,7 +11,7 @@
 
 use super::fields;
 use super::object::{Doc, UID};
-use super::rules::{Rule, held, malformed, snapshots, trainjobs, workloads};
+use super::rules::{Rule, held, malformed, malformed_update, snapshots, trainjobs, workloads};
 use super::{AdmissionInput, Identities, Operation, Resource, Verdict};
 use crate::arming::LABEL_PROBE;
 use crate::mode::Mode;
@@ -305,88 +305,52 @@ fn held_kind_create(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
             ),
         );
     };
-    if let Some(v) = held::annotation_added(input, who, obj)
+    held::annotation_added(input, who, obj)
         .or_else(|| held::hold_finalizer_added(input, who, obj))
-    {
-        return v;
-    }
-    match (mode, &input.resource) {
-        (Mode::Kueue, Resource::TrainJob) => trainjobs::kueue_managed_created_queued(input, obj),
-        (Mode::Plain, Resource::TrainJob) => {
-            trainjobs::plain_managed_created_suspended(input, who, obj)
-        }
-        (Mode::Kueue, _) => workloads::owner_added(input, who, None, obj).unwrap_or(Verdict::Allow),
-        (Mode::Plain, _) => Verdict::Allow,
-    }
+        .or_else(|| match (mode, &input.resource) {
+            (_, Resource::TrainJob) => trainjobs::create(input, who, mode == Mode::Kueue, obj),
+            (Mode::Kueue, _) => workloads::owner_added(input, who, None, obj),
+            (Mode::Plain, _) => None,
+        })
+        .unwrap_or(Verdict::Allow)
 }
 
 fn held_kind_update(input: &AdmissionInput, who: &Identities, mode: Mode) -> Verdict {
     let user = input.user.username.as_str();
-    let controller = who.is_controller(user);
-    let kueue = who.is_kueue(user);
     let trainjob = input.resource == Resource::TrainJob;
     // Kueue mode: Kueue alone changes a TrainJob's spec.suspend, whatever labels the job
-    // carries — the controller included, so it is let through early only elsewhere.
-    let kueue_owns_suspend = mode == Mode::Kueue && trainjob && !kueue;
-    if controller && !kueue_owns_suspend {
+    // carries, the controller included: the controller's writes meet the rules there too
+    // (each rule says whom it exempts). Elsewhere the controller is exempt from them all.
+    let kueue_owns_suspend = mode == Mode::Kueue && trainjob && !who.is_kueue(user);
+    if who.is_controller(user) && !kueue_owns_suspend {
         return Verdict::Allow;
     }
     let new = Doc::of(input.object.as_ref());
     let old = Doc::of(input.old_object.as_ref());
     let (Some(n), Some(o)) = (new.object(), old.object()) else {
-        let (side, doc) = if new.object().is_none() {
-            ("object", new)
-        } else {
-            ("oldObject", old)
-        };
-        return malformed(
+        return malformed_update(
             input,
-            side,
-            doc,
-            &format!(
-                "cannot check what this update changes in {} {}",
-                input.resource.kind(),
-                input.object_ref()
-            ),
+            new,
+            old,
+            &format!("{} {}", input.resource.kind(), input.object_ref()),
         );
     };
-
-    if !controller && let Some(v) = held::annotation_changed(input, who, o, n) {
-        return v;
-    }
-    if mode == Mode::Kueue
-        && trainjob
-        && let Some(v) = trainjobs::kueue_plain_hold_unsuspend(input, who, o, n)
-    {
-        return v;
-    }
-    if !controller && let Some(v) = held::hold_finalizer_changed(input, who, o, n) {
-        return v;
-    }
-    if kueue_owns_suspend && let Some(v) = trainjobs::kueue_suspend(input, who, o, n) {
-        return v;
-    }
-    if controller {
-        return Verdict::Allow;
-    }
-    if mode == Mode::Kueue
-        && trainjob
-        && let Some(v) = trainjobs::kueue_marked_unsuspend(input, o, n)
-            .or_else(|| trainjobs::kueue_gate_unsuspend(input, who, o, n))
-    {
-        return v;
-    }
-    if trainjob && let Some(v) = trainjobs::start_gate_label(input, who, o, n) {
-        return v;
-    }
-    match (mode, &input.resource) {
-        (Mode::Kueue, Resource::Workload) => workloads::update(input, who, o, n),
-        (Mode::Kueue, Resource::TrainJob) if !kueue => trainjobs::kueue_update(input, who, o, n),
-        (Mode::Plain, Resource::TrainJob) => trainjobs::plain_update(input, who, o, n),
-        // A Workload held in kueue mode keeps its hold after a switch to plain mode.
-        (Mode::Plain, Resource::Workload) if fields::held(o) => workloads::update(input, who, o, n),
-        _ => Verdict::Allow,
-    }
+    held::annotation_changed(input, who, o, n)
+        .or_else(|| {
+            (mode == Mode::Kueue && trainjob)
+                .then(|| trainjobs::kueue_plain_hold_unsuspend(input, who, o, n))
+                .flatten()
+        })
+        .or_else(|| held::hold_finalizer_changed(input, who, o, n))
+        .or_else(|| match (mode, &input.resource) {
+            (Mode::Kueue, Resource::TrainJob) => trainjobs::kueue_update(input, who, o, n),
+            (Mode::Plain, Resource::TrainJob) => trainjobs::plain_update(input, who, o, n),
+            (Mode::Kueue, _) => workloads::update(input, who, o, n),
+            // A Workload held in kueue mode keeps its hold after a switch to plain mode.
+            (Mode::Plain, _) if fields::held(o) => workloads::update(input, who, o, n),
+            (Mode::Plain, _) => None,
+        })
+        .unwrap_or(Verdict::Allow)
 }
 
 #[cfg(test)]
