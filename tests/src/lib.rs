@@ -39,6 +39,7 @@ pub mod rbac;
 pub mod readmission_policy;
 pub mod registration;
 pub mod registry;
+pub mod scene;
 pub mod serving_files;
 pub mod values_table;
 pub mod wait;

@@ -196,3 +196,21 @@ pub fn user_agent(e: &Value) -> &str {
         .and_then(Value::as_str)
         .unwrap_or_default()
 }
+
+/// The steps the plain-mode hold tests tell their scenarios in.
+impl crate::scene::Scene {
+    /// A managed TrainJob `name` in the scene's namespace, suspended or not.
+    pub async fn job(&self, name: &str, suspended: bool) -> Value {
+        create_trainjob(self.cp, &self.ns, name, suspended).await
+    }
+
+    /// TrainJob `name` as stored now.
+    pub async fn read(&self, name: &str) -> Value {
+        read_trainjob(self.cp, &self.ns, name).await
+    }
+
+    /// A plain-mode hold executor as the controller.
+    pub async fn executor(&self) -> HoldExecutor {
+        executor(self.cp).await
+    }
+}

@@ -19,6 +19,7 @@ use holdfast_core::{
     hold::{HoldError, Outcome, RejectCause},
     names::{ANN_ATTEMPT, ANN_HOLD_INSTANCE, ANN_HOLD_PLACED_AT, ANN_HOLD_REASON, ANN_OPENED},
 };
+use holdfast_tests::scene::Scene;
 use holdfast_tests::{ControlPlane, Identity, execution_owners};
 use k8s_openapi::api::{core::v1::Pod, rbac::v1::RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -58,18 +59,18 @@ where
 
 #[tokio::test]
 async fn hold_lands_with_all_annotations_in_one_update() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("hold-one").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", false).await;
-    let exec = executor(cp).await;
+    let s = Scene::new("hold-one").await;
+    let ns = &s.ns;
+    s.job("mnist", false).await;
+    let exec = s.executor().await;
 
     let mut m = meta(Some(3), MINUTE);
     m.reason = Some("node lost".into());
     let before = jiff::Timestamp::now();
-    let outcome = exec.hold(&ns, "mnist", m).await.expect("hold");
+    let outcome = exec.hold(ns, "mnist", m).await.expect("hold");
     assert_eq!(outcome, Outcome::Held);
 
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(suspended(&tj), "the hold is spec.suspend: true");
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("3"));
     assert_eq!(annotation(&tj, ANN_HOLD_REASON), Some("node lost"));
@@ -77,8 +78,8 @@ async fn hold_lands_with_all_annotations_in_one_update() {
     let placed = holdfast_core::rfc3339::parse(placed).expect("RFC 3339");
     assert!(placed.as_second() >= before.as_second() - 1, "{placed}");
 
-    let events = settled_audit(cp).await;
-    let mine = on_trainjob(&events, &ns, "mnist");
+    let events = settled_audit(s.cp).await;
+    let mine = on_trainjob(&events, ns, "mnist");
     let writes = updates(&mine);
     assert_eq!(
         writes.len(),
@@ -114,26 +115,26 @@ fn workloads(client: &kube::Client, ns: &str) -> Api<kube::api::DynamicObject> {
 /// read-and-update would, even with a Workload the job owns (as Kueue makes one).
 #[tokio::test]
 async fn a_hold_on_a_job_whose_workloads_carry_no_hold_sends_only_its_read_and_its_write() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("hold-pair").await.expect("namespace");
-    let tj = create_trainjob(cp, &ns, "mnist", false).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    workloads(&admin, &ns)
+    let s = Scene::new("hold-pair").await;
+    let ns = &s.ns;
+    let tj = s.job("mnist", false).await;
+    let admin = s.admin.clone();
+    workloads(&admin, ns)
         .create(
             &PostParams::default(),
             &owned_workload("unheld", &tj, json!({"other": "x"})),
         )
         .await
         .expect("an unheld Workload the job owns");
-    let exec = executor(cp).await;
+    let exec = s.executor().await;
     assert!(exec.workloads_listed(MINUTE).await, "the watch lists");
 
     assert_eq!(
-        exec.hold(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.hold(ns, "mnist", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Held)
     );
-    let events = settled_audit(cp).await;
-    let calls: Vec<(&str, &str)> = controller_requests(&events, &ns)
+    let events = settled_audit(s.cp).await;
+    let calls: Vec<(&str, &str)> = controller_requests(&events, ns)
         .into_iter()
         .map(|e| (verb(e), resource(e)))
         .collect();
@@ -150,19 +151,19 @@ async fn a_hold_on_a_job_whose_workloads_carry_no_hold_sends_only_its_read_and_i
 /// refused).
 #[tokio::test]
 async fn a_workload_carrying_a_hold_is_read_fresh_once_the_watch_sees_its_marks() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("hold-marked").await.expect("namespace");
-    let tj = create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
+    let s = Scene::new("hold-marked").await;
+    let ns = &s.ns;
+    let tj = s.job("mnist", true).await;
+    let exec = s.executor().await;
     assert!(exec.workloads_listed(MINUTE).await, "the watch lists");
     assert_eq!(
-        exec.status(&ns, "mnist").await.expect("status").mode,
+        exec.status(ns, "mnist").await.expect("status").mode,
         holdfast_core::mode::Mode::Plain
     );
     // As kueue mode leaves a held Workload (here written by cluster-admin: no webhook runs in
     // this test).
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    workloads(&admin, &ns)
+    let admin = s.admin.clone();
+    workloads(&admin, ns)
         .create(
             &PostParams::default(),
             &owned_workload("held", &tj, json!({ANN_HOLD_INSTANCE: "4"})),
@@ -173,19 +174,19 @@ async fn a_workload_carrying_a_hold_is_read_fresh_once_the_watch_sees_its_marks(
         "the hold on the Workload to be seen",
         Duration::from_secs(30),
         || async {
-            let status = exec.status(&ns, "mnist").await.expect("status");
+            let status = exec.status(ns, "mnist").await.expect("status");
             (status.mode == holdfast_core::mode::Mode::Kueue).then_some(status)
         },
     )
     .await;
     assert_eq!(status.hold.and_then(|h| h.instance), Some(4));
-    let stale = exec.release(&ns, "mnist", meta(Some(3), MINUTE)).await;
+    let stale = exec.release(ns, "mnist", meta(Some(3), MINUTE)).await;
     assert_eq!(
         stale.expect_err("stale").cause(),
         Some(RejectCause::StaleHold)
     );
-    let events = settled_audit(cp).await;
-    let listed = controller_requests(&events, &ns)
+    let events = settled_audit(s.cp).await;
+    let listed = controller_requests(&events, ns)
         .into_iter()
         .filter(|e| verb(e) == "list" && resource(e) == "workloads")
         .count();
@@ -194,25 +195,25 @@ async fn a_workload_carrying_a_hold_is_read_fresh_once_the_watch_sees_its_marks(
 
 #[tokio::test]
 async fn release_removes_all_hold_annotations() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("release").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
+    let s = Scene::new("release").await;
+    let ns = &s.ns;
+    s.job("mnist", true).await;
+    let exec = s.executor().await;
 
     assert_eq!(
-        exec.open(&ns, "mnist", meta(None, MINUTE)).await,
+        exec.open(ns, "mnist", meta(None, MINUTE)).await,
         Ok(Outcome::Opened { started: true })
     );
     let mut m = meta(Some(1), MINUTE);
     m.reason = Some("node lost".into());
-    exec.hold(&ns, "mnist", m).await.expect("hold");
-    let held = read_trainjob(cp, &ns, "mnist").await;
+    exec.hold(ns, "mnist", m).await.expect("hold");
+    let held = s.read("mnist").await;
     // instance, reason, placed-at and holder
     assert_eq!(hold_annotations(&held).len(), 4, "{held:#}");
 
-    let outcome = exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    let outcome = exec.release(ns, "mnist", meta(Some(1), MINUTE)).await;
     assert_eq!(outcome, Ok(Outcome::Released { resumed: true }));
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(
         hold_annotations(&tj).is_empty(),
         "every hold annotation is gone: {tj:#}"
@@ -222,30 +223,30 @@ async fn release_removes_all_hold_annotations() {
     assert_eq!(annotation(&tj, ANN_OPENED), Some("true"));
 
     // The release was one update, with A, the stop and the annotations together.
-    let events = settled_audit(cp).await;
-    let writes = updates(&on_trainjob(&events, &ns, "mnist"));
+    let events = settled_audit(s.cp).await;
+    let writes = updates(&on_trainjob(&events, ns, "mnist"));
     assert_eq!(writes.len(), 3, "open, hold, release: {writes:#?}");
 }
 
 #[tokio::test]
 async fn delayed_stale_hold_is_rejected() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("stale").await.expect("namespace");
-    let exec = executor(cp).await;
+    let s = Scene::new("stale").await;
+    let ns = &s.ns;
+    let exec = s.executor().await;
 
     // Hold 1 arrives after hold 2 has landed.
-    create_trainjob(cp, &ns, "late", false).await;
-    exec.hold(&ns, "late", meta(Some(2), MINUTE))
+    s.job("late", false).await;
+    exec.hold(ns, "late", meta(Some(2), MINUTE))
         .await
         .expect("hold 2");
-    let before = read_trainjob(cp, &ns, "late").await;
+    let before = s.read("late").await;
     let err = exec
-        .hold(&ns, "late", meta(Some(1), MINUTE))
+        .hold(ns, "late", meta(Some(1), MINUTE))
         .await
         .expect_err("hold 1 is stale");
     assert_eq!(err.cause(), Some(RejectCause::StaleHold), "{err}");
     assert_eq!(err.http_status(), 409);
-    let after = read_trainjob(cp, &ns, "late").await;
+    let after = s.read("late").await;
     assert_eq!(annotation(&after, ANN_HOLD_INSTANCE), Some("2"));
     assert_eq!(
         resource_version(&after),
@@ -255,7 +256,7 @@ async fn delayed_stale_hold_is_rejected() {
 
     // Hold 1 is delayed between its read and its write, and hold 2 lands in between: the
     // precondition fails, and the re-read sees another instance.
-    create_trainjob(cp, &ns, "between", false).await;
+    s.job("between", false).await;
     let newer = exec.clone();
     let (ns2, fired) = (ns.clone(), Arc::new(AtomicBool::new(false)));
     let delayed = with_hook(exec.clone(), move |p| {
@@ -271,14 +272,14 @@ async fn delayed_stale_hold_is_rejected() {
         }
     });
     let err = delayed
-        .hold(&ns, "between", meta(Some(1), MINUTE))
+        .hold(ns, "between", meta(Some(1), MINUTE))
         .await
         .expect_err("hold 1 lost the race");
     assert_eq!(err.cause(), Some(RejectCause::StaleHold), "{err}");
-    let tj = read_trainjob(cp, &ns, "between").await;
+    let tj = s.read("between").await;
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("2"));
-    let events = settled_audit(cp).await;
-    let codes: Vec<i64> = updates(&on_trainjob(&events, &ns, "between"))
+    let events = settled_audit(s.cp).await;
+    let codes: Vec<i64> = updates(&on_trainjob(&events, ns, "between"))
         .iter()
         .map(|e| code(e))
         .collect();
@@ -291,12 +292,12 @@ async fn delayed_stale_hold_is_rejected() {
 
 #[tokio::test]
 async fn conflict_caused_by_a_status_writer_is_retried_and_succeeds() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("status-conflict").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", false).await;
-    let trainer = cp.client(Identity::Trainer).await.expect("trainer");
+    let s = Scene::new("status-conflict").await;
+    let ns = &s.ns;
+    s.job("mnist", false).await;
+    let trainer = s.client(Identity::Trainer).await;
     let ns2 = ns.clone();
-    let exec = with_hook(executor(cp).await, move |p| {
+    let exec = with_hook(s.executor().await, move |p| {
         let (trainer, ns) = (trainer.clone(), ns2.clone());
         async move {
             if p.conflicts == 0 {
@@ -305,9 +306,9 @@ async fn conflict_caused_by_a_status_writer_is_retried_and_succeeds() {
         }
     });
 
-    let outcome = exec.hold(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    let outcome = exec.hold(ns, "mnist", meta(Some(1), MINUTE)).await;
     assert_eq!(outcome, Ok(Outcome::Held));
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
     assert!(suspended(&tj));
     assert_eq!(
@@ -316,8 +317,8 @@ async fn conflict_caused_by_a_status_writer_is_retried_and_succeeds() {
         "Trainer's status update is kept"
     );
 
-    let events = settled_audit(cp).await;
-    let mine = on_trainjob(&events, &ns, "mnist");
+    let events = settled_audit(s.cp).await;
+    let mine = on_trainjob(&events, ns, "mnist");
     let codes: Vec<i64> = updates(&mine).iter().map(|e| code(e)).collect();
     assert_eq!(codes, vec![409, 200], "a real 409, then the retry landed");
     assert_eq!(
@@ -329,13 +330,13 @@ async fn conflict_caused_by_a_status_writer_is_retried_and_succeeds() {
 
 #[tokio::test]
 async fn eight_conflicts_fail_with_conflict() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("conflicts").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", false).await;
-    let trainer = cp.client(Identity::Trainer).await.expect("trainer");
+    let s = Scene::new("conflicts").await;
+    let ns = &s.ns;
+    s.job("mnist", false).await;
+    let trainer = s.client(Identity::Trainer).await;
     let step = Arc::new(AtomicU64::new(0));
     let ns2 = ns.clone();
-    let exec = with_hook(executor(cp).await, move |_| {
+    let exec = with_hook(s.executor().await, move |_| {
         let (trainer, ns, step) = (trainer.clone(), ns2.clone(), step.clone());
         async move {
             let n = step.fetch_add(1, Ordering::SeqCst) + 1;
@@ -344,17 +345,17 @@ async fn eight_conflicts_fail_with_conflict() {
     });
 
     let err = exec
-        .hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .hold(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect_err("every write loses");
     assert_eq!(err, HoldError::Conflict { tries: 8 });
     assert_eq!(err.http_status(), 503);
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(hold_annotations(&tj).is_empty(), "nothing was written");
     assert!(!suspended(&tj));
 
-    let events = settled_audit(cp).await;
-    let mine = on_trainjob(&events, &ns, "mnist");
+    let events = settled_audit(s.cp).await;
+    let mine = on_trainjob(&events, ns, "mnist");
     let writes = updates(&mine);
     assert_eq!(writes.len(), 8, "eight tries, no more");
     assert!(writes.iter().all(|e| code(e) == 409), "{writes:#?}");
@@ -363,16 +364,16 @@ async fn eight_conflicts_fail_with_conflict() {
 
 #[tokio::test]
 async fn call_past_its_deadline_sends_nothing() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("deadline").await.expect("namespace");
-    create_trainjob(cp, &ns, "expired", false).await;
-    create_trainjob(cp, &ns, "slow", false).await;
-    let exec = executor(cp).await;
+    let s = Scene::new("deadline").await;
+    let ns = &s.ns;
+    s.job("expired", false).await;
+    s.job("slow", false).await;
+    let exec = s.executor().await;
 
     // A call whose deadline has passed sends nothing at all.
     let mut m = meta(Some(1), MINUTE);
     m.deadline = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1);
-    let err = exec.hold(&ns, "expired", m).await.expect_err("too late");
+    let err = exec.hold(ns, "expired", m).await.expect_err("too late");
     assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
 
     // A call whose deadline passes between its read and its write sends no write.
@@ -382,25 +383,25 @@ async fn call_past_its_deadline_sends_nothing() {
     let m = meta(Some(1), Duration::from_millis(1000));
     let deadline = m.deadline;
     let err = slow
-        .hold(&ns, "slow", m)
+        .hold(ns, "slow", m)
         .await
         .expect_err("the deadline passed");
     assert_eq!(err.cause(), Some(RejectCause::DeadlinePassed), "{err}");
     assert!(jiff::Timestamp::now() > deadline);
 
-    let events = settled_audit(cp).await;
+    let events = settled_audit(s.cp).await;
     assert!(
-        on_trainjob(&events, &ns, "expired").is_empty(),
+        on_trainjob(&events, ns, "expired").is_empty(),
         "no request for the expired call"
     );
-    let slow_requests = on_trainjob(&events, &ns, "slow");
+    let slow_requests = on_trainjob(&events, ns, "slow");
     assert_eq!(
         slow_requests.len(),
         1,
         "only the read, made in time: {slow_requests:#?}"
     );
     assert_eq!(verb(slow_requests[0]), "get");
-    let after_deadline: Vec<_> = controller_requests(&events, &ns)
+    let after_deadline: Vec<_> = controller_requests(&events, ns)
         .into_iter()
         .filter(|e| received_at(e) > deadline)
         .collect();
@@ -408,7 +409,7 @@ async fn call_past_its_deadline_sends_nothing() {
         after_deadline.is_empty(),
         "requests received after the deadline: {after_deadline:#?}"
     );
-    let tj = read_trainjob(cp, &ns, "slow").await;
+    let tj = s.read("slow").await;
     assert!(hold_annotations(&tj).is_empty());
 }
 
@@ -458,14 +459,14 @@ async fn held_with_a_running_pod(cp: &ControlPlane, ns: &str) -> (HoldExecutor, 
 
 #[tokio::test]
 async fn a_relabelled_pod_of_the_held_execution_still_holds_the_release_back() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("relabel").await.expect("namespace");
-    let (exec, pods) = held_with_a_running_pod(cp, &ns).await;
+    let s = Scene::new("relabel").await;
+    let ns = &s.ns;
+    let (exec, pods) = held_with_a_running_pod(s.cp, ns).await;
     // A namespace editor removes JobSet's label from the held execution's pod. Where the
     // chart's execution policy is registered (a lost_nodes test of this control plane did)
     // the relabel is refused; where it is not, ownership still finds the pod.
-    let editor = cp.client(Identity::User).await.expect("user");
-    if let Err(refused) = Api::<Pod>::namespaced(editor, &ns)
+    let editor = s.client(Identity::User).await;
+    if let Err(refused) = Api::<Pod>::namespaced(editor, ns)
         .patch(
             "mnist-node-0-0",
             &PatchParams::default(),
@@ -479,11 +480,11 @@ async fn a_relabelled_pod_of_the_held_execution_still_holds_the_release_back() {
         );
     }
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Err(HoldError::PodsRemain),
         "the pod is the execution's by ownership, whatever its labels"
     );
-    let status = exec.status(&ns, "mnist").await.expect("status");
+    let status = exec.status(ns, "mnist").await.expect("status");
     assert_eq!(
         status
             .remaining_pods
@@ -492,7 +493,7 @@ async fn a_relabelled_pod_of_the_held_execution_still_holds_the_release_back() {
             .collect::<Vec<_>>(),
         ["mnist-node-0-0"]
     );
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(suspended(&tj));
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
     pods.delete("mnist-node-0-0", &DeleteParams::default())
@@ -502,24 +503,24 @@ async fn a_relabelled_pod_of_the_held_execution_still_holds_the_release_back() {
 
 #[tokio::test]
 async fn a_decoy_pod_carrying_the_jobset_label_does_not_block_the_release() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("decoy").await.expect("namespace");
-    let exec = opened_and_held(cp, &ns).await;
+    let s = Scene::new("decoy").await;
+    let ns = &s.ns;
+    let exec = opened_and_held(s.cp, ns).await;
     // `kubectl run blocker --image=pause --labels=jobset.sigs.k8s.io/jobset-name=mnist`
-    let editor = cp.client(Identity::User).await.expect("user");
+    let editor = s.client(Identity::User).await;
     let blocker: Pod = serde_json::from_value(json!({
         "metadata": {"name": "blocker", "labels": {execution_owners::JOBSET_NAME_LABEL: "mnist"}},
         "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}
     }))
     .expect("pod");
-    Api::<Pod>::namespaced(editor, &ns)
+    Api::<Pod>::namespaced(editor, ns)
         .create(&PostParams::default(), &blocker)
         .await
         .expect("the editor may create a pod");
-    let status = exec.status(&ns, "mnist").await.expect("status");
+    let status = exec.status(ns, "mnist").await.expect("status");
     assert!(status.remaining_pods.is_empty(), "{status:?}");
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: true }),
         "a pod that is not the job's is no process of its execution"
     );
@@ -527,23 +528,23 @@ async fn a_decoy_pod_carrying_the_jobset_label_does_not_block_the_release() {
 
 #[tokio::test]
 async fn release_with_pods_remaining_writes_nothing_and_returns_pods_remain() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("pods").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
-    exec.open(&ns, "mnist", meta(None, MINUTE))
+    let s = Scene::new("pods").await;
+    let ns = &s.ns;
+    s.job("mnist", true).await;
+    let exec = s.executor().await;
+    exec.open(ns, "mnist", meta(None, MINUTE))
         .await
         .expect("open");
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+    exec.hold(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect("hold");
 
     // A pod of the held execution, being deleted (a finalizer keeps it), and a finished one.
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let pods: Api<Pod> = Api::namespaced(admin, &ns);
+    let admin = s.admin.clone();
+    let pods: Api<Pod> = Api::namespaced(admin, ns);
     pods.create(
         &PostParams::default(),
-        &pod(cp, &ns, "mnist-node-0-0", "mnist").await,
+        &pod(s.cp, ns, "mnist-node-0-0", "mnist").await,
     )
     .await
     .expect("pod");
@@ -552,7 +553,7 @@ async fn release_with_pods_remaining_writes_nothing_and_returns_pods_remain() {
         .expect("delete pod");
     let terminating = pods.get("mnist-node-0-0").await.expect("still there");
     assert!(terminating.metadata.deletion_timestamp.is_some());
-    let mut done = pod(cp, &ns, "mnist-node-0-1", "mnist").await;
+    let mut done = pod(s.cp, ns, "mnist-node-0-1", "mnist").await;
     done.metadata.finalizers = None;
     pods.create(&PostParams::default(), &done)
         .await
@@ -565,14 +566,14 @@ async fn release_with_pods_remaining_writes_nothing_and_returns_pods_remain() {
     .await
     .expect("pod finished");
 
-    let before = read_trainjob(cp, &ns, "mnist").await;
+    let before = s.read("mnist").await;
     let err = exec
-        .release(&ns, "mnist", meta(Some(1), MINUTE))
+        .release(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect_err("a pod remains");
     assert_eq!(err, HoldError::PodsRemain);
     assert_eq!(err.http_status(), 423);
-    let after = read_trainjob(cp, &ns, "mnist").await;
+    let after = s.read("mnist").await;
     assert_eq!(
         resource_version(&after),
         resource_version(&before),
@@ -599,60 +600,60 @@ async fn release_with_pods_remaining_writes_nothing_and_returns_pods_remain() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: true }),
         "a finished pod does not hold the release back"
     );
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(!suspended(&tj));
     assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("2"));
 }
 
 #[tokio::test]
 async fn held_before_opened_stays_suspended_after_release() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("gate").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
+    let s = Scene::new("gate").await;
+    let ns = &s.ns;
+    s.job("mnist", true).await;
+    let exec = s.executor().await;
 
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+    exec.hold(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect("hold");
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: false })
     );
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(suspended(&tj), "back at its start gate");
     assert!(hold_annotations(&tj).is_empty());
     assert_eq!(annotation(&tj, ANN_OPENED), None);
     assert_eq!(annotation(&tj, ANN_ATTEMPT), None, "A did not rise");
 
     assert_eq!(
-        exec.open(&ns, "mnist", meta(None, MINUTE)).await,
+        exec.open(ns, "mnist", meta(None, MINUTE)).await,
         Ok(Outcome::Opened { started: true }),
         "Open lets it through"
     );
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(!suspended(&tj));
     assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("1"));
 }
 
 #[tokio::test]
 async fn stale_open_does_not_unsuspend_a_held_job() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("open").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
+    let s = Scene::new("open").await;
+    let ns = &s.ns;
+    s.job("mnist", true).await;
+    let exec = s.executor().await;
 
-    exec.hold(&ns, "mnist", meta(Some(4), MINUTE))
+    exec.hold(ns, "mnist", meta(Some(4), MINUTE))
         .await
         .expect("hold");
     assert_eq!(
-        exec.open(&ns, "mnist", meta(None, MINUTE)).await,
+        exec.open(ns, "mnist", meta(None, MINUTE)).await,
         Ok(Outcome::Opened { started: false })
     );
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(suspended(&tj), "the hold still stops it");
     assert_eq!(
         annotation(&tj, ANN_OPENED),
@@ -663,11 +664,11 @@ async fn stale_open_does_not_unsuspend_a_held_job() {
     assert_eq!(annotation(&tj, ANN_ATTEMPT), None);
 
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(4), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(4), MINUTE)).await,
         Ok(Outcome::Released { resumed: true }),
         "the release, not the Open, lets it run"
     );
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(!suspended(&tj));
     assert_eq!(annotation(&tj, ANN_ATTEMPT), Some("1"));
 }
@@ -677,12 +678,12 @@ async fn stale_open_does_not_unsuspend_a_held_job() {
 /// being closed and see a transport error (a lost answer, to a supervisor).
 #[tokio::test]
 async fn a_refused_callers_answer_says_its_connection_closes() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("api-close").await.expect("namespace");
-    let exec = executor(cp).await;
-    let api = start_api(cp, exec).await;
+    let s = Scene::new("api-close").await;
+    let ns = &s.ns;
+    let exec = s.executor().await;
+    let api = start_api(s.cp, exec).await;
     let http1 = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(cp.ca_pem().as_bytes()).expect("CA"))
+        .add_root_certificate(reqwest::Certificate::from_pem(s.cp.ca_pem().as_bytes()).expect("CA"))
         .http1_only()
         .build()
         .expect("http client");
@@ -706,22 +707,22 @@ async fn a_refused_callers_answer_says_its_connection_closes() {
 
 #[tokio::test]
 async fn api_refuses_anonymous_and_unauthorised_callers() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("api-auth").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", false).await;
-    let exec = executor(cp).await;
+    let s = Scene::new("api-auth").await;
+    let ns = &s.ns;
+    s.job("mnist", false).await;
+    let exec = s.executor().await;
     let metrics = exec.metrics().clone();
-    let api = start_api(cp, exec).await;
+    let api = start_api(s.cp, exec).await;
     let path = format!("/v1/namespaces/{ns}/trainjobs/mnist/hold");
     let body = json!({"instance": 1, "deadline": (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string(), "reason": "node lost"});
-    let before = read_trainjob(cp, &ns, "mnist").await;
+    let before = s.read("mnist").await;
 
     let (status, answer) = api.post(&path, None, &body).await;
     assert_eq!(status, 401, "{answer}");
     assert_eq!(answer["error"], "Unauthenticated");
     let (status, answer) = api.post(&path, Some("not-a-token"), &body).await;
     assert_eq!(status, 401, "{answer}");
-    let alice = cp.token(Identity::User);
+    let alice = s.cp.token(Identity::User);
     let (status, answer) = api.post(&path, Some(alice), &body).await;
     assert_eq!(status, 403, "{answer}");
     assert_eq!(answer["error"], "Forbidden");
@@ -737,19 +738,19 @@ async fn api_refuses_anonymous_and_unauthorised_callers() {
     );
     assert_eq!(metrics.count(MetricCall::hold, "forbidden", "none"), 1);
 
-    let after = read_trainjob(cp, &ns, "mnist").await;
+    let after = s.read("mnist").await;
     assert_eq!(
         resource_version(&after),
         resource_version(&before),
         "nothing written on refusal"
     );
-    let events = settled_audit(cp).await;
+    let events = settled_audit(s.cp).await;
     assert!(
-        on_trainjob(&events, &ns, "mnist").is_empty(),
+        on_trainjob(&events, ns, "mnist").is_empty(),
         "not even read on refusal"
     );
 
-    grant_alice(cp, &ns, &["hold"], &["create"]).await;
+    grant_alice(s.cp, ns, &["hold"], &["create"]).await;
     // The API remembers its refusal for REFUSED_TTL (README, "The hold API"): the grant
     // works once that has passed.
     let granted = std::time::Instant::now();
@@ -767,7 +768,7 @@ async fn api_refuses_anonymous_and_unauthorised_callers() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert_eq!(answer, json!({"result": "Ok", "outcome": "Held"}));
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
     // Hold was granted, release was not.
     let (status, _) = api
@@ -834,12 +835,12 @@ async fn api_allows_a_caller_granted_one_trainjob_by_name_that_one_only() {
     use kube::api::ObjectMeta;
     // The API asks namespace-wide first (one review for a wave over many TrainJobs); a grant
     // limited by resourceNames is refused that and must still be honoured for its TrainJob.
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("api-names").await.expect("namespace");
-    create_trainjob(cp, &ns, "mine", false).await;
-    create_trainjob(cp, &ns, "theirs", false).await;
-    let api = start_api(cp, executor(cp).await).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("api-names").await;
+    let ns = &s.ns;
+    s.job("mine", false).await;
+    s.job("theirs", false).await;
+    let api = start_api(s.cp, s.executor().await).await;
+    let admin = s.admin.clone();
     let meta = || ObjectMeta {
         name: Some("one-trainjob".into()),
         ..Default::default()
@@ -854,7 +855,7 @@ async fn api_allows_a_caller_granted_one_trainjob_by_name_that_one_only() {
             ..Default::default()
         }]),
     };
-    Api::<Role>::namespaced(admin.clone(), &ns)
+    Api::<Role>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &role)
         .await
         .expect("role");
@@ -872,11 +873,11 @@ async fn api_allows_a_caller_granted_one_trainjob_by_name_that_one_only() {
             ..Default::default()
         }]),
     };
-    Api::<RoleBinding>::namespaced(admin, &ns)
+    Api::<RoleBinding>::namespaced(admin, ns)
         .create(&PostParams::default(), &binding)
         .await
         .expect("role binding");
-    let alice = cp.token(Identity::User);
+    let alice = s.cp.token(Identity::User);
     let status = |name: &str| format!("/v1/namespaces/{ns}/trainjobs/{name}/status");
     // The authorizer catches up with the new binding (and the API's 2 s memory of a refusal
     // with it): await the first allowed call.
@@ -905,23 +906,23 @@ async fn api_allows_a_caller_granted_one_trainjob_by_name_that_one_only() {
 
 #[tokio::test]
 async fn api_hold_and_release_round_trip() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("api").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
-    exec.open(&ns, "mnist", meta(None, MINUTE))
+    let s = Scene::new("api").await;
+    let ns = &s.ns;
+    s.job("mnist", true).await;
+    let exec = s.executor().await;
+    exec.open(ns, "mnist", meta(None, MINUTE))
         .await
         .expect("open");
     let metrics = exec.metrics().clone();
-    let api = start_api(cp, exec).await;
+    let api = start_api(s.cp, exec).await;
     grant_alice(
-        cp,
-        &ns,
+        s.cp,
+        ns,
         &["hold", "release", "status", "open"],
         &["create", "get"],
     )
     .await;
-    let alice = cp.token(Identity::User);
+    let alice = s.cp.token(Identity::User);
     let base = format!("/v1/namespaces/{ns}/trainjobs/mnist");
     let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string();
 
@@ -992,7 +993,7 @@ async fn api_hold_and_release_round_trip() {
     assert_eq!(answer["attempt"], 2);
 
     // Preflight, as the admin (alice was not granted it).
-    let admin = cp.token(Identity::Admin);
+    let admin = s.cp.token(Identity::Admin);
     let (status, answer) = api
         .get(&format!("/v1/preflight?namespace={ns}&name=mnist"), admin)
         .await;
@@ -1021,13 +1022,13 @@ async fn api_hold_and_release_round_trip() {
 /// character's position, and nothing is written.
 #[tokio::test]
 async fn api_refuses_a_hold_reason_with_a_control_character() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("api-reason").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", false).await;
-    let exec = executor(cp).await;
-    let api = start_api(cp, exec).await;
-    grant_alice(cp, &ns, &["hold", "status"], &["create", "get"]).await;
-    let alice = cp.token(Identity::User);
+    let s = Scene::new("api-reason").await;
+    let ns = &s.ns;
+    s.job("mnist", false).await;
+    let exec = s.executor().await;
+    let api = start_api(s.cp, exec).await;
+    grant_alice(s.cp, ns, &["hold", "status"], &["create", "get"]).await;
+    let alice = s.cp.token(Identity::User);
     let base = format!("/v1/namespaces/{ns}/trainjobs/mnist");
     let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string();
 
@@ -1046,7 +1047,7 @@ async fn api_refuses_a_hold_reason_with_a_control_character() {
         message.contains("reason: character 10 is a control character (U+001B)"),
         "{message}"
     );
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(hold_annotations(&tj).is_empty(), "nothing written: {tj:#}");
 
     let (status, answer) = api
@@ -1067,20 +1068,20 @@ async fn api_refuses_a_hold_reason_with_a_control_character() {
 /// Release there is answered as anywhere.
 #[tokio::test]
 async fn a_hold_in_a_namespace_excluded_from_admission_is_unsupported() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("api-excluded").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", false).await;
-    let exec = executor(cp).await;
+    let s = Scene::new("api-excluded").await;
+    let ns = &s.ns;
+    s.job("mnist", false).await;
+    let exec = s.executor().await;
     let excluded = holdfast_controller::api::Unprotected::new([ns.clone()]);
-    let api = start_api_with(cp, exec, excluded).await;
+    let api = start_api_with(s.cp, exec, excluded).await;
     grant_alice(
-        cp,
-        &ns,
+        s.cp,
+        ns,
         &["hold", "release", "preflight"],
         &["create", "get"],
     )
     .await;
-    let alice = cp.token(Identity::User);
+    let alice = s.cp.token(Identity::User);
     let base = format!("/v1/namespaces/{ns}/trainjobs/mnist");
     let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(5)).to_string();
 
@@ -1100,7 +1101,7 @@ async fn a_hold_in_a_namespace_excluded_from_admission_is_unsupported() {
         )) && message.contains("webhook.excludeNamespaces"),
         "{message}"
     );
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(hold_annotations(&tj).is_empty(), "nothing written: {tj:#}");
     // A preflight of the job says so too.
     let (status, report) = api
@@ -1171,16 +1172,16 @@ async fn with_the_policy_engine_and_the_admission_plugin_off_a_hold_is_unsupport
     off.stop();
 
     // The control: the plugin on (the default), the policy enforced.
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("policy-on").await.expect("namespace");
-    holdfast_tests::controller_policy::register(cp, &ns).await;
-    create_trainjob(cp, &ns, "mnist", false).await;
+    let s = Scene::new("policy-on").await;
+    let ns = &s.ns;
+    holdfast_tests::controller_policy::register(s.cp, ns).await;
+    s.job("mnist", false).await;
     let exec = HoldExecutor::new(
-        client_without_retries(cp, Identity::Controller).await,
+        client_without_retries(s.cp, Identity::Controller).await,
         Mode::Plain,
-        policy_engine(&ns),
+        policy_engine(ns),
     );
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+    exec.hold(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect("a hold where the policies are enforced");
 }
@@ -1441,13 +1442,13 @@ async fn failed_preflight_makes_hold_and_release_unsupported() {
 /// Release on the replica go on working.
 #[tokio::test]
 async fn a_targeted_preflight_of_a_missing_job_leaves_everyone_elses_holds_working() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("preflight-missing").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", false).await;
-    let exec = executor(cp).await;
-    let api = start_api(cp, exec.clone()).await;
-    grant_alice(cp, &ns, &["preflight"], &["get"]).await;
-    let alice = cp.token(Identity::User);
+    let s = Scene::new("preflight-missing").await;
+    let ns = &s.ns;
+    s.job("mnist", false).await;
+    let exec = s.executor().await;
+    let api = start_api(s.cp, exec.clone()).await;
+    grant_alice(s.cp, ns, &["preflight"], &["get"]).await;
+    let alice = s.cp.token(Identity::User);
 
     let (status, answer) = api
         .get(&format!("/v1/preflight?namespace={ns}&name=missing"), alice)
@@ -1464,9 +1465,9 @@ async fn a_targeted_preflight_of_a_missing_job_leaves_everyone_elses_holds_worki
     );
 
     // Everyone else, at once: the capability is what it was.
-    let held = exec.hold(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    let held = exec.hold(ns, "mnist", meta(Some(1), MINUTE)).await;
     assert_eq!(held, Ok(Outcome::Held), "{held:?}");
-    let released = exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    let released = exec.release(ns, "mnist", meta(Some(1), MINUTE)).await;
     assert!(released.is_ok(), "{released:?}");
 }
 
@@ -1519,10 +1520,10 @@ async fn a_tenants_oversized_trainjob_does_not_switch_holds_off_for_the_cluster(
 #[tokio::test]
 async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
     use holdfast_cluster::resources;
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("kueue-io").await.expect("namespace");
+    let s = Scene::new("kueue-io").await;
+    let ns = &s.ns;
     // The chart's kueue-mode roles: the controller updates Workloads.
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let admin = s.admin.clone();
     holdfast_tests::rbac::install_holdfast_rbac(&admin, "kueue")
         .await
         .expect("kueue-mode RBAC");
@@ -1544,25 +1545,25 @@ async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
     )
     .await
     .expect("apply the AdmissionCheck");
-    holdfast_tests::kueue::create_queues(&admin, &ns, "default", &["holdfast-readmission"])
+    holdfast_tests::kueue::create_queues(&admin, ns, "default", &["holdfast-readmission"])
         .await
         .expect("queues");
-    let tj = create_trainjob(cp, &ns, "mnist", true).await;
+    let tj = s.job("mnist", true).await;
     let exec = HoldExecutor::new(
-        client_without_retries(cp, Identity::Controller).await,
+        client_without_retries(s.cp, Identity::Controller).await,
         holdfast_core::mode::Mode::Kueue,
         config(),
     );
 
     let err = exec
-        .hold(&ns, "mnist", meta(Some(1), MINUTE))
+        .hold(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect_err("no Workload yet");
     assert_eq!(err.cause(), Some(RejectCause::NoWorkload), "{err}");
 
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let admin = s.admin.clone();
     let workloads: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(admin, &ns, &resources::workload());
+        Api::namespaced_with(admin, ns, &resources::workload());
     let uid = tj["metadata"]["uid"].as_str().expect("uid");
     let workload = |name: &str, owned: bool| {
         let mut w = json!({
@@ -1590,11 +1591,11 @@ async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
         .create(&PostParams::default(), &workload("decoy", false))
         .await
         .expect("create the decoy");
-    let tj_before = read_trainjob(cp, &ns, "mnist").await;
+    let tj_before = s.read("mnist").await;
 
     let mut m = meta(Some(1), MINUTE);
     m.reason = Some("node lost".into());
-    assert_eq!(exec.hold(&ns, "mnist", m).await, Ok(Outcome::Held));
+    assert_eq!(exec.hold(ns, "mnist", m).await, Ok(Outcome::Held));
     let held =
         serde_json::to_value(workloads.get("trainjob-mnist").await.expect("get")).expect("json");
     assert_eq!(held["spec"]["active"], false);
@@ -1605,11 +1606,11 @@ async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
     );
     assert_eq!(annotation(&held, ANN_HOLD_INSTANCE), Some("1"));
     assert_eq!(annotation(&held, ANN_HOLD_REASON), Some("node lost"));
-    let status = exec.status(&ns, "mnist").await.expect("status");
+    let status = exec.status(ns, "mnist").await.expect("status");
     assert_eq!(status.hold.and_then(|h| h.instance), Some(1));
 
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: true })
     );
     let released =
@@ -1618,7 +1619,7 @@ async fn kueue_mode_holds_the_workload_its_trainjob_controls() {
     assert!(hold_annotations(&released).is_empty());
     // The TrainJob carried the hold's mark while it was in force, and nothing else changed:
     // after the release its annotations and spec are as before.
-    let tj_after = read_trainjob(cp, &ns, "mnist").await;
+    let tj_after = s.read("mnist").await;
     assert_eq!(
         tj_after["metadata"]["annotations"], tj_before["metadata"]["annotations"],
         "the TrainJob keeps no mark after the release"

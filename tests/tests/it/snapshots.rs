@@ -18,6 +18,7 @@ use holdfast_serve::Readiness;
 use holdfast_tests::described::{Described, note};
 use holdfast_tests::objects::{create_dynamic, runtime_image, set_runtime_image};
 use holdfast_tests::rbac;
+use holdfast_tests::scene::Scene;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -1052,22 +1053,6 @@ fn slurm() -> ApiResource {
         "SlurmRuntime",
         "slurmruntimes",
     )
-}
-
-/// A test's world: the control plane of this topic, a namespace of its own, and the admin.
-struct Scene {
-    cp: &'static ControlPlane,
-    ns: String,
-    admin: kube::Client,
-}
-
-impl Scene {
-    async fn new(prefix: &str) -> Scene {
-        let cp = ControlPlane::shared();
-        let ns = cp.namespace(prefix).await.expect("namespace");
-        let admin = admin(cp).await;
-        Scene { cp, ns, admin }
-    }
 }
 
 /// The test's ClusterTrainingRuntime, `torch-{ns}`, at the usual image.
