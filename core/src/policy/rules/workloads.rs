@@ -54,6 +54,14 @@ pub(crate) fn update(
         .or_else(|| held_queue(input, who, o, n))
 }
 
+/// Whether `side` carries a TrainJob ownerReference that `other` (none: no object) lacks.
+fn owner_beyond(side: Object<'_>, other: Option<Object<'_>>) -> bool {
+    let theirs = other.map(fields::trainjob_owners).unwrap_or_default();
+    fields::trainjob_owners(side)
+        .into_iter()
+        .any(|r| !theirs.contains(&r))
+}
+
 /// The CEL of a TrainJob ownerReference `r` the other side carries as `s`.
 const SAME_OWNER: &str =
     "s.uid == r.uid && (has(s.controller) && s.controller) == (has(r.controller) && r.controller)";
@@ -71,11 +79,7 @@ pub(crate) fn owner_added(
     if who.is_controller(user) || who.is_kueue(user) {
         return None;
     }
-    let before = o.map(fields::trainjob_owners).unwrap_or_default();
-    if !fields::trainjob_owners(n)
-        .into_iter()
-        .any(|r| !before.contains(&r))
-    {
+    if !owner_beyond(n, o) {
         return None;
     }
     Some(Verdict::deny(
@@ -92,14 +96,13 @@ pub(crate) fn owner_added(
 
 fn owner_added_row() -> Validation {
     let w = Policy::Workloads;
-    let same_owner = SAME_OWNER;
     row(
         Rule::WorkloadOwnerAdded,
         w,
         Modes::Both,
         "Workloads: only Kueue makes one a TrainJob's, or unmakes it; a held one stays inactive and in its queue. In plain mode these rules judge only a Workload that carries a hold (one placed in kueue mode, before a switch to plain mode: it is honoured until its holder releases it).",
         format!(
-            "{{{{ $unheldInPlainMode }}}}variables.controller\n|| variables.kueue\n|| !variables.newOwners.exists(r, !variables.oldOwners.exists(s, {same_owner}))"
+            "{{{{ $unheldInPlainMode }}}}variables.controller\n|| variables.kueue\n|| !variables.newOwners.exists(r, !variables.oldOwners.exists(s, {SAME_OWNER}))"
         ),
         &format!(
             "'metadata.ownerReferences of ' + variables.what + ': a Workload owned by a TrainJob is created by {{{{ $kueueDesc }}}} alone (holdfast holds the TrainJob through it); user ' + {USER} + ' may not make a Workload a TrainJob\\'s'"
@@ -122,11 +125,7 @@ fn owner_kept(
     if who.is_controller(user) || who.is_kueue(user) || who.is_snapshot_deleter(user) {
         return None;
     }
-    let after = fields::trainjob_owners(n);
-    if !fields::trainjob_owners(o)
-        .into_iter()
-        .any(|r| !after.contains(&r))
-    {
+    if !owner_beyond(o, Some(n)) {
         return None;
     }
     Some(Verdict::deny(
@@ -143,14 +142,13 @@ fn owner_kept(
 
 fn owner_kept_row() -> Validation {
     let w = Policy::Workloads;
-    let same_owner = SAME_OWNER;
     row(
         Rule::WorkloadOwnerKept,
         w,
         Modes::Both,
         "",
         format!(
-            "{{{{ $unheldInPlainMode }}}}variables.controller\n|| variables.kueue\n|| variables.deleter\n|| request.operation != 'UPDATE'\n|| !variables.oldOwners.exists(r, !variables.newOwners.exists(s, {same_owner}))"
+            "{{{{ $unheldInPlainMode }}}}variables.controller\n|| variables.kueue\n|| variables.deleter\n|| request.operation != 'UPDATE'\n|| !variables.oldOwners.exists(r, !variables.newOwners.exists(s, {SAME_OWNER}))"
         ),
         &format!(
             "'metadata.ownerReferences of ' + variables.what + ': its TrainJob ownerReference makes it the TrainJob\\'s Workload, the one holdfast holds the TrainJob through; only {{{{ $kueueDesc }}}} (and the garbage collector, for an orphaning delete) may remove or change it; user ' + {USER} + ' may not'"
