@@ -131,14 +131,23 @@ pub struct Args {
 }
 
 impl Args {
-    /// The identities the policy trusts.
-    pub fn identities(&self) -> Identities {
-        Identities::new(
+    /// The identities the policy trusts; refused when a user is listed both as holdfast's
+    /// controller and as Kueue ([`Identities::controller_and_kueue`]).
+    pub fn identities(&self) -> anyhow::Result<Identities> {
+        let who = Identities::new(
             &self.controller_users,
             &self.snapshot_creators,
             &self.snapshot_deleters,
             &self.kueue_users,
-        )
+        );
+        let both = who.controller_and_kueue();
+        if !both.is_empty() {
+            anyhow::bail!(
+                "{} listed both in --controller-users and in --kueue-users (HOLDFAST_CONTROLLER_USERS, HOLDFAST_KUEUE_USERS): holdfast's controller and Kueue must be different identities, or the rules that keep a held or gated TrainJob suspended would let one of them through",
+                both.join(", ")
+            );
+        }
+        Ok(who)
     }
 
     /// The runtime kinds the webhook may look up.
@@ -215,6 +224,15 @@ mod tests {
             serve.cert.key,
             std::path::Path::new("/etc/holdfast/tls/tls.key")
         );
+    }
+
+    #[test]
+    fn a_user_listed_as_controller_and_as_kueue_is_refused_at_start() {
+        let apart = parse(&["--controller-users=c", "--kueue-users=k"]);
+        assert!(apart.identities().is_ok());
+        let both = parse(&["--controller-users=c,k", "--kueue-users=k"]);
+        let err = both.identities().expect_err("k is both");
+        assert!(err.to_string().starts_with("k listed both"), "{err}");
     }
 
     #[test]

@@ -56,7 +56,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let admission = Arc::new(
         Admission::new(
             args.mode,
-            args.identities(),
+            args.identities()?,
             Arc::new(KubeRuntimeLookup::new(
                 client.clone(),
                 args.runtime_resources()?,

@@ -66,6 +66,19 @@ impl Identities {
         }
     }
 
+    /// The user names listed both as holdfast's controller and as Kueue. The two must stay
+    /// apart: in kueue mode only Kueue writes a TrainJob's `spec.suspend` and the controller
+    /// never does, and several rules refuse Kueue what they let the controller do (a marked
+    /// or gated unsuspend) or the reverse. One identity in both lists would be judged by the
+    /// webhook and the admission policies differently, and could unsuspend a held job; the
+    /// webhook refuses to start with such a list, and the chart to render it.
+    pub fn controller_and_kueue(&self) -> Vec<&str> {
+        self.controller
+            .intersection(&self.kueue)
+            .map(String::as_str)
+            .collect()
+    }
+
     pub fn is_controller(&self, user: &str) -> bool {
         contains(&self.controller, user)
     }
@@ -152,5 +165,13 @@ mod tests {
     fn an_empty_list_is_described_as_none_configured() {
         let who = Identities::default();
         assert_eq!(who.describe_kueue(), "Kueue (none configured)");
+    }
+
+    #[test]
+    fn a_user_listed_as_controller_and_as_kueue_is_named() {
+        let apart = Identities::new(["c", "ops"], [""], [""], ["k"]);
+        assert!(apart.controller_and_kueue().is_empty());
+        let both = Identities::new(["c", "ops", "k2"], [""], [""], ["k", " ops ", "k2"]);
+        assert_eq!(both.controller_and_kueue(), vec!["k2", "ops"]);
     }
 }

@@ -1,9 +1,10 @@
-//! Every rule the validating webhook refuses by, each in one place: its Rust half, which the
-//! webhook runs, and, for the rules the apiserver can judge itself, its CEL row beside it.
+//! The validating webhook's rules the apiserver can judge itself, each in one place: its Rust
+//! half, which the webhook runs, and its CEL row beside it; and the names ([`Rule`]) of every
+//! rule, those that need a lookup (written in [`validate`](super::validate)) included.
 //!
 //! - [`rule`]: the names ([`Rule`]) and what a row is; [`cel`]: the CEL building blocks;
-//! - one file per policy, each rule's Rust half followed by its row: [`snapshots`], [`held`]
-//!   (what TrainJobs and Workloads share), [`trainjobs`], [`workloads`];
+//! - one file per policy, each rule's Rust half followed by its row: `snapshots.rs`, `held.rs`
+//!   (what TrainJobs and Workloads share), `trainjobs.rs`, `workloads.rs`;
 //! - [`conditions`]: which requests either engine judges at all (the match conditions).
 //!
 //! Each file calls its Rust halves in the order its `rows()` lists them, and

@@ -1,8 +1,9 @@
 //! The TrainJob rules: who may unsuspend a TrainJob and move its queue, in each mode, and its
 //! start gate's label. Each rule's Rust half (what the webhook decides, who is exempt
-//! included) is followed by its CEL row (the `…-trainjobs` policy); the mode a rule applies
-//! in is its row's `modes`, and [`validate`](crate::policy::validate) calls the Rust halves
-//! of the request's mode, in the order of the rows.
+//! included) is followed by its CEL row (the `…-trainjobs` policy). The Rust halves of a mode
+//! are called in the order of the rows by [`kueue_update`], [`plain_update`] and [`create`],
+//! which [`validate`](crate::policy::validate) calls for the request's mode: moving a rule to
+//! another mode changes its row's `modes` and the list that calls it, both here.
 
 use super::cel::{
     USER, closed_gate_unsuspend, has_annotation, key_changes, managed, old_annotation, queue,

@@ -470,6 +470,24 @@ fn match_conditions_name_the_identities_the_values_give() {
         )
         .expect_err("a quote in a user name cannot be put into CEL");
     assert!(format!("{err:#}").contains("contain quotes"), "{err:#}");
+    // One identity as holdfast's controller and as Kueue: the rules that keep a held or gated
+    // TrainJob suspended treat the two differently, so the chart refuses the lists.
+    let err = helm
+        .render(
+            &Combo {
+                mode: "kueue",
+                certs: "secret",
+                service_monitor: false,
+            }
+            .install("hf", "ops", &ca_path)
+            .set("identities.extraControllerUsers={ops-robot}")
+            .set("identities.kueueUsers={system:serviceaccount:kq:kueue,ops-robot}"),
+        )
+        .expect_err("a user both controller and Kueue");
+    assert!(
+        format!("{err:#}").contains("\"ops-robot\" is listed both as a controller user"),
+        "{err:#}"
+    );
     // The webhook reads the list comma-separated and trimmed: a name it would read otherwise
     // than the CEL does is refused too (by the schema; the template checks again).
     for bad in [" ops-robot", "a\\,b"] {
