@@ -16,6 +16,7 @@ use holdfast_tests::lost_node::{
     register_policy, running_on,
 };
 use holdfast_tests::rbac::{RELEASE, RELEASE_NAMESPACE};
+use holdfast_tests::scene::Scene;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity, execution_owners};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -75,8 +76,8 @@ async fn held_on_a_lost_node(cp: &ControlPlane, ns: &str, prefix: &str) -> Held 
 
 #[tokio::test]
 async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_node_is_fenced() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("force").await.expect("namespace");
+    let s = Scene::new("force").await;
+    let ns = &s.ns;
     // The node is lost and dispatch holds the job; the keeper that saw the pod stops (a new
     // leader comes later).
     let Held {
@@ -84,11 +85,11 @@ async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_nod
         pods,
         node,
         keeper: keeper_1,
-    } = held_on_a_lost_node(cp, &ns, "lost").await;
+    } = held_on_a_lost_node(s.cp, ns, "lost").await;
     drop(keeper_1);
 
     // Anyone with edit force-deletes the pod while no keeper runs.
-    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
+    let alice: Api<Pod> = Api::namespaced(s.client(Identity::User).await, ns);
     alice
         .delete("mnist-node-0-0", &force())
         .await
@@ -100,13 +101,13 @@ async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_nod
     assert!(left.metadata.deletion_timestamp.is_some());
 
     // A new leader's keeper: nothing was forgotten, the pod object is the record.
-    let _keeper_2 = keeper(cp, &ns).await;
+    let _keeper_2 = keeper(s.cp, ns).await;
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Err(HoldError::PodsRemain),
         "its process may still run on the lost node"
     );
-    let status = exec.status(&ns, "mnist").await.expect("status");
+    let status = exec.status(ns, "mnist").await.expect("status");
     let pod = status.remaining_pods.first().expect("a remaining pod");
     assert_eq!(pod.name, "mnist-node-0-0");
     assert_eq!(pod.node.as_deref(), Some(node.as_str()));
@@ -118,19 +119,19 @@ async fn a_force_deleted_pod_on_a_lost_node_holds_the_release_back_until_the_nod
         "no report and no fence: the finalizer stays"
     );
 
-    fenced_then_released(cp, &exec, &pods, &node, &ns).await;
+    fenced_then_released(s.cp, &exec, &pods, &node, ns).await;
 }
 
 #[tokio::test]
 async fn a_deleted_pod_whose_kubelet_reports_its_containers_ended_goes_without_a_fence() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("reported").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("reported").await;
+    let ns = &s.ns;
+    let admin = &s.admin;
     let node = format!("alive-{ns}");
-    lost_node(&admin, &node).await;
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let _keeper = keeper(cp, &ns).await;
-    let pods = running_on(cp, &ns, "mnist", &node).await;
+    lost_node(admin, &node).await;
+    s.job("mnist", true).await;
+    let _keeper = keeper(s.cp, ns).await;
+    let pods = running_on(s.cp, ns, "mnist", &node).await;
     pods.delete("mnist-node-0-0", &DeleteParams::default())
         .await
         .expect("delete");
@@ -174,15 +175,15 @@ async fn a_deleted_pod_whose_kubelet_reports_its_containers_ended_goes_without_a
 
 #[tokio::test]
 async fn deleting_the_node_of_a_held_execution_does_not_make_its_pods_gone() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("nodedel").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("nodedel").await;
+    let ns = &s.ns;
+    let admin = &s.admin;
     let Held {
         exec,
         pods,
         node,
         keeper: _keeper,
-    } = held_on_a_lost_node(cp, &ns, "deleted").await;
+    } = held_on_a_lost_node(s.cp, ns, "deleted").await;
     // An admin deletes the Node without fencing it; pod GC then force-deletes its pods.
     Api::<Node>::all(admin.clone())
         .delete(&node, &DeleteParams::default())
@@ -192,30 +193,30 @@ async fn deleting_the_node_of_a_held_execution_does_not_make_its_pods_gone() {
         .await
         .expect("pod GC's delete");
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Err(HoldError::PodsRemain)
     );
-    let status = exec.status(&ns, "mnist").await.expect("status");
+    let status = exec.status(ns, "mnist").await.expect("status");
     assert_eq!(
         status.remaining_pods.first().and_then(|p| p.node_state),
         Some(NodeState::Gone)
     );
-    fenced_then_released(cp, &exec, &pods, &node, &ns).await;
+    fenced_then_released(s.cp, &exec, &pods, &node, ns).await;
 }
 
 #[tokio::test]
 async fn an_editor_may_neither_remove_the_execution_finalizer_nor_the_jobset_label() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("strip").await.expect("namespace");
-    register_policy(cp, &ns).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("strip").await;
+    let ns = &s.ns;
+    register_policy(s.cp, ns).await;
+    let admin = &s.admin;
     let node = format!("strip-{ns}");
-    lost_node(&admin, &node).await;
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let keeper = keeper(cp, &ns).await;
-    let _pods = running_on(cp, &ns, "mnist", &node).await;
+    lost_node(admin, &node).await;
+    s.job("mnist", true).await;
+    let keeper = keeper(s.cp, ns).await;
+    let _pods = running_on(s.cp, ns, "mnist", &node).await;
     drop(keeper);
-    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
+    let alice: Api<Pod> = Api::namespaced(s.client(Identity::User).await, ns);
     alice
         .delete("mnist-node-0-0", &force())
         .await
@@ -260,23 +261,23 @@ async fn an_editor_may_neither_remove_the_execution_finalizer_nor_the_jobset_lab
         .await
         .expect_err("refused");
     assert!(refused.to_string().contains("may not add it"), "{refused}");
-    drop_finalizer(cp, &ns, "mnist-node-0-0").await;
+    drop_finalizer(s.cp, ns, "mnist-node-0-0").await;
 }
 
 #[tokio::test]
 async fn a_pod_carrying_the_execution_finalizer_may_not_be_reowned_and_still_counts() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("reown").await.expect("namespace");
-    register_policy(cp, &ns).await;
+    let s = Scene::new("reown").await;
+    let ns = &s.ns;
+    register_policy(s.cp, ns).await;
     let Held {
         exec,
         pods,
         keeper: _keeper,
         ..
-    } = held_on_a_lost_node(cp, &ns, "reown").await;
+    } = held_on_a_lost_node(s.cp, ns, "reown").await;
     // An editor tries to take the running pod away from its Job (as the Job controller does
     // when its selector no longer matches): by ownership it would be nobody's.
-    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
+    let alice: Api<Pod> = Api::namespaced(s.client(Identity::User).await, ns);
     let refused = alice
         .patch(
             "mnist-node-0-0",
@@ -292,22 +293,22 @@ async fn a_pod_carrying_the_execution_finalizer_may_not_be_reowned_and_still_cou
         "{refused}"
     );
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Err(HoldError::PodsRemain),
         "it carries the execution finalizer and the job's label: it counts"
     );
     drop(pods);
-    drop_finalizer(cp, &ns, "mnist-node-0-0").await;
+    drop_finalizer(s.cp, ns, "mnist-node-0-0").await;
 }
 
 #[tokio::test]
 async fn only_a_fencer_may_fence_a_node_through_the_hold_api() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("fencer").await.expect("namespace");
-    let api = start_api(cp, executor(cp).await).await;
+    let s = Scene::new("fencer").await;
+    let ns = &s.ns;
+    let api = start_api(s.cp, s.executor().await).await;
     let node = format!("fenced-{ns}");
     let path = format!("/v1/nodes/{node}/fence");
-    let alice = cp.token(Identity::User);
+    let alice = s.cp.token(Identity::User);
     let (status, body) = api.post(&path, Some(alice), &json!({})).await;
     assert_eq!(status, 403, "{body}");
     assert!(
@@ -317,7 +318,7 @@ async fn only_a_fencer_may_fence_a_node_through_the_hold_api() {
         "{body}"
     );
     // The chart's fencer ClusterRole, bound to alice (as rbac.fencers binds it).
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let admin = &s.admin;
     let docs = holdfast_tests::rbac::render_holdfast_rbac(
         "plain",
         &[
@@ -331,7 +332,7 @@ async fn only_a_fencer_may_fence_a_node_through_the_hold_api() {
         .iter()
         .filter(|d| d["metadata"]["name"] == fencer.as_str())
     {
-        holdfast_tests::rbac::apply(&admin, doc, RELEASE_NAMESPACE, false)
+        holdfast_tests::rbac::apply(admin, doc, RELEASE_NAMESPACE, false)
             .await
             .expect("apply");
     }
@@ -374,22 +375,22 @@ async fn only_a_fencer_may_fence_a_node_through_the_hold_api() {
 /// keeper puts the finalizer on the pod once back, and the release waits for it.
 #[tokio::test]
 async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("reownearly").await.expect("namespace");
-    register_policy(cp, &ns).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("reownearly").await;
+    let ns = &s.ns;
+    register_policy(s.cp, ns).await;
+    let admin = &s.admin;
     let node = format!("early-{ns}");
-    lost_node(&admin, &node).await;
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
-    exec.open(&ns, "mnist", meta(None, MINUTE))
+    lost_node(admin, &node).await;
+    s.job("mnist", true).await;
+    let exec = s.executor().await;
+    exec.open(ns, "mnist", meta(None, MINUTE))
         .await
         .expect("open");
     // No keeper runs: the execution's pod is bound and its container started, as JobSet,
     // the Job controller, the scheduler and the kubelet make it.
     let uid = Api::<kube::api::DynamicObject>::namespaced_with(
         admin.clone(),
-        &ns,
+        ns,
         &holdfast_cluster::resources::trainjob(),
     )
     .get("mnist")
@@ -398,7 +399,7 @@ async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
     .metadata
     .uid
     .expect("uid");
-    let owners = execution_owners::ensure(&admin, &ns, "mnist", &uid)
+    let owners = execution_owners::ensure(admin, ns, "mnist", &uid)
         .await
         .expect("owners");
     let job_uid = owners[0]["uid"].as_str().expect("the Job's uid").to_owned();
@@ -411,7 +412,7 @@ async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
     );
     pod["spec"]["nodeName"] = json!(node);
     pod["spec"]["restartPolicy"] = json!("Never");
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     pods.create(
         &kube::api::PostParams::default(),
         &serde_json::from_value(pod).expect("pod"),
@@ -429,7 +430,7 @@ async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
     .expect("pod status");
     // An editor tries to take it away from its Job before any keeper saw it: the owners, the
     // Job controller's label, or both.
-    let alice: Api<Pod> = Api::namespaced(cp.client(Identity::User).await.expect("alice"), &ns);
+    let alice: Api<Pod> = Api::namespaced(s.client(Identity::User).await, ns);
     for (edit, what) in [
         (
             json!({"metadata": {"ownerReferences": null, "labels": {
@@ -466,15 +467,15 @@ async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
         .await
         .expect("another label");
     // The keeper comes back, and dispatch holds the job; the node is lost, nothing reports.
-    let _keeper = keeper(cp, &ns).await;
+    let _keeper = keeper(s.cp, ns).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+    exec.hold(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect("hold");
     let kept = carries(&pods.get(name).await.expect("the pod runs on"));
-    let release = exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await;
+    let release = exec.release(ns, "mnist", meta(Some(1), MINUTE)).await;
     let _ = pods.delete(name, &force()).await;
-    drop_finalizer(cp, &ns, name).await;
+    drop_finalizer(s.cp, ns, name).await;
     assert_eq!(
         (kept, release),
         (true, Err(HoldError::PodsRemain)),
@@ -490,20 +491,20 @@ async fn a_running_pod_reowned_before_the_keeper_saw_it_still_counts() {
 /// it ends. Here it runs without the execution finalizer (bound while no keeper ran).
 #[tokio::test]
 async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still_counts() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("orphanjob").await.expect("namespace");
-    register_policy(cp, &ns).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("orphanjob").await;
+    let ns = &s.ns;
+    register_policy(s.cp, ns).await;
+    let admin = &s.admin;
     let node = format!("orphan-{ns}");
-    lost_node(&admin, &node).await;
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let exec = executor(cp).await;
-    exec.open(&ns, "mnist", meta(None, MINUTE))
+    lost_node(admin, &node).await;
+    s.job("mnist", true).await;
+    let exec = s.executor().await;
+    exec.open(ns, "mnist", meta(None, MINUTE))
         .await
         .expect("open");
     let uid = Api::<kube::api::DynamicObject>::namespaced_with(
         admin.clone(),
-        &ns,
+        ns,
         &holdfast_cluster::resources::trainjob(),
     )
     .get("mnist")
@@ -512,7 +513,7 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
     .metadata
     .uid
     .expect("uid");
-    let owners = execution_owners::ensure(&admin, &ns, "mnist", &uid)
+    let owners = execution_owners::ensure(admin, ns, "mnist", &uid)
         .await
         .expect("owners");
     let job_name = owners[0]["name"].as_str().expect("the Job").to_owned();
@@ -526,7 +527,7 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
     );
     pod["spec"]["nodeName"] = json!(node);
     pod["spec"]["restartPolicy"] = json!("Never");
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     pods.create(
         &kube::api::PostParams::default(),
         &serde_json::from_value(pod).expect("pod"),
@@ -542,21 +543,21 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
     )
     .await
     .expect("pod status");
-    exec.hold(&ns, "mnist", meta(Some(1), MINUTE))
+    exec.hold(ns, "mnist", meta(Some(1), MINUTE))
         .await
         .expect("hold");
 
     // `kubectl delete job --cascade=orphan` (by whoever may delete Jobs).
     let jobs = Api::<kube::api::DynamicObject>::namespaced_with(
         admin.clone(),
-        &ns,
+        ns,
         &holdfast_cluster::resources::job(),
     );
     // Before it, nobody but the garbage collector (not even an admin) unlinks the Job from
     // its JobSet or the JobSet from its TrainJob: either would hide the pod's chain.
     let jobsets = Api::<kube::api::DynamicObject>::namespaced_with(
         admin.clone(),
-        &ns,
+        ns,
         &holdfast_cluster::resources::jobset(),
     );
     let jobset_name = job_name.trim_end_matches("-node-0").to_owned();
@@ -619,8 +620,8 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
         Some(job_uid.as_str())
     );
     // Nor may an editor then relabel the orphan, or give it an owner that is no Job.
-    let alice = cp.client(Identity::User).await.expect("alice");
-    let alice_pods: Api<Pod> = Api::namespaced(alice, &ns);
+    let alice = s.client(Identity::User).await;
+    let alice_pods: Api<Pod> = Api::namespaced(alice, ns);
     for (edit, what) in [
         (
             json!({"metadata": {"labels": {
@@ -641,11 +642,11 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
         assert!(refused.to_string().contains(what), "{refused}");
     }
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Err(HoldError::PodsRemain),
         "the orphan carries JobSet's label and the Job controller's: it counts"
     );
-    let status = exec.status(&ns, "mnist").await.expect("status");
+    let status = exec.status(ns, "mnist").await.expect("status");
     assert_eq!(
         status
             .remaining_pods
@@ -666,7 +667,7 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
     .await
     .expect("the kubelet's report");
     assert_eq!(
-        exec.release(&ns, "mnist", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "mnist", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: true })
     );
     let _ = pods.delete(name, &force()).await;
@@ -678,12 +679,12 @@ async fn an_orphaning_delete_of_the_job_still_strips_owners_and_the_orphan_still
 /// editor, not a cluster admin — while a Job without it (made before holdfast) stays editable.
 #[tokio::test]
 async fn nobody_switches_a_trainjobs_job_back_to_terminating_or_failed() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("keepfailed").await.expect("namespace");
-    register_policy(cp, &ns).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("keepfailed").await;
+    let ns = &s.ns;
+    register_policy(s.cp, ns).await;
+    let admin = &s.admin;
     let jobs: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(admin.clone(), &ns, &holdfast_cluster::resources::job());
+        Api::namespaced_with(admin.clone(), ns, &holdfast_cluster::resources::job());
     let job = |name: &str, policy: &str| {
         serde_json::from_value::<kube::api::DynamicObject>(json!({
             "apiVersion": "batch/v1", "kind": "Job",
