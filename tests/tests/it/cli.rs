@@ -13,6 +13,7 @@ use holdfast_tests::hold_support::{
     annotation, create_trainjob, executor, hold_annotations, read_trainjob, suspended,
 };
 use holdfast_tests::holdfast::binary;
+use holdfast_tests::scene::Scene;
 use holdfast_tests::{ControlPlane, Identity};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
@@ -107,30 +108,30 @@ pub(crate) fn exec_plugin_kubeconfig(
 
 #[tokio::test]
 async fn an_exec_plugin_user_holds_and_releases_and_refusals_exit_with_their_codes() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("cli-exec").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", true).await;
-    let api = start_api(cp, executor(cp).await).await;
+    let s = Scene::new("cli-exec").await;
+    let ns = &s.ns;
+    s.job("mnist", true).await;
+    let api = start_api(s.cp, s.executor().await).await;
     grant_alice(
-        cp,
-        &ns,
+        s.cp,
+        ns,
         &["hold", "release", "open", "status"],
         &["create", "get"],
     )
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (kubeconfig, marker) =
-        exec_plugin_kubeconfig(cp, dir.path(), cp.token(Identity::User), &ns);
+        exec_plugin_kubeconfig(s.cp, dir.path(), s.cp.token(Identity::User), ns);
     let job = format!("{ns}/mnist");
 
-    let out = holdfast(cp, &kubeconfig, &api.base, &["open", &job]).await;
+    let out = holdfast(s.cp, &kubeconfig, &api.base, &["open", &job]).await;
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert_eq!(json(&out)["outcome"], "Opened");
     assert!(marker.is_file(), "the exec plugin was not run");
-    assert!(!suspended(&read_trainjob(cp, &ns, "mnist").await));
+    assert!(!suspended(&s.read("mnist").await));
 
     let out = holdfast(
-        cp,
+        s.cp,
         &kubeconfig,
         &api.base,
         &["hold", &job, "--instance", "1", "--reason", "node lost"],
@@ -138,12 +139,12 @@ async fn an_exec_plugin_user_holds_and_releases_and_refusals_exit_with_their_cod
     .await;
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert_eq!(json(&out)["outcome"], "Held");
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert_eq!(annotation(&tj, ANN_HOLD_INSTANCE), Some("1"));
     assert!(suspended(&tj));
 
     let out = holdfast(
-        cp,
+        s.cp,
         &kubeconfig,
         &api.base,
         &["release", &job, "--instance", "0"],
@@ -162,7 +163,13 @@ async fn an_exec_plugin_user_holds_and_releases_and_refusals_exit_with_their_cod
         (Some("Rejected"), Some("StaleHold"))
     );
 
-    let out = holdfast(cp, &kubeconfig, &api.base, &["status", &job, "-o", "yaml"]).await;
+    let out = holdfast(
+        s.cp,
+        &kubeconfig,
+        &api.base,
+        &["status", &job, "-o", "yaml"],
+    )
+    .await;
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     let status: Value = serde_saphyr::from_str(&stdout(&out))
         .unwrap_or_else(|e| panic!("not YAML ({e}): {}", stdout(&out)));
@@ -171,7 +178,7 @@ async fn an_exec_plugin_user_holds_and_releases_and_refusals_exit_with_their_cod
 
     let bad = format!("{ns}/Not_A_Name");
     let out = holdfast(
-        cp,
+        s.cp,
         &kubeconfig,
         &api.base,
         &["hold", &bad, "--instance", "2"],
@@ -187,7 +194,7 @@ async fn an_exec_plugin_user_holds_and_releases_and_refusals_exit_with_their_cod
     assert_eq!(json(&out)["error"], "Invalid");
 
     let out = holdfast(
-        cp,
+        s.cp,
         &kubeconfig,
         &api.base,
         &["release", &job, "--instance", "1"],
@@ -196,23 +203,23 @@ async fn an_exec_plugin_user_holds_and_releases_and_refusals_exit_with_their_cod
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert_eq!(json(&out)["outcome"], "Released");
     assert_eq!(json(&out)["resumed"], true);
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(hold_annotations(&tj).is_empty(), "{tj}");
     assert!(!suspended(&tj));
 }
 
 #[tokio::test]
 async fn a_static_token_user_lists_every_held_job_with_status_all_namespaces() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("cli-list").await.expect("namespace");
-    create_trainjob(cp, &ns, "held", false).await;
-    create_trainjob(cp, &ns, "free", false).await;
-    let api = start_api(cp, executor(cp).await).await;
-    let kubeconfig = cp.kubeconfig(Identity::Admin);
+    let s = Scene::new("cli-list").await;
+    let ns = &s.ns;
+    s.job("held", false).await;
+    s.job("free", false).await;
+    let api = start_api(s.cp, s.executor().await).await;
+    let kubeconfig = s.cp.kubeconfig(Identity::Admin);
     let job = format!("{ns}/held");
 
     let out = holdfast(
-        cp,
+        s.cp,
         &kubeconfig,
         &api.base,
         &[
@@ -230,7 +237,7 @@ async fn a_static_token_user_lists_every_held_job_with_status_all_namespaces() {
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert_eq!(stdout(&out).trim(), format!("{job}: Held"));
 
-    let out = holdfast(cp, &kubeconfig, &api.base, &["status", "-A"]).await;
+    let out = holdfast(s.cp, &kubeconfig, &api.base, &["status", "-A"]).await;
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     let table = stdout(&out);
     let ours: Vec<Vec<&str>> = table
@@ -254,7 +261,13 @@ async fn a_static_token_user_lists_every_held_job_with_status_all_namespaces() {
     );
     assert_eq!(row.last(), Some(&"HeldByUs"), "{table}");
 
-    let out = holdfast(cp, &kubeconfig, &api.base, &["status", "-A", "-o", "json"]).await;
+    let out = holdfast(
+        s.cp,
+        &kubeconfig,
+        &api.base,
+        &["status", "-A", "-o", "json"],
+    )
+    .await;
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     let listed = json(&out);
     let item = listed["items"]
@@ -269,14 +282,14 @@ async fn a_static_token_user_lists_every_held_job_with_status_all_namespaces() {
 
 #[tokio::test]
 async fn a_client_certificate_user_is_told_the_hold_api_needs_a_token() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("cli-cert").await.expect("namespace");
-    create_trainjob(cp, &ns, "mnist", false).await;
-    let api = start_api(cp, executor(cp).await).await;
+    let s = Scene::new("cli-cert").await;
+    let ns = &s.ns;
+    s.job("mnist", false).await;
+    let api = start_api(s.cp, s.executor().await).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let cert = cp
-        .issue_client_cert("carol", Duration::from_secs(3600))
-        .expect("client certificate");
+    let cert =
+        s.cp.issue_client_cert("carol", Duration::from_secs(3600))
+            .expect("client certificate");
     let (crt, key) = (dir.path().join("carol.crt"), dir.path().join("carol.key"));
     std::fs::write(&crt, &cert.cert_pem).expect("write");
     std::fs::write(&key, &cert.key_pem).expect("write");
@@ -286,7 +299,7 @@ async fn a_client_certificate_user_is_told_the_hold_api_needs_a_token() {
         key.display()
     );
     let kubeconfig = dir.path().join("kubeconfig-cert.yaml");
-    std::fs::write(&kubeconfig, cp.kubeconfig_yaml_with("carol", &user, &ns)).expect("write");
+    std::fs::write(&kubeconfig, s.cp.kubeconfig_yaml_with("carol", &user, ns)).expect("write");
     // A credential the apiserver accepts, as kubectl would use it.
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -300,7 +313,7 @@ async fn a_client_certificate_user_is_told_the_hold_api_needs_a_token() {
 
     let job = format!("{ns}/mnist");
     let out = holdfast(
-        cp,
+        s.cp,
         &kubeconfig,
         &api.base,
         &["hold", &job, "--instance", "1"],
@@ -310,17 +323,17 @@ async fn a_client_certificate_user_is_told_the_hold_api_needs_a_token() {
     let message = stderr(&out);
     assert!(message.contains("client certificate"), "{message}");
     assert!(message.contains("kubectl create token"), "{message}");
-    let tj = read_trainjob(cp, &ns, "mnist").await;
+    let tj = s.read("mnist").await;
     assert!(hold_annotations(&tj).is_empty(), "{tj}");
 }
 
 #[tokio::test]
 async fn status_lists_a_kueue_mode_hold_written_on_the_trainjobs_workload() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("cli-kueue").await.expect("namespace");
-    let tj = create_trainjob(cp, &ns, "job", true).await;
+    let s = Scene::new("cli-kueue").await;
+    let ns = &s.ns;
+    let tj = s.job("job", true).await;
     let uid = tj["metadata"]["uid"].as_str().expect("uid");
-    let api = start_api(cp, executor(cp).await).await;
+    let api = start_api(s.cp, s.executor().await).await;
     // The Workload as Kueue makes it (owned by the TrainJob) and as holdfast holds it in
     // Kueue mode (deactivated, the hold's annotations): written here by the admin.
     let workload: DynamicObject = serde_json::from_value(json!({
@@ -334,18 +347,18 @@ async fn status_lists_a_kueue_mode_hold_written_on_the_trainjobs_workload() {
             "template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}]}
     }))
     .expect("workload");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    Api::<DynamicObject>::namespaced_with(admin, &ns, &holdfast_cluster::resources::workload())
+    let admin = s.admin.clone();
+    Api::<DynamicObject>::namespaced_with(admin, ns, &holdfast_cluster::resources::workload())
         .create(&PostParams::default(), &workload)
         .await
         .expect("create the Workload");
 
-    let kubeconfig = cp.kubeconfig(Identity::Admin);
+    let kubeconfig = s.cp.kubeconfig(Identity::Admin);
     let out = holdfast(
-        cp,
+        s.cp,
         &kubeconfig,
         &api.base,
-        &["status", "-n", &ns, "-o", "json"],
+        &["status", "-n", ns, "-o", "json"],
     )
     .await;
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
@@ -378,12 +391,12 @@ async fn status_lists_a_kueue_mode_hold_written_on_the_trainjobs_workload() {
 /// into a request.
 #[tokio::test]
 async fn without_server_a_namespace_with_no_release_is_an_error_naming_what_to_pass() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("cli-find").await.expect("namespace");
+    let s = Scene::new("cli-find").await;
+    let ns = &s.ns;
     let job = format!("{ns}/mnist");
     let out = kubectl_holdfast(
-        &cp.kubeconfig(Identity::Admin),
-        &["--holdfast-namespace", &ns, "hold", &job, "--instance", "1"],
+        &s.cp.kubeconfig(Identity::Admin),
+        &["--holdfast-namespace", ns, "hold", &job, "--instance", "1"],
     )
     .await;
     assert_eq!(code(&out), 12, "{}{}", stdout(&out), stderr(&out));
@@ -620,18 +633,18 @@ async fn hold_wait_stopped_returns_once_the_held_executions_pods_are_gone() {
 async fn check_passes_an_install_that_protects_and_serves_and_fails_one_with_no_leader() {
     use holdfast_tests::in_process_webhook::InProcessWebhook;
     use holdfast_tests::registration::{Engine, Namespaces, Registration, Target};
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("cli-check").await.expect("namespace");
-    let hf = cp.namespace("cli-check-hf").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    let hook = InProcessWebhook::start(cp, holdfast_core::mode::Mode::Plain, false)
+    let s = Scene::new("cli-check").await;
+    let ns = &s.ns;
+    let hf = s.cp.namespace("cli-check-hf").await.expect("namespace");
+    let admin = s.admin.clone();
+    let hook = InProcessWebhook::start(s.cp, holdfast_core::mode::Mode::Plain, false)
         .await
         .expect("webhook");
     let fullname = format!("holdfast-{ns}");
     let registration = Registration::new(
         fullname.clone(),
         Target::Url(hook.url()),
-        cp.ca_pem().as_bytes().to_vec(),
+        s.cp.ca_pem().as_bytes().to_vec(),
     )
     .with_engine(Engine::from_env())
     .with_namespaces(Namespaces::Only(vec![ns.clone()]));
@@ -648,7 +661,7 @@ async fn check_passes_an_install_that_protects_and_serves_and_fails_one_with_no_
         .create(&PostParams::default(), &service)
         .await
         .expect("the controller's Service");
-    let kubeconfig = cp.kubeconfig(Identity::Admin);
+    let kubeconfig = s.cp.kubeconfig(Identity::Admin);
     let api_port = holdfast_tests::control_plane::free_port().expect("port");
     let server = format!("https://127.0.0.1:{api_port}");
     let check = |extra: &'static [&'static str]| {
@@ -657,7 +670,7 @@ async fn check_passes_an_install_that_protects_and_serves_and_fails_one_with_no_
         async move {
             let mut args = vec!["--holdfast-namespace", &hf, "-n", &ns, "check"];
             args.extend_from_slice(extra);
-            holdfast(cp, &kubeconfig, &server, &args).await
+            holdfast(s.cp, &kubeconfig, &server, &args).await
         }
     };
 
@@ -697,7 +710,7 @@ async fn check_passes_an_install_that_protects_and_serves_and_fails_one_with_no_
         .create(&PostParams::default(), &binding)
         .await
         .expect("the Lease's RoleBinding");
-    let (cert, key) = holdfast_tests::holdfast::serving_cert(cp, "cli-check");
+    let (cert, key) = holdfast_tests::holdfast::serving_cert(s.cp, "cli-check");
     let lease = format!("--lease-name={fullname}-controller");
     let (cert, key) = (
         format!("--tls-cert={}", cert.display()),
@@ -705,7 +718,7 @@ async fn check_passes_an_install_that_protects_and_serves_and_fails_one_with_no_
     );
     let admin_port = holdfast_tests::control_plane::free_port().expect("port");
     let controller = holdfast_tests::holdfast::start_plain_controller_on(
-        cp,
+        s.cp,
         &hf,
         "cli-check",
         admin_port,

@@ -1,7 +1,8 @@
 //! Proof that the local control plane's parts are real: RBAC, the garbage collector,
 //! resourceVersion preconditions, webhooks called by URL, and the upstream CRDs.
 
-use holdfast_tests::{ControlPlane, Identity};
+use holdfast_tests::Identity;
+use holdfast_tests::scene::Scene;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     RuleWithOperations, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
@@ -33,10 +34,10 @@ fn status_code(e: &kube::Error) -> Option<u16> {
 
 #[tokio::test]
 async fn plain_user_is_refused_by_rbac_where_admin_is_allowed() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("rbac").await.expect("namespace");
-    let user = cp.client(Identity::User).await.expect("user client");
-    let admin = cp.client(Identity::Admin).await.expect("admin client");
+    let s = Scene::new("rbac").await;
+    let ns = &s.ns;
+    let user = s.client(Identity::User).await;
+    let admin = s.admin.clone();
 
     let err = Api::<Secret>::namespaced(user.clone(), "kube-system")
         .list(&ListParams::default())
@@ -49,7 +50,7 @@ async fn plain_user_is_refused_by_rbac_where_admin_is_allowed() {
         .expect("the admin may");
 
     // In its own namespace, the user's role lets it write ConfigMaps.
-    Api::<ConfigMap>::namespaced(user, &ns)
+    Api::<ConfigMap>::namespaced(user, ns)
         .create(&PostParams::default(), &cm("mine"))
         .await
         .expect("the user may create a ConfigMap in its namespace");
@@ -57,10 +58,10 @@ async fn plain_user_is_refused_by_rbac_where_admin_is_allowed() {
 
 #[tokio::test]
 async fn configmap_owned_by_a_deleted_owner_is_garbage_collected() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("gc").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin client");
-    let cms: Api<ConfigMap> = Api::namespaced(admin, &ns);
+    let s = Scene::new("gc").await;
+    let ns = &s.ns;
+    let admin = s.admin.clone();
+    let cms: Api<ConfigMap> = Api::namespaced(admin, ns);
     let owner = cms
         .create(&PostParams::default(), &cm("owner"))
         .await
@@ -89,7 +90,7 @@ async fn configmap_owned_by_a_deleted_owner_is_garbage_collected() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the garbage collector did not delete the orphan within 90s:\n{}",
-            cp.log_tail("kube-controller-manager", 20)
+            s.cp.log_tail("kube-controller-manager", 20)
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -97,10 +98,10 @@ async fn configmap_owned_by_a_deleted_owner_is_garbage_collected() {
 
 #[tokio::test]
 async fn update_with_a_stale_resource_version_gets_409() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("conflict").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin client");
-    let cms: Api<ConfigMap> = Api::namespaced(admin, &ns);
+    let s = Scene::new("conflict").await;
+    let ns = &s.ns;
+    let admin = s.admin.clone();
+    let cms: Api<ConfigMap> = Api::namespaced(admin, ns);
     let first = cms
         .create(&PostParams::default(), &cm("c"))
         .await
@@ -126,17 +127,17 @@ async fn update_with_a_stale_resource_version_gets_409() {
 
 #[tokio::test]
 async fn webhook_registered_by_url_is_called_and_sees_user_info() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("hook").await.expect("namespace");
+    let s = Scene::new("hook").await;
+    let ns = &s.ns;
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let cert = cp
-        .issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
-        .expect("cert");
+    let cert =
+        s.cp.issue_serving_cert(&["127.0.0.1"], Duration::from_secs(3600))
+            .expect("cert");
     let port = recording_webhook::serve(cert, seen.clone())
         .await
         .expect("serve");
 
-    let admin = cp.client(Identity::Admin).await.expect("admin client");
+    let admin = s.admin.clone();
     let name = format!("smoke-{ns}");
     let hook = ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
@@ -151,7 +152,7 @@ async fn webhook_registered_by_url_is_called_and_sees_user_info() {
             timeout_seconds: Some(5),
             client_config: WebhookClientConfig {
                 url: Some(format!("https://127.0.0.1:{port}/validate")),
-                ca_bundle: Some(ByteString(cp.ca_pem().as_bytes().to_vec())),
+                ca_bundle: Some(ByteString(s.cp.ca_pem().as_bytes().to_vec())),
                 service: None,
             },
             namespace_selector: Some(LabelSelector {
@@ -177,8 +178,8 @@ async fn webhook_registered_by_url_is_called_and_sees_user_info() {
         .expect("register webhook");
 
     // The apiserver caches webhook configurations: retry until the hook answers.
-    let user = cp.client(Identity::User).await.expect("user client");
-    let cms: Api<ConfigMap> = Api::namespaced(user, &ns);
+    let user = s.client(Identity::User).await;
+    let cms: Api<ConfigMap> = Api::namespaced(user, ns);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let message = loop {
         match cms.create(&PostParams::default(), &cm("probe")).await {
@@ -209,9 +210,9 @@ async fn webhook_registered_by_url_is_called_and_sees_user_info() {
 
 #[tokio::test]
 async fn trainjob_and_cluster_training_runtime_from_upstream_crds_can_be_created_and_read() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("crds").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin client");
+    let s = Scene::new("crds").await;
+    let ns = &s.ns;
+    let admin = s.admin.clone();
     let ctr_ar = holdfast_cluster::resources::cluster_training_runtime();
     let tj_ar = holdfast_cluster::resources::trainjob();
     let runtime_name = format!("torch-{ns}");
@@ -241,7 +242,7 @@ async fn trainjob_and_cluster_training_runtime_from_upstream_crds_can_be_created
         "spec": {"runtimeRef": {"name": runtime_name}}
     }))
     .expect("trainjob json");
-    let tjs = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &tj_ar);
+    let tjs = Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &tj_ar);
     tjs.create(&PostParams::default(), &tj)
         .await
         .expect("create TrainJob");

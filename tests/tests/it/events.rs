@@ -5,6 +5,7 @@
 //! waiting and passed: `holds_kueue::`; snapshot taken and adopted: `snapshots::`.)
 
 use holdfast_tests::hold_support;
+use holdfast_tests::scene::Scene;
 
 use std::time::Duration;
 
@@ -44,18 +45,18 @@ fn trainjob<'a>(ns: &'a str, name: &'a str, uid: &'a str) -> Described<'a> {
 
 #[tokio::test]
 async fn open_hold_and_release_leave_normal_events_on_the_trainjob() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("ev-cycle").await.expect("namespace");
-    let tj = create_trainjob(cp, &ns, "job", true).await;
-    let exec = executor(cp)
+    let s = Scene::new("ev-cycle").await;
+    let ns = &s.ns;
+    let tj = s.job("job", true).await;
+    let exec = executor(s.cp)
         .await
-        .with_events(publisher(cp, PublisherConfig::default()).await);
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+        .with_events(publisher(s.cp, PublisherConfig::default()).await);
+    let admin = s.admin.clone();
     let uid = uid(&tj);
-    let job = trainjob(&ns, "job", &uid);
+    let job = trainjob(ns, "job", &uid);
 
     assert_eq!(
-        exec.open(&ns, "job", meta(None, MINUTE)).await,
+        exec.open(ns, "job", meta(None, MINUTE)).await,
         Ok(Outcome::Opened { started: true })
     );
     let opened = job.wait(&admin, "StartGateOpened", |_| true).await;
@@ -64,7 +65,7 @@ async fn open_hold_and_release_leave_normal_events_on_the_trainjob() {
 
     let mut m = meta(Some(3), MINUTE);
     m.reason = Some("node lost".into());
-    assert_eq!(exec.hold(&ns, "job", m).await, Ok(Outcome::Held));
+    assert_eq!(exec.hold(ns, "job", m).await, Ok(Outcome::Held));
     let placed = job.wait(&admin, "HoldPlaced", |_| true).await;
     assert_eq!(
         note(&placed),
@@ -77,7 +78,7 @@ async fn open_hold_and_release_leave_normal_events_on_the_trainjob() {
     );
 
     assert_eq!(
-        exec.release(&ns, "job", meta(Some(3), MINUTE)).await,
+        exec.release(ns, "job", meta(Some(3), MINUTE)).await,
         Ok(Outcome::Released { resumed: true })
     );
     let released = job.wait(&admin, "HoldReleased", |_| true).await;
@@ -97,27 +98,27 @@ async fn open_hold_and_release_leave_normal_events_on_the_trainjob() {
 
 #[tokio::test]
 async fn a_refused_release_is_a_warning_naming_its_cause_and_the_pods_that_remain() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("ev-refused").await.expect("namespace");
-    let tj = create_trainjob(cp, &ns, "job", true).await;
-    let exec = executor(cp)
+    let s = Scene::new("ev-refused").await;
+    let ns = &s.ns;
+    let tj = s.job("job", true).await;
+    let exec = executor(s.cp)
         .await
-        .with_events(publisher(cp, PublisherConfig::default()).await);
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+        .with_events(publisher(s.cp, PublisherConfig::default()).await);
+    let admin = s.admin.clone();
     let uid = uid(&tj);
-    let job = trainjob(&ns, "job", &uid);
+    let job = trainjob(ns, "job", &uid);
     // Started through its gate, then held: a Release would resume it.
     assert_eq!(
-        exec.open(&ns, "job", meta(None, MINUTE)).await,
+        exec.open(ns, "job", meta(None, MINUTE)).await,
         Ok(Outcome::Opened { started: true })
     );
     assert_eq!(
-        exec.hold(&ns, "job", meta(Some(2), MINUTE)).await,
+        exec.hold(ns, "job", meta(Some(2), MINUTE)).await,
         Ok(Outcome::Held)
     );
     // A pod of the held execution, owned by its Job as the Job controller's are (no node
     // runs it: it stays Pending).
-    let owners = holdfast_tests::execution_owners::ensure(&admin, &ns, "job", &uid)
+    let owners = holdfast_tests::execution_owners::ensure(&admin, ns, "job", &uid)
         .await
         .expect("the execution's owners");
     let pod: Pod = serde_json::from_value(holdfast_tests::execution_owners::pod(
@@ -127,13 +128,13 @@ async fn a_refused_release_is_a_warning_naming_its_cause_and_the_pods_that_remai
         json!({}),
     ))
     .expect("pod");
-    Api::<Pod>::namespaced(admin.clone(), &ns)
+    Api::<Pod>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await
         .expect("create pod");
 
     assert_eq!(
-        exec.release(&ns, "job", meta(Some(2), MINUTE)).await,
+        exec.release(ns, "job", meta(Some(2), MINUTE)).await,
         Err(HoldError::PodsRemain)
     );
     let refused = job.wait(&admin, "ReleaseRefused", |_| true).await;
@@ -145,7 +146,7 @@ async fn a_refused_release_is_a_warning_naming_its_cause_and_the_pods_that_remai
 
     // A release of an older instance: Rejected, its cause named.
     let stale = exec
-        .release(&ns, "job", meta(Some(1), MINUTE))
+        .release(ns, "job", meta(Some(1), MINUTE))
         .await
         .expect_err("hold 2 is in force");
     let event = job
@@ -162,19 +163,19 @@ async fn a_refused_release_is_a_warning_naming_its_cause_and_the_pods_that_remai
 
 #[tokio::test]
 async fn identical_calls_are_one_event_with_a_count() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("ev-series").await.expect("namespace");
-    let tj = create_trainjob(cp, &ns, "job", false).await;
-    let exec = executor(cp)
+    let s = Scene::new("ev-series").await;
+    let ns = &s.ns;
+    let tj = s.job("job", false).await;
+    let exec = executor(s.cp)
         .await
-        .with_events(publisher(cp, PublisherConfig::default()).await);
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+        .with_events(publisher(s.cp, PublisherConfig::default()).await);
+    let admin = s.admin.clone();
     let uid = uid(&tj);
-    let job = trainjob(&ns, "job", &uid);
+    let job = trainjob(ns, "job", &uid);
 
     // dispatch retrying one hold: the first lands, the rest find it in force.
     for _ in 0..6 {
-        exec.hold(&ns, "job", meta(Some(5), MINUTE))
+        exec.hold(ns, "job", meta(Some(5), MINUTE))
             .await
             .expect("hold");
     }
@@ -190,7 +191,7 @@ async fn identical_calls_are_one_event_with_a_count() {
 
     // The same calls again later are counted in the same Event (within the series window).
     for _ in 0..3 {
-        exec.hold(&ns, "job", meta(Some(5), MINUTE))
+        exec.hold(ns, "job", meta(Some(5), MINUTE))
             .await
             .expect("hold");
     }
@@ -201,14 +202,14 @@ async fn identical_calls_are_one_event_with_a_count() {
 
 #[tokio::test]
 async fn a_burst_beyond_the_queue_is_dropped_and_counted_and_warnings_still_go_out() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("ev-burst").await.expect("namespace");
-    let tj = create_trainjob(cp, &ns, "job", false).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("ev-burst").await;
+    let ns = &s.ns;
+    let tj = s.job("job", false).await;
+    let admin = s.admin.clone();
     let uid = uid(&tj);
-    let job = trainjob(&ns, "job", &uid);
+    let job = trainjob(ns, "job", &uid);
     let events = publisher(
-        cp,
+        s.cp,
         PublisherConfig {
             queue_per_severity: 4,
             writes_per_second: 20,
@@ -267,12 +268,12 @@ async fn a_burst_beyond_the_queue_is_dropped_and_counted_and_warnings_still_go_o
 
 #[tokio::test]
 async fn certificate_management_leaves_events_on_the_secrets_it_writes() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("ev-certs").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("ev-certs").await;
+    let ns = &s.ns;
+    let admin = s.admin.clone();
     // The chart's release-namespace Role is bound here too: the controller may write the
     // release's certificate Secrets in this namespace.
-    let controller = cp.client(Identity::Controller).await.expect("controller");
+    let controller = s.client(Identity::Controller).await;
     let config = CertConfig {
         namespace: ns.clone(),
         ca_secret: "holdfast-ca".into(),
@@ -292,10 +293,10 @@ async fn certificate_management_leaves_events_on_the_secrets_it_writes() {
         controller.clone(),
         config,
         holdfast_serve::CertificateExpiry::default(),
-        Some(publisher(cp, PublisherConfig::default()).await),
+        Some(publisher(s.cp, PublisherConfig::default()).await),
         stop.clone(),
     ));
-    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
     let secret_uid = |name: &'static str| {
         let secrets = secrets.clone();
         async move {
@@ -308,7 +309,7 @@ async fn certificate_management_leaves_events_on_the_secrets_it_writes() {
     let ca_uid = secret_uid("holdfast-ca").await;
     let ca = Described {
         kind: "Secret",
-        namespace: &ns,
+        namespace: ns,
         name: "holdfast-ca",
         uid: &ca_uid,
     };
@@ -324,7 +325,7 @@ async fn certificate_management_leaves_events_on_the_secrets_it_writes() {
     let tls_uid = secret_uid("holdfast-webhook-tls").await;
     let tls = Described {
         kind: "Secret",
-        namespace: &ns,
+        namespace: ns,
         name: "holdfast-webhook-tls",
         uid: &tls_uid,
     };

@@ -18,6 +18,7 @@ use holdfast_tests::holdfast::{
 use holdfast_tests::objects::{create_dynamic, trainjob};
 use holdfast_tests::process::Supervised;
 use holdfast_tests::promql::{exposed_names, selected_names};
+use holdfast_tests::scene::Scene;
 use holdfast_tests::wait::wait_for;
 use holdfast_tests::{ControlPlane, Identity, control_plane::free_port};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -142,11 +143,11 @@ fn check_process_metrics(text: &str, started_after: f64) {
 /// serves, and its kube client's requests (runtime lookups at TrainJob admission).
 #[tokio::test]
 async fn the_webhook_exports_build_process_certificate_and_kube_request_metrics() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("metrics-webhook").await.expect("namespace");
-    let (cert, key) = serving_cert(cp, "metrics-webhook");
+    let s = Scene::new("metrics-webhook").await;
+    let ns = &s.ns;
+    let (cert, key) = serving_cert(s.cp, "metrics-webhook");
     let launched = unix(SystemTime::now());
-    let mut hook = WebhookReplica::start(cp, "metrics", &cert, &key, &[]);
+    let mut hook = WebhookReplica::start(s.cp, "metrics", &cert, &key, &[]);
     hook.wait_ready().await;
     let text = hook.metrics().await;
 
@@ -173,8 +174,8 @@ async fn the_webhook_exports_build_process_certificate_and_kube_request_metrics(
 
     // A TrainJob admitted in a watched namespace costs a runtime read: one that names a
     // runtime that does not exist is answered 404, one that exists 200.
-    register_webhook(cp, &ns, hook.port, 5).await;
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    register_webhook(s.cp, ns, hook.port, 5).await;
+    let admin = s.admin.clone();
     hold_support::ensure_runtime(&admin).await;
     let count = |text: &str, verb: &str, code: &str| {
         sample(
@@ -189,14 +190,14 @@ async fn the_webhook_exports_build_process_certificate_and_kube_request_metrics(
     create_dynamic(
         &admin,
         &jobs,
-        Some(&ns),
+        Some(ns),
         trainjob("names-missing", "no-such-runtime"),
     )
     .await;
     create_dynamic(
         &admin,
         &jobs,
-        Some(&ns),
+        Some(ns),
         trainjob("names-existing", hold_support::RUNTIME),
     )
     .await;
@@ -218,27 +219,27 @@ async fn the_webhook_exports_build_process_certificate_and_kube_request_metrics(
 /// hold API's certificate.
 #[tokio::test]
 async fn the_controller_exports_migration_holds_kube_requests_and_certificate_metrics() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("metrics-controller").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("metrics-controller").await;
+    let ns = &s.ns;
+    let admin = s.admin.clone();
     hold_support::ensure_runtime(&admin).await;
     let late = format!("late-runtime-{}", rand::random::<u32>());
     let jobs = holdfast_cluster::resources::trainjob();
     create_dynamic(
         &admin,
         &jobs,
-        Some(&ns),
+        Some(ns),
         trainjob("ready", hold_support::RUNTIME),
     )
     .await;
-    create_dynamic(&admin, &jobs, Some(&ns), trainjob("waiting", &late)).await;
+    create_dynamic(&admin, &jobs, Some(ns), trainjob("waiting", &late)).await;
 
-    let (cert, key) = serving_cert(cp, "metrics-controller");
+    let (cert, key) = serving_cert(s.cp, "metrics-controller");
     let (admin_port, api_port) = (free_port().expect("port"), free_port().expect("port"));
     let launched = unix(SystemTime::now());
     let mut proc: Supervised = start_plain_controller_on(
-        cp,
-        &ns,
+        s.cp,
+        ns,
         "metrics",
         admin_port,
         api_port,
@@ -278,11 +279,11 @@ async fn the_controller_exports_migration_holds_kube_requests_and_certificate_me
         (pending(&scrape(admin_port).await) == Some(1.0)).then_some(())
     })
     .await;
-    let lease: Lease = Api::namespaced(admin.clone(), &ns)
+    let lease: Lease = Api::namespaced(admin.clone(), ns)
         .get("holdfast-controller")
         .await
         .expect("the controller's Lease");
-    let events: Api<Event> = Api::namespaced(admin.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(admin.clone(), ns);
     let completions = || async {
         events
             .list(&ListParams::default())
@@ -328,12 +329,12 @@ async fn the_controller_exports_migration_holds_kube_requests_and_certificate_me
     );
 
     // Hold calls through the real hold API.
-    grant_alice(cp, &ns, &["hold", "release"], &["create"]).await;
+    grant_alice(s.cp, ns, &["hold", "release"], &["create"]).await;
     let http = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(cp.ca_pem().as_bytes()).expect("CA"))
+        .add_root_certificate(reqwest::Certificate::from_pem(s.cp.ca_pem().as_bytes()).expect("CA"))
         .build()
         .expect("http client");
-    let alice = cp.token(Identity::User);
+    let alice = s.cp.token(Identity::User);
     let call = |job: &'static str, verb: &'static str, instance: u64| {
         let http = http.clone();
         let url = format!("https://127.0.0.1:{api_port}/v1/namespaces/{ns}/trainjobs/{job}/{verb}");
@@ -370,7 +371,7 @@ async fn the_controller_exports_migration_holds_kube_requests_and_certificate_me
     let before = scrape(admin_port).await;
     let (status, answer) = call("ready", "hold", 5).await;
     assert_eq!(status, 200, "{answer}");
-    let held = hold_support::read_trainjob(cp, &ns, "ready").await;
+    let held = s.read("ready").await;
     let placed = hold_support::annotation(&held, ANN_HOLD_PLACED_AT)
         .expect("hold-placed-at")
         .parse::<jiff::Timestamp>()
@@ -441,9 +442,9 @@ async fn the_controller_exports_migration_holds_kube_requests_and_certificate_me
 /// Secrets are exported with their notAfter.
 #[tokio::test]
 async fn self_managed_certificates_export_their_expiry() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("metrics-certs").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("metrics-certs").await;
+    let ns = &s.ns;
+    let admin = s.admin.clone();
     let config = CertConfig {
         namespace: ns.clone(),
         ca_secret: "metrics-ca".into(),
@@ -476,7 +477,7 @@ async fn self_managed_certificates_export_their_expiry() {
     .await;
     stop.cancel();
     let _ = task.await;
-    let secrets: Api<Secret> = Api::namespaced(admin, &ns);
+    let secrets: Api<Secret> = Api::namespaced(admin, ns);
     let not_after = |s: Secret, key: &str| {
         let data = s.data.expect("data");
         let pem = String::from_utf8(data[key].0.clone()).expect("PEM");
@@ -605,12 +606,12 @@ fn rules(docs: &[Value]) -> Vec<Value> {
 /// docs/src/operating/runbooks.md (and every section is an alert's).
 #[tokio::test]
 async fn dashboard_and_alerts_select_only_exposed_metrics_and_link_existing_runbooks() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("metrics-names").await.expect("namespace");
-    let (cert, key) = serving_cert(cp, "metrics-names");
-    let mut hook = WebhookReplica::start(cp, "names", &cert, &key, &[]);
+    let s = Scene::new("metrics-names").await;
+    let ns = &s.ns;
+    let (cert, key) = serving_cert(s.cp, "metrics-names");
+    let mut hook = WebhookReplica::start(s.cp, "names", &cert, &key, &[]);
     let admin_port = free_port().expect("port");
-    let mut controller = start_plain_controller(cp, &ns, "names", admin_port, &[]);
+    let mut controller = start_plain_controller(s.cp, ns, "names", admin_port, &[]);
     hook.wait_ready().await;
     wait_readyz(&mut controller, admin_port, true, MINUTE).await;
     let mut exposed = exposed_names(&hook.metrics().await);

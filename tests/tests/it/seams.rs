@@ -11,6 +11,7 @@
 use holdfast_tests::hold_support;
 use holdfast_tests::kueue_support;
 use holdfast_tests::objects::TrainJob;
+use holdfast_tests::scene::Scene;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -420,15 +421,15 @@ async fn release_leaves_kueues_own_deactivation_in_place() {
 /// Plain mode: an opened job someone suspended, held and released, stays suspended.
 #[tokio::test]
 async fn plain_release_leaves_someone_elses_suspend_in_place() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("seam5-plain").await.expect("namespace");
-    let exec = hold_support::executor(cp).await;
-    hold_support::create_trainjob(cp, &ns, "job", true).await;
-    exec.open(&ns, "job", meta(None, MINUTE))
+    let s = Scene::new("seam5-plain").await;
+    let ns = &s.ns;
+    let exec = s.executor().await;
+    s.job("job", true).await;
+    exec.open(ns, "job", meta(None, MINUTE))
         .await
         .expect("open");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    hold_support::trainjobs(&admin, &ns)
+    let admin = s.admin.clone();
+    hold_support::trainjobs(&admin, ns)
         .patch(
             "job",
             &PatchParams::default(),
@@ -436,20 +437,20 @@ async fn plain_release_leaves_someone_elses_suspend_in_place() {
         )
         .await
         .expect("its owner suspends it");
-    exec.hold(&ns, "job", meta(Some(1), MINUTE))
+    exec.hold(ns, "job", meta(Some(1), MINUTE))
         .await
         .expect("hold");
-    let tj = hold_support::read_trainjob(cp, &ns, "job").await;
+    let tj = s.read("job").await;
     assert_eq!(annotation(&tj, ANN_HOLD_FOUND), Some("suspended"));
     assert_eq!(
-        exec.release(&ns, "job", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "job", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: false })
     );
-    let tj = hold_support::read_trainjob(cp, &ns, "job").await;
+    let tj = s.read("job").await;
     assert!(hold_support::suspended(&tj), "the owner's suspend stays");
     assert!(hold_support::hold_annotations(&tj).is_empty(), "{tj:#}");
     assert_eq!(
-        exec.status(&ns, "job").await.expect("status").state,
+        exec.status(ns, "job").await.expect("status").state,
         ObjectState::DeactivatedBySomeoneElse
     );
 }
@@ -671,19 +672,19 @@ enum Loss {
 /// next read shows no hold, so it is `Released`, and exactly one update was stored.
 #[tokio::test]
 async fn a_release_whose_answer_was_lost_reports_released() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("seam7-lost").await.expect("namespace");
-    let direct = hold_support::executor(cp).await;
-    hold_support::create_trainjob(cp, &ns, "job", true).await;
+    let s = Scene::new("seam7-lost").await;
+    let ns = &s.ns;
+    let direct = s.executor().await;
+    s.job("job", true).await;
     direct
-        .open(&ns, "job", meta(None, MINUTE))
+        .open(ns, "job", meta(None, MINUTE))
         .await
         .expect("open");
     direct
-        .hold(&ns, "job", meta(Some(1), MINUTE))
+        .hold(ns, "job", meta(Some(1), MINUTE))
         .await
         .expect("hold");
-    let proxy = LossyProxy::start(cp, |n| {
+    let proxy = LossyProxy::start(s.cp, |n| {
         if n == 0 {
             Loss::AfterForwarding
         } else {
@@ -691,14 +692,14 @@ async fn a_release_whose_answer_was_lost_reports_released() {
         }
     })
     .await;
-    let exec = proxy.executor(cp, Mode::Plain).await;
+    let exec = proxy.executor(s.cp, Mode::Plain).await;
     assert_eq!(
-        exec.release(&ns, "job", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "job", meta(Some(1), MINUTE)).await,
         Ok(Outcome::Released { resumed: true }),
         "the re-read proves the release took effect"
     );
     assert_eq!(proxy.puts.load(Ordering::SeqCst), 1, "no second write");
-    let tj = hold_support::read_trainjob(cp, &ns, "job").await;
+    let tj = s.read("job").await;
     assert!(!hold_support::suspended(&tj) && hold_support::hold_annotations(&tj).is_empty());
 }
 
@@ -706,22 +707,22 @@ async fn a_release_whose_answer_was_lost_reports_released() {
 /// ten refused writes in a row, then one that goes through: the call succeeds.
 #[tokio::test]
 async fn transient_failures_spend_no_tries_and_never_end_conflict() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("seam7-503").await.expect("namespace");
-    hold_support::create_trainjob(cp, &ns, "job", true).await;
-    let proxy = LossyProxy::start(cp, |n| if n < 10 { Loss::Refuse } else { Loss::None }).await;
-    let exec = proxy.executor(cp, Mode::Plain).await;
+    let s = Scene::new("seam7-503").await;
+    let ns = &s.ns;
+    s.job("job", true).await;
+    let proxy = LossyProxy::start(s.cp, |n| if n < 10 { Loss::Refuse } else { Loss::None }).await;
+    let exec = proxy.executor(s.cp, Mode::Plain).await;
     let outcome = exec
-        .hold(&ns, "job", meta(Some(1), MINUTE))
+        .hold(ns, "job", meta(Some(1), MINUTE))
         .await
         .expect("held once a write goes through");
     assert_eq!(outcome, Outcome::Held);
     assert_eq!(proxy.puts.load(Ordering::SeqCst), 11);
     // Refused to the end: not Conflict; the outcome of those writes is unknown to the call.
-    let proxy = LossyProxy::start(cp, |_| Loss::Refuse).await;
-    let exec = proxy.executor(cp, Mode::Plain).await;
+    let proxy = LossyProxy::start(s.cp, |_| Loss::Refuse).await;
+    let exec = proxy.executor(s.cp, Mode::Plain).await;
     let err = exec
-        .hold(&ns, "job", meta(Some(2), Duration::from_secs(2)))
+        .hold(ns, "job", meta(Some(2), Duration::from_secs(2)))
         .await
         .expect_err("never lands");
     assert_eq!(err.kind(), "Unknown", "{err}");
@@ -798,22 +799,19 @@ async fn an_open_whose_deadline_passes_in_a_read_after_its_wait_names_the_missin
 /// A TrainJob that does not exist (or was deleted) is `Rejected/NotFound`, never `Invalid`.
 #[tokio::test]
 async fn a_missing_trainjob_is_not_found_not_invalid() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("seam7-gone").await.expect("namespace");
-    let exec = hold_support::executor(cp).await;
+    let s = Scene::new("seam7-gone").await;
+    let ns = &s.ns;
+    let exec = s.executor().await;
     for result in [
-        exec.hold(&ns, "nope", meta(Some(1), MINUTE)).await,
-        exec.release(&ns, "nope", meta(Some(1), MINUTE)).await,
-        exec.open(&ns, "nope", meta(None, MINUTE)).await,
+        exec.hold(ns, "nope", meta(Some(1), MINUTE)).await,
+        exec.release(ns, "nope", meta(Some(1), MINUTE)).await,
+        exec.open(ns, "nope", meta(None, MINUTE)).await,
     ] {
         let err = result.expect_err("no such TrainJob");
         assert_eq!(err.cause(), Some(RejectCause::NotFound), "{err}");
         assert_eq!(err.http_status(), 404);
     }
-    let err = exec
-        .status(&ns, "nope")
-        .await
-        .expect_err("no such TrainJob");
+    let err = exec.status(ns, "nope").await.expect_err("no such TrainJob");
     assert_eq!(err.cause(), Some(RejectCause::NotFound), "{err}");
 }
 
@@ -826,23 +824,23 @@ async fn a_missing_trainjob_is_not_found_not_invalid() {
 async fn the_capability_is_probed_again_and_fails_closed() {
     use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("seam8").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
-    hold_support::create_trainjob(cp, &ns, "job", true).await;
+    let s = Scene::new("seam8").await;
+    let ns = &s.ns;
+    let admin = s.admin.clone();
+    s.job("job", true).await;
     // A service account of holdfast's kind, bound to nothing yet.
     let sa = "late-controller";
-    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": sa}})).expect("sa"),
         )
         .await
         .expect("service account");
-    let token = holdfast_tests::rbac::mint_token(&admin, &ns, sa, 3600)
+    let token = holdfast_tests::rbac::mint_token(&admin, ns, sa, 3600)
         .await
         .expect("token");
-    let kc = kube::config::Kubeconfig::from_yaml(&cp.kubeconfig_yaml("late", &token, &ns))
+    let kc = kube::config::Kubeconfig::from_yaml(&s.cp.kubeconfig_yaml("late", &token, ns))
         .expect("kubeconfig");
     let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await
@@ -853,7 +851,7 @@ async fn the_capability_is_probed_again_and_fails_closed() {
         hold_support::config(),
     );
     let err = exec
-        .hold(&ns, "job", meta(Some(1), MINUTE))
+        .hold(ns, "job", meta(Some(1), MINUTE))
         .await
         .expect_err("no RBAC yet");
     assert_eq!(err.kind(), "Unsupported", "{err}");
@@ -882,7 +880,7 @@ async fn the_capability_is_probed_again_and_fails_closed() {
     let held = holdfast_tests::wait::wait_for(
         "the hold, once allowed",
         Duration::from_secs(30),
-        || async { exec.hold(&ns, "job", meta(Some(1), MINUTE)).await.ok() },
+        || async { exec.hold(ns, "job", meta(Some(1), MINUTE)).await.ok() },
     )
     .await;
     assert_eq!(held, Outcome::Held);

@@ -9,6 +9,7 @@
 //! holdfast-webhook`; `tests/run.sh` does).
 
 use holdfast_tests::hold_support;
+use holdfast_tests::scene::Scene;
 
 use futures::StreamExt;
 use hold_support::{
@@ -644,9 +645,9 @@ async fn snapshot(client: &kube::Client, ns: &str, job: &str) -> Option<ConfigMa
 /// the replica leads and is ready, and the gauge falls back to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_that_cannot_lead_says_so_in_its_log_metrics_and_readiness() {
-    let cp = ControlPlane::shared();
-    let ns = cp.namespace("cannot-lead").await.expect("namespace");
-    let admin = cp.client(Identity::Admin).await.expect("admin");
+    let s = Scene::new("cannot-lead").await;
+    let ns = &s.ns;
+    let admin = s.admin.clone();
     // A namespace with no holdfast Role in it.
     let bare = format!("{ns}-bare");
     Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
@@ -659,8 +660,8 @@ async fn a_controller_that_cannot_lead_says_so_in_its_log_metrics_and_readiness(
     let port = holdfast_tests::control_plane::free_port().expect("port");
     let lease_flag = format!("--lease-namespace={bare}");
     let mut ctrl = start_plain_controller(
-        cp,
-        &ns,
+        s.cp,
+        ns,
         "cannot-lead",
         port,
         &[lease_flag.as_str(), "--lease-duration=3s"],
