@@ -458,30 +458,25 @@ fn match_conditions_name_the_identities_the_values_give() {
         text.contains("['system:serviceaccount:kq:kueue', 'kueue-admin']"),
         "the Kueue list: {text}"
     );
+    let kueue_mode = || {
+        Combo {
+            mode: "kueue",
+            certs: "secret",
+            service_monitor: false,
+        }
+        .install("hf", "ops", &ca_path)
+    };
     let err = helm
-        .render(
-            &Combo {
-                mode: "kueue",
-                certs: "secret",
-                service_monitor: false,
-            }
-            .install("hf", "ops", &ca_path)
-            .set("identities.kueueUsers={it's}"),
-        )
+        .render(&kueue_mode().set("identities.kueueUsers={it's}"))
         .expect_err("a quote in a user name cannot be put into CEL");
     assert!(format!("{err:#}").contains("contain quotes"), "{err:#}");
     // One identity as holdfast's controller and as Kueue: the rules that keep a held or gated
     // TrainJob suspended treat the two differently, so the chart refuses the lists.
     let err = helm
         .render(
-            &Combo {
-                mode: "kueue",
-                certs: "secret",
-                service_monitor: false,
-            }
-            .install("hf", "ops", &ca_path)
-            .set("identities.extraControllerUsers={ops-robot}")
-            .set("identities.kueueUsers={system:serviceaccount:kq:kueue,ops-robot}"),
+            &kueue_mode()
+                .set("identities.extraControllerUsers={ops-robot}")
+                .set("identities.kueueUsers={system:serviceaccount:kq:kueue,ops-robot}"),
         )
         .expect_err("a user both controller and Kueue");
     assert!(
