@@ -15,7 +15,6 @@ use crate::policy::{AdmissionInput, Operation, Resource, validate};
 use cel::{Context, Program, Value as Cel};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// What the CEL engine decided.
 #[derive(Debug, PartialEq)]
@@ -95,7 +94,7 @@ fn sent_by_an_apiserver(i: &AdmissionInput) -> bool {
 
 /// Each text compiled once per mode, as the chart renders it there.
 #[derive(Default)]
-struct Programs(HashMap<(bool, String), Arc<Program>>);
+struct Programs(HashMap<(bool, String), Program>);
 
 impl Programs {
     fn eval(&mut self, text: &str, mode: Mode, ctx: &Context<'_, '_>) -> Result<Cel, String> {
@@ -104,10 +103,8 @@ impl Programs {
             .entry((mode == Mode::Plain, text.to_owned()))
             .or_insert_with(|| {
                 let text = render(text, mode);
-                Arc::new(
-                    Program::compile(&text)
-                        .unwrap_or_else(|e| panic!("CEL does not parse: {e}\n{text}")),
-                )
+                Program::compile(&text)
+                    .unwrap_or_else(|e| panic!("CEL does not parse: {e}\n{text}"))
             });
         program.execute(ctx).map_err(|e| format!("{e}"))
     }

@@ -11,6 +11,7 @@ use super::cel::{
 };
 use super::refusal::label_field;
 use super::rule::{Modes, Policy, Rule, Validation, Variable, row};
+use crate::mode::Mode;
 use crate::names::{
     ANN_HOLD_INSTANCE, ANN_HOLD_MARK, ANN_OPENED, LABEL_MANAGED, PREBUILT_WORKLOAD_LABEL,
     QUEUE_NAME_LABEL,
@@ -84,13 +85,12 @@ pub(crate) fn plain_update(
 pub(crate) fn create(
     input: &AdmissionInput,
     who: &Identities,
-    kueue_mode: bool,
+    mode: Mode,
     obj: Object<'_>,
 ) -> Option<Verdict> {
-    if kueue_mode {
-        kueue_managed_queued(input, who, None, obj)
-    } else {
-        plain_managed_created_suspended(input, who, obj)
+    match mode {
+        Mode::Kueue => kueue_managed_queued(input, who, None, obj),
+        Mode::Plain => plain_managed_created_suspended(input, who, obj),
     }
 }
 

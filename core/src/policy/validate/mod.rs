@@ -308,7 +308,7 @@ fn held_kind_create(input: &AdmissionInput, who: &Identities, mode: Mode) -> Ver
     held::annotation_added(input, who, obj)
         .or_else(|| held::hold_finalizer_added(input, who, obj))
         .or_else(|| match (mode, &input.resource) {
-            (_, Resource::TrainJob) => trainjobs::create(input, who, mode == Mode::Kueue, obj),
+            (_, Resource::TrainJob) => trainjobs::create(input, who, mode, obj),
             (Mode::Kueue, _) => workloads::owner_added(input, who, None, obj),
             (Mode::Plain, _) => None,
         })
