@@ -104,7 +104,7 @@ cargo run --locked -q -p holdfast-webhook --example admission_bench -- --seconds
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_bench
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example hold_kueue_bench
 cargo run --locked -q -p holdfast-tests --example hold_wave_bench -- --jobs 20 --concurrency 4
-cargo run --locked -q -p holdfast-tests --example snapshot_bench -- --jobs 20 --steady 5 --webhook
+cargo run --locked -q -p holdfast-tests --example snapshot_bench -- --jobs 20 --steady 5 --webhook --trainer
 HOLDFAST_BENCH_ITERS=5 cargo run --locked -q -p holdfast-tests --example admission_cost_bench
 echo "== demo (the README's demo command, stopping after its walk-through)"
 tests/demo.sh --exit

@@ -21,6 +21,11 @@
 //!    binary's time from start to ready (`/readyz`).
 //! 5. Steady state: with every snapshot taken, the controller runs on for `--steady`
 //!    seconds; the requests it sends then (audit log), per minute.
+//!
+//! With `--trainer`, Kubeflow Trainer's own writer runs first, as a peer, over as many
+//! TrainJobs of a namespace of its own with a baseline of its own (`trainer.rs`); holdfast's
+//! controller then watches its own namespace only, so that it neither caches nor snapshots
+//! Trainer's TrainJobs.
 
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt, stream};
@@ -65,13 +70,32 @@ struct Args {
     /// its peak RSS is reported. The baseline's ConfigMaps go through the same registration.
     #[arg(long)]
     webhook: bool,
+    /// Also run Kubeflow Trainer's own snapshot writer as a peer, before holdfast, over as
+    /// many TrainJobs of a namespace of its own, with a baseline of its own there: Trainer
+    /// 2.3's controller manager from the node's build (`tests/cluster/node/build.sh`), or
+    /// `--trainer-bin`. holdfast's controller then watches its own namespace only
+    /// (`--watch-namespace`), so that it neither caches nor snapshots Trainer's TrainJobs.
+    #[arg(long)]
+    trainer: bool,
+    /// The Trainer controller manager binary for `--trainer`.
+    #[arg(long)]
+    trainer_bin: Option<PathBuf>,
+    /// Trainer's client rate limit (`clientConnection.qps`; burst twice it). Trainer's default
+    /// is 50 a second; the default here lifts it out of the way, as holdfast's client has none.
+    #[arg(long, default_value_t = 1000.0)]
+    trainer_qps: f32,
     /// Run the reconciler (the child process) with this kubeconfig.
     #[arg(long, hide = true)]
     child_kubeconfig: Option<PathBuf>,
     /// The child's Lease namespace.
     #[arg(long, hide = true, default_value = "default")]
     lease_namespace: String,
+    /// The only namespace the child watches (all when absent).
+    #[arg(long, hide = true)]
+    child_watch_namespace: Option<String>,
 }
+
+mod trainer;
 
 const RUNTIME: &str = "torch-bench";
 
@@ -101,6 +125,7 @@ async fn child(kubeconfig: PathBuf, args: &Args) -> anyhow::Result<()> {
     let client = kube::Client::try_from(cfg)?;
     let config = Config {
         concurrency: args.concurrency,
+        namespace: args.child_watch_namespace.clone(),
         ..Config::default()
     };
     let mut registry = prometheus_client::registry::Registry::default();
@@ -186,88 +211,32 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     .create(&PostParams::default(), &runtime)
     .await?;
 
-    eprintln!("creating {n} TrainJobs...");
-    let started = Instant::now();
-    let tjs = Api::<DynamicObject>::namespaced_with(
-        admin.clone(),
-        jobs_ns,
-        &holdfast_cluster::resources::trainjob(),
-    );
-    let jobs: Vec<Value> = stream::iter(0..n)
-        .map(|i| {
-            let tjs = tjs.clone();
-            async move {
-                let job: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
-                    "kind": "TrainJob",
-                    "metadata": {"name": format!("job-{i:06}")},
-                    "spec": {"runtimeRef": {"name": RUNTIME}}
-                }))?;
-                let job = tjs.create(&PostParams::default(), &job).await?;
-                anyhow::Ok(serde_json::to_value(&job)?)
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect()
-        .await?;
-    eprintln!("  {n} TrainJobs in {:.1}s", started.elapsed().as_secs_f64());
+    // Trainer's own writer first, over TrainJobs of its own namespace, and stopped before
+    // holdfast's TrainJobs exist: it reconciles every namespace, and would build JobSets for
+    // holdfast's TrainJobs too.
+    let rendered = holdfast_core::snapshot::render(&serde_json::to_value(&runtime)?)?;
+    let peer = match args.trainer {
+        true => Some(trainer::run(cp, &admin, &rendered, args).await?),
+        false => None,
+    };
+
+    let jobs = create_trainjobs(&admin, jobs_ns, n).await?;
 
     // The baseline: per TrainJob, the very ConfigMap its snapshot will be (data, provenance
     // annotations, ownerReference to the TrainJob: the same work for the apiserver and the
     // garbage collector) under another name, created directly with the same concurrency by an
     // identity with the same RBAC path. Built beforehand: only the creates are timed.
-    let rendered = holdfast_core::snapshot::render(&serde_json::to_value(&runtime)?)?;
     let baseline_cms: Vec<ConfigMap> = jobs
         .iter()
         .map(|job| baseline_configmap(job, &rendered))
         .collect::<anyhow::Result<_>>()?;
-    // The baseline's identity may create ConfigMaps here through a RoleBinding, as the
-    // controller may through the chart's: the same RBAC path (the webhook's own chart role
-    // has no such rule, so the bench grants it).
     // The controller's Lease lives in `default` here: the chart's release-namespace roles
     // there, as in any namespace a release leads from.
     holdfast_tests::rbac::grant_release_roles_in(&admin, "default").await?;
-    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "bench-baseline", "namespace": jobs_ns},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
-    }))?;
-    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), jobs_ns)
-        .create(&Default::default(), &role)
-        .await?;
-    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(
-        serde_json::json!({
-            "metadata": {"name": "bench-baseline", "namespace": jobs_ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bench-baseline"},
-            "subjects": [{"kind": "ServiceAccount", "name": "holdfast-webhook", "namespace": "holdfast-system"}]
-        }),
-    )?;
-    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), jobs_ns)
-        .create(&Default::default(), &binding)
-        .await?;
-    let baseline_client = cp.client(Identity::Webhook).await?;
-    let cms: Api<ConfigMap> = Api::namespaced(baseline_client, jobs_ns);
-    eprintln!("baseline: creating {n} ConfigMaps, {conc} at a time...");
     let components = Components::of(cp.process_group());
-    let cpu_before_baseline = components.cpu();
-    let started = Instant::now();
-    stream::iter(baseline_cms)
-        .map(|cm| {
-            let cms = cms.clone();
-            async move {
-                cms.create(&PostParams::default(), &cm).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(conc)
-        .try_collect::<Vec<()>>()
-        .await?;
-    let baseline = started.elapsed();
-    let cpu_baseline = components.cpu().since(&cpu_before_baseline);
+    let (baseline, cpu_baseline) =
+        raw_creates(cp, &admin, jobs_ns, baseline_cms, conc, &components).await?;
     let baseline_rate = n as f64 / baseline.as_secs_f64();
-    eprintln!(
-        "  {n} creates in {:.2}s: {baseline_rate:.0}/s",
-        baseline.as_secs_f64()
-    );
 
     // Count snapshots as they appear.
     let seen = tokio::spawn({
@@ -313,6 +282,9 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
                 .args(["--admin-addr", &admin_addr, "--api-addr", "127.0.0.1:0"])
                 .args(["--snapshot-concurrency", &concurrency])
                 .env("RUST_LOG", "warn");
+            if args.trainer {
+                c.args(["--watch-namespace", jobs_ns]);
+            }
             c
         }
         None => {
@@ -320,6 +292,9 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
             c.arg("--child-kubeconfig")
                 .arg(&kubeconfig)
                 .args(["--concurrency", &concurrency]);
+            if args.trainer {
+                c.args(["--child-watch-namespace", jobs_ns]);
+            }
             c
         }
     };
@@ -412,6 +387,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
             .filter(|e| {
                 e["user"]["username"] == user
                     && e["verb"] == "create"
+                    && e["objectRef"]["namespace"] == jobs_ns
                     && e["objectRef"]["resource"] == "configmaps"
             })
             .filter_map(|e| {
@@ -577,7 +553,92 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         println!("    {:>7.1}/min  {k}", *v as f64 / minutes);
     }
     println!("  reconciler exit: {exited}");
+    if let Some(peer) = &peer {
+        trainer::print(peer, n, rate, baseline_rate);
+    }
     Ok(())
+}
+
+/// `n` TrainJobs in `ns`, each referencing the bench's runtime, as the apiserver returned them.
+async fn create_trainjobs(admin: &kube::Client, ns: &str, n: usize) -> anyhow::Result<Vec<Value>> {
+    eprintln!("creating {n} TrainJobs in {ns}...");
+    let started = Instant::now();
+    let tjs = Api::<DynamicObject>::namespaced_with(
+        admin.clone(),
+        ns,
+        &holdfast_cluster::resources::trainjob(),
+    );
+    let jobs: Vec<Value> = stream::iter(0..n)
+        .map(|i| {
+            let tjs = tjs.clone();
+            async move {
+                let job: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob",
+                    "metadata": {"name": format!("job-{i:06}")},
+                    "spec": {"runtimeRef": {"name": RUNTIME}}
+                }))?;
+                let job = tjs.create(&PostParams::default(), &job).await?;
+                anyhow::Ok(serde_json::to_value(&job)?)
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect()
+        .await?;
+    eprintln!("  {n} TrainJobs in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(jobs)
+}
+
+/// The baseline: `cms` created directly in `ns`, `conc` at a time, by an identity that may
+/// create ConfigMaps there through a RoleBinding, as the controller may through the chart's:
+/// the same RBAC path (the webhook's own chart role has no such rule, so the bench grants
+/// it). Returns the time the creates took and the CPU each process spent meanwhile.
+async fn raw_creates(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    ns: &str,
+    cms: Vec<ConfigMap>,
+    conc: usize,
+    components: &Components,
+) -> anyhow::Result<(Duration, Cpu)> {
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": {"name": "bench-baseline", "namespace": ns},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
+    }))?;
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(admin.clone(), ns)
+        .create(&Default::default(), &role)
+        .await?;
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "bench-baseline", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bench-baseline"},
+        "subjects": [{"kind": "ServiceAccount", "name": "holdfast-webhook", "namespace": "holdfast-system"}]
+    }))?;
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), ns)
+        .create(&Default::default(), &binding)
+        .await?;
+    let api: Api<ConfigMap> = Api::namespaced(cp.client(Identity::Webhook).await?, ns);
+    let n = cms.len();
+    eprintln!("baseline: creating {n} ConfigMaps in {ns}, {conc} at a time...");
+    let cpu_before = components.cpu();
+    let started = Instant::now();
+    stream::iter(cms)
+        .map(|cm| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &cm).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(conc)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let took = started.elapsed();
+    eprintln!(
+        "  {n} creates in {:.2}s: {:.0}/s",
+        took.as_secs_f64(),
+        n as f64 / took.as_secs_f64()
+    );
+    Ok((took, components.cpu().since(&cpu_before)))
 }
 
 /// The control plane's processes (etcd, kube-apiserver, ...; the webhook when it runs) and
