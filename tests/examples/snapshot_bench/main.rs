@@ -314,17 +314,10 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         let url = format!("http://{admin_addr}/readyz");
         let is_binary = binary.is_some();
         async move {
-            if !is_binary {
-                return None;
+            match is_binary {
+                true => ready_at(url).await,
+                false => None,
             }
-            let deadline = Instant::now() + Duration::from_secs(3600);
-            while Instant::now() < deadline {
-                if matches!(reqwest::get(&url).await, Ok(r) if r.status().is_success()) {
-                    return Some(Instant::now());
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            None
         }
     });
     let (first, last) = tokio::time::timeout(Duration::from_secs(3600), seen).await??;
@@ -740,6 +733,18 @@ fn status_kib(status: &str, field: &str) -> u64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0)
+}
+
+/// When `url` first answers 2xx (bounded by an hour).
+async fn ready_at(url: String) -> Option<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    while Instant::now() < deadline {
+        if matches!(reqwest::get(&url).await, Ok(r) if r.status().is_success()) {
+            return Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
 }
 
 /// The binary `name` built next to this example (the same profile), if there is one.

@@ -12,7 +12,9 @@
 //! It runs in the control plane's process group, so it is stopped with the control plane
 //! however the bench ends.
 
-use super::{Args, Components, Cpu, create_trainjobs, raw_creates, stat_fields, status_kib};
+use super::{
+    Args, Components, Cpu, create_trainjobs, raw_creates, ready_at, stat_fields, status_kib,
+};
 use futures::StreamExt;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::{ControlPlane, Identity};
@@ -218,18 +220,6 @@ async fn count_snapshots(
         }
     }
     (first, Instant::now())
-}
-
-/// When `url` first answers 2xx (bounded by an hour).
-async fn ready_at(url: String) -> Option<Instant> {
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    while Instant::now() < deadline {
-        if matches!(reqwest::get(&url).await, Ok(r) if r.status().is_success()) {
-            return Some(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
 }
 
 /// The snapshot count's result, failing with the log's tail if Trainer exits first or an hour
