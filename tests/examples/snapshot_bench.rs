@@ -23,7 +23,7 @@
 //!    seconds; the requests it sends then (audit log), per minute.
 //!
 //! With `--trainer`, Kubeflow Trainer's own writer runs first, as a peer, over as many
-//! TrainJobs of a namespace of its own with a baseline of its own (`trainer.rs`); holdfast's
+//! TrainJobs of a namespace of its own with a baseline of its own (`snapshot_peers/trainer.rs`); holdfast's
 //! controller then watches its own namespace only, so that it neither caches nor snapshots
 //! Trainer's TrainJobs.
 
@@ -95,6 +95,9 @@ struct Args {
     child_watch_namespace: Option<String>,
 }
 
+// The peers live beside this file rather than in a `snapshot_bench/` directory, so that the
+// example keeps its name in its file's.
+#[path = "snapshot_peers/trainer.rs"]
 mod trainer;
 
 const RUNTIME: &str = "torch-bench";
@@ -238,29 +241,12 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
         raw_creates(cp, &admin, jobs_ns, baseline_cms, conc, &components).await?;
     let baseline_rate = n as f64 / baseline.as_secs_f64();
 
-    // Count snapshots as they appear.
-    let seen = tokio::spawn({
-        let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(admin.clone(), jobs_ns);
-        let label = format!("{}=true", names::LABEL_RUNTIME_SNAPSHOT);
-        async move {
-            let mut names = HashSet::new();
-            let mut first: Option<Instant> = None;
-            let mut events = std::pin::pin!(
-                watcher(api, watcher::Config::default().labels(&label)).applied_objects()
-            );
-            while let Some(cm) = events.next().await {
-                let Ok(cm) = cm else { continue };
-                if let Some(name) = cm.metadata.name {
-                    first.get_or_insert_with(Instant::now);
-                    names.insert(name);
-                    if names.len() >= n {
-                        return (first, Instant::now());
-                    }
-                }
-            }
-            (first, Instant::now())
-        }
-    });
+    // Count snapshots as they appear: holdfast's carry its label.
+    let seen = tokio::spawn(count_snapshots(
+        Api::namespaced(admin.clone(), jobs_ns),
+        watcher::Config::default().labels(&format!("{}=true", names::LABEL_RUNTIME_SNAPSHOT)),
+        n,
+    ));
 
     eprintln!("reconciler: snapshotting {n} TrainJobs...");
     let cpu_before_reconciler = components.cpu();
@@ -335,15 +321,7 @@ async fn bench(args: &Args) -> anyhow::Result<()> {
     let steady_to = k8s_openapi::jiff::Timestamp::now();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let (hwm, rss) = (status_kib(&status, "VmHWM:"), status_kib(&status, "VmRSS:"));
-    // utime + stime, in clock ticks (fields 14 and 15; the name in field 2 has no spaces).
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let ticks: u64 = stat
-        .split_whitespace()
-        .skip(13)
-        .take(2)
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum();
-    let cpu_secs = ticks as f64 / 100.0;
+    let cpu_secs = cpu_secs(pid);
     let webhook_hwm = match &webhook {
         Some(w) => {
             let pid = w
@@ -702,20 +680,50 @@ impl Components {
         Cpu(self
             .0
             .iter()
-            .map(|(name, pid)| {
-                let ticks: u64 = stat_fields(*pid)
-                    .map(|f| {
-                        f.iter()
-                            .skip(11)
-                            .take(2)
-                            .filter_map(|v| v.parse::<u64>().ok())
-                            .sum()
-                    })
-                    .unwrap_or(0);
-                (name.clone(), ticks as f64 / 100.0)
-            })
+            .map(|(name, pid)| (name.clone(), cpu_secs(*pid)))
             .collect())
     }
+}
+
+/// The CPU seconds, user and system, process `pid` has used (0 if it is gone): fields 14 and
+/// 15 of `/proc/<pid>/stat`, in clock ticks of 10 ms.
+fn cpu_secs(pid: u32) -> f64 {
+    let ticks: u64 = stat_fields(pid)
+        .map(|f| {
+            f.iter()
+                .skip(11)
+                .take(2)
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    ticks as f64 / 100.0
+}
+
+/// The first and last time a snapshot appeared in `api`'s namespace, once `n` have: the
+/// ConfigMaps `config` selects whose names end in `-runtime-snapshot` (a metadata-only watch).
+async fn count_snapshots(
+    api: Api<PartialObjectMeta<ConfigMap>>,
+    config: watcher::Config,
+    n: usize,
+) -> (Option<Instant>, Instant) {
+    let mut names = HashSet::new();
+    let mut first = None;
+    let mut events = std::pin::pin!(watcher(api, config).applied_objects());
+    while let Some(cm) = events.next().await {
+        let Ok(cm) = cm else { continue };
+        let Some(name) = cm.metadata.name else {
+            continue;
+        };
+        if name.ends_with(names::SNAPSHOT_SUFFIX) {
+            first.get_or_insert_with(Instant::now);
+            names.insert(name);
+            if names.len() >= n {
+                break;
+            }
+        }
+    }
+    (first, Instant::now())
 }
 
 /// `/proc/<pid>/stat` after the process name (field 3, the state, first).

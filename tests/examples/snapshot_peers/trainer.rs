@@ -13,16 +13,15 @@
 //! however the bench ends.
 
 use super::{
-    Args, Components, Cpu, create_trainjobs, raw_creates, ready_at, stat_fields, status_kib,
+    Args, Components, Cpu, count_snapshots, cpu_secs, create_trainjobs, raw_creates, ready_at,
+    status_kib,
 };
-use futures::StreamExt;
 use holdfast_tests::process::Supervised;
 use holdfast_tests::{ControlPlane, Identity};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::{BTreeMap, HashSet};
+use kube::runtime::watcher;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -71,7 +70,12 @@ pub async fn run(
     let components = Components::of(cp.process_group());
     let (baseline, cpu_baseline) = raw_creates(cp, admin, ns, cms, conc, &components).await?;
 
-    let seen = tokio::spawn(count_snapshots(Api::namespaced(admin.clone(), ns), n));
+    // Counted by name: Trainer's snapshots carry no label.
+    let seen = tokio::spawn(count_snapshots(
+        Api::namespaced(admin.clone(), ns),
+        watcher::Config::default(),
+        n,
+    ));
     let health = holdfast_tests::control_plane::free_port()?;
     let dir = configure(cp, health, args.trainer_qps)?;
     eprintln!(
@@ -115,17 +119,7 @@ pub async fn run(
     let steady_to = k8s_openapi::jiff::Timestamp::now();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let peak_rss_kib = status_kib(&status, "VmHWM:");
-    // utime + stime in clock ticks (fields 14 and 15 of /proc/<pid>/stat).
-    let cpu_secs = stat_fields(pid)
-        .map(|f| {
-            f.iter()
-                .skip(11)
-                .take(2)
-                .filter_map(|v| v.parse::<u64>().ok())
-                .sum::<u64>()
-        })
-        .unwrap_or(0) as f64
-        / 100.0;
+    let cpu_secs = cpu_secs(pid);
     child.kill();
 
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -195,31 +189,6 @@ fn configure(cp: &ControlPlane, health: u16, qps: f32) -> anyhow::Result<PathBuf
         ),
     )?;
     Ok(dir)
-}
-
-/// The first and last time a ConfigMap named `*-runtime-snapshot` appeared, once `n` have
-/// (a metadata-only watch: `PartialObjectMeta`).
-async fn count_snapshots(
-    api: Api<PartialObjectMeta<ConfigMap>>,
-    n: usize,
-) -> (Option<Instant>, Instant) {
-    let mut names = HashSet::new();
-    let mut first = None;
-    let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
-    while let Some(cm) = events.next().await {
-        let Ok(cm) = cm else { continue };
-        let Some(name) = cm.metadata.name else {
-            continue;
-        };
-        if name.ends_with(holdfast_core::names::SNAPSHOT_SUFFIX) {
-            first.get_or_insert_with(Instant::now);
-            names.insert(name);
-            if names.len() >= n {
-                break;
-            }
-        }
-    }
-    (first, Instant::now())
 }
 
 /// The snapshot count's result, failing with the log's tail if Trainer exits first or an hour
