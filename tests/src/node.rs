@@ -1028,14 +1028,7 @@ state = "{state}"
         }
         std::fs::write(
             tr_dir.join("config.yaml"),
-            format!(
-                "apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n\
-                 health:\n  healthProbeBindAddress: 127.0.0.1:{TRAINER_HEALTH_PORT}\n\
-                 metrics:\n  bindAddress: \"0\"\n\
-                 webhook:\n  port: {TRAINER_WEBHOOK_PORT}\n  host: \"\"\n\
-                 leaderElection:\n  leaderElect: false\n\
-                 certManagement:\n  enable: false\n"
-            ),
+            trainer_configuration(TRAINER_HEALTH_PORT, TRAINER_WEBHOOK_PORT, ""),
         )?;
         self.spawn_trainer(TrainerRelease::Current)?;
 
@@ -1335,4 +1328,18 @@ fn trainer_patches(mut doc: serde_json::Value) -> serde_json::Value {
         }
     }
     doc
+}
+
+/// Trainer's controller manager's configuration as the tests run it: health on
+/// `127.0.0.1:health`, metrics off, its webhook server on `webhook_host:webhook_port`, no
+/// leader election, no certificate management (the tests write its serving certificate).
+pub fn trainer_configuration(health: u16, webhook_port: u16, webhook_host: &str) -> String {
+    format!(
+        "apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n\
+         health:\n  healthProbeBindAddress: 127.0.0.1:{health}\n\
+         metrics:\n  bindAddress: \"0\"\n\
+         webhook:\n  port: {webhook_port}\n  host: \"{webhook_host}\"\n\
+         leaderElection:\n  leaderElect: false\n\
+         certManagement:\n  enable: false\n"
+    )
 }

@@ -179,13 +179,8 @@ fn configure(cp: &ControlPlane, health: u16, qps: f32) -> anyhow::Result<PathBuf
     std::fs::write(
         dir.join("config.yaml"),
         format!(
-            "apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n\
-             health:\n  healthProbeBindAddress: 127.0.0.1:{health}\n\
-             metrics:\n  bindAddress: \"0\"\n\
-             webhook:\n  port: {webhook}\n  host: 127.0.0.1\n\
-             leaderElection:\n  leaderElect: false\n\
-             certManagement:\n  enable: false\n\
-             clientConnection:\n  qps: {qps}\n  burst: {burst}\n"
+            "{}clientConnection:\n  qps: {qps}\n  burst: {burst}\n",
+            holdfast_tests::node::trainer_configuration(health, webhook, "127.0.0.1")
         ),
     )?;
     Ok(dir)
